@@ -1,0 +1,84 @@
+// Command otelcol-agentledger is the agentledger OpenTelemetry Collector
+// distribution: the core and contrib components an invocation-accounting
+// pipeline needs, plus the invocation processor.
+package main
+
+import (
+	"log"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/connector"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/exporter/debugexporter"
+	"go.opentelemetry.io/collector/exporter/otlpexporter"
+	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/otelcol"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/batchprocessor"
+	"go.opentelemetry.io/collector/processor/memorylimiterprocessor"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/connector/signaltometricsconnector"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor"
+)
+
+func components() (otelcol.Factories, error) {
+	var err error
+	f := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
+	if f.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](
+		otlpreceiver.NewFactory(),
+	); err != nil {
+		return f, err
+	}
+	if f.Processors, err = otelcol.MakeFactoryMap[processor.Factory](
+		batchprocessor.NewFactory(),
+		memorylimiterprocessor.NewFactory(),
+		deltatocumulativeprocessor.NewFactory(),
+	); err != nil {
+		return f, err
+	}
+	if f.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](
+		otlpexporter.NewFactory(),
+		otlphttpexporter.NewFactory(),
+		debugexporter.NewFactory(),
+		fileexporter.NewFactory(),
+		loadbalancingexporter.NewFactory(),
+		prometheusexporter.NewFactory(),
+	); err != nil {
+		return f, err
+	}
+	if f.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
+		filestorage.NewFactory(),
+		healthcheckextension.NewFactory(),
+	); err != nil {
+		return f, err
+	}
+	if f.Connectors, err = otelcol.MakeFactoryMap[connector.Factory](
+		signaltometricsconnector.NewFactory(),
+	); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+var _ = component.Type{}
+
+func main() {
+	info := component.BuildInfo{
+		Command:     "otelcol-agentledger",
+		Description: "agentledger OpenTelemetry Collector distribution",
+		Version:     "0.1.0",
+	}
+	cmd := otelcol.NewCommand(otelcol.CollectorSettings{BuildInfo: info, Factories: components})
+	if err := cmd.Execute(); err != nil {
+		log.Fatal(err)
+	}
+}

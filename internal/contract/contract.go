@@ -1,0 +1,143 @@
+// Package contract holds the names of the span attributes, values and span
+// names that make up the agentledger wire contract (CONTRACT.md): the only
+// thing the instrumentation (instrument/) and the collector processor
+// (processor/) share. It has no dependencies, so importing it compiles
+// neither half.
+package contract
+
+// Attribute keys in the invocation namespace.
+const (
+	// AttrInvocationID names the invocation a span belongs to. Set on every
+	// span at start from the W3C baggage member of the same name.
+	AttrInvocationID = "invocation.id"
+	// AttrRole marks lifecycle spans: RoleRoot, RoleBackground,
+	// RoleContinuation, RoleFollowupClosed.
+	AttrRole = "invocation.role"
+	// AttrChildren is the number of direct child spans started in the same
+	// process before the span ended (int).
+	AttrChildren = "invocation.children"
+	// AttrFollowups is, on background spans, the number of follow-up spans
+	// that will link to the span (int).
+	AttrFollowups = "invocation.followups"
+	// AttrRemote marks a span whose context was handed to another process
+	// (bool): children may arrive from elsewhere, uncounted.
+	AttrRemote = "invocation.remote"
+	// AttrLink is the link attribute that says why a span links to a
+	// background span: LinkFollowup or LinkConsumed.
+	AttrLink = "invocation.link"
+	// AttrFollowupReason is the reason a followup was closed without a
+	// continuation, on followup_closed spans.
+	AttrFollowupReason = "invocation.followup.reason"
+	// AttrFollowupConsumer names the invocation whose turn consumed the
+	// notification, when the reason is ReasonConsumedBy.
+	AttrFollowupConsumer = "invocation.followup.consumer"
+
+	// BaggageInvocationID is the W3C baggage member that carries the
+	// invocation id across process boundaries.
+	BaggageInvocationID = "invocation.id"
+)
+
+// Values of AttrRole.
+const (
+	RoleRoot           = "root"
+	RoleBackground     = "background"
+	RoleContinuation   = "continuation"
+	RoleFollowupClosed = "followup_closed"
+)
+
+// Values of AttrLink.
+const (
+	LinkFollowup = "followup"
+	LinkConsumed = "consumed"
+)
+
+// Values of AttrFollowupReason.
+const (
+	ReasonInterrupted   = "interrupted"
+	ReasonSessionClosed = "session_closed"
+	ReasonCancelled     = "cancelled"
+	ReasonConsumedBy    = "consumed_by"
+)
+
+// Span names (prefixes: the agent name or job kind follows after a space).
+const (
+	SpanNameRootPrefix         = "invoke_agent"
+	SpanNameBackgroundPrefix   = "background"
+	SpanNameContinuationPrefix = "continue_agent"
+	SpanNameFollowupClosed     = "followup_closed"
+	SpanNameSummary            = "invocation.summary"
+)
+
+// GenAI semantic-convention attribute keys used by the contract.
+const (
+	AttrOperationName          = "gen_ai.operation.name"
+	AttrUsageInputTokens       = "gen_ai.usage.input_tokens"
+	AttrUsageOutputTokens      = "gen_ai.usage.output_tokens"
+	AttrUsageCacheReadTokens   = "gen_ai.usage.cache_read.input_tokens"
+	AttrUsageCacheCreateTokens = "gen_ai.usage.cache_creation.input_tokens"
+	AttrUsageReasoningTokens   = "gen_ai.usage.reasoning.output_tokens"
+	AttrConversationID         = "gen_ai.conversation.id"
+	AttrAgentName              = "gen_ai.agent.name"
+	AttrRequestModel           = "gen_ai.request.model"
+	AttrResponseModel          = "gen_ai.response.model"
+	AttrProviderName           = "gen_ai.provider.name"
+	AttrToolName               = "gen_ai.tool.name"
+	AttrToolCallID             = "gen_ai.tool.call.id"
+)
+
+// Values of AttrOperationName.
+const (
+	OpChat            = "chat"
+	OpTextCompletion  = "text_completion"
+	OpGenerateContent = "generate_content"
+	OpEmbeddings      = "embeddings"
+	OpInvokeAgent     = "invoke_agent"
+	OpExecuteTool     = "execute_tool"
+)
+
+// DefaultUsageOperations are the operation names whose spans are model calls
+// whose usage is summed.
+var DefaultUsageOperations = []string{OpChat, OpTextCompletion, OpGenerateContent, OpEmbeddings}
+
+// Summary span attributes (emitted by the processor).
+const (
+	AttrStatus            = "invocation.status"
+	AttrIncompleteReasons = "invocation.incomplete_reasons"
+	AttrAnomalies         = "invocation.anomalies"
+	AttrRevision          = "invocation.revision"
+	AttrAfterResultInput  = "invocation.after_result.input_tokens"
+	AttrAfterResultOutput = "invocation.after_result.output_tokens"
+	AttrModelCalls        = "invocation.model_calls"
+	AttrBackgroundJobs    = "invocation.background_jobs"
+	AttrContinuations     = "invocation.continuations"
+	AttrSpans             = "invocation.spans"
+	AttrTraces            = "invocation.traces"
+	AttrDuplicateSpans    = "invocation.duplicate_spans"
+	AttrCost              = "invocation.cost"
+	AttrCostCurrency      = "invocation.cost.currency"
+)
+
+// Values of AttrStatus.
+const (
+	StatusPending    = "pending"
+	StatusFinal      = "final"
+	StatusIncomplete = "incomplete"
+)
+
+// Kinds used in AttrIncompleteReasons and AttrAnomalies entries
+// ("kind:detail").
+const (
+	ReasonOpenFollowup    = "open_followup"
+	ReasonMissingChildren = "missing_children"
+	ReasonRootMissing     = "root_missing"
+	ReasonOpenTimeout     = "open_timeout"
+	ReasonEvicted         = "evicted"
+	ReasonShutdown        = "shutdown"
+	ReasonRemoteSettling  = "remote_settling"
+
+	AnomalyExtraChildren   = "extra_children"
+	AnomalyInvalidUsage    = "invalid_usage"
+	AnomalySpanLimit       = "span_limit"
+	AnomalyLateSpan        = "late_span"
+	AnomalyForeignFollowup = "foreign_followup"
+)
