@@ -113,8 +113,12 @@ const (
 	AttrSpans             = "invocation.spans"
 	AttrTraces            = "invocation.traces"
 	AttrDuplicateSpans    = "invocation.duplicate_spans"
-	AttrCost              = "invocation.cost"
-	AttrCostCurrency      = "invocation.cost.currency"
+	// AttrTimeToFinalMS (int, an extension of CONTRACT.md) is the latest end
+	// of any member span minus the root's end, in milliseconds; 0 when
+	// nothing ended after the root. Absent when the root never arrived.
+	AttrTimeToFinalMS = "invocation.time_to_final_ms"
+	AttrCost          = "invocation.cost"
+	AttrCostCurrency  = "invocation.cost.currency"
 )
 
 // Values of AttrStatus.
