@@ -7,6 +7,11 @@ import (
 	"log"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/provider/envprovider"
+	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
+	"go.opentelemetry.io/collector/confmap/provider/httpprovider"
+	"go.opentelemetry.io/collector/confmap/provider/yamlprovider"
 	"go.opentelemetry.io/collector/connector"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
@@ -69,15 +74,28 @@ func components() (otelcol.Factories, error) {
 	return f, nil
 }
 
-var _ = component.Type{}
-
 func main() {
 	info := component.BuildInfo{
 		Command:     "otelcol-agentledger",
 		Description: "agentledger OpenTelemetry Collector distribution",
 		Version:     "0.1.0",
 	}
-	cmd := otelcol.NewCommand(otelcol.CollectorSettings{BuildInfo: info, Factories: components})
+	set := otelcol.CollectorSettings{
+		BuildInfo: info,
+		Factories: components,
+		ConfigProviderSettings: otelcol.ConfigProviderSettings{
+			ResolverSettings: confmap.ResolverSettings{
+				ProviderFactories: []confmap.ProviderFactory{
+					envprovider.NewFactory(),
+					fileprovider.NewFactory(),
+					httpprovider.NewFactory(),
+					yamlprovider.NewFactory(),
+				},
+				DefaultScheme: "env",
+			},
+		},
+	}
+	cmd := otelcol.NewCommand(set)
 	if err := cmd.Execute(); err != nil {
 		log.Fatal(err)
 	}
