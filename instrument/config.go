@@ -1,0 +1,198 @@
+package instrument
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Defaults of the ledger, the same as the collector processor's.
+const (
+	// DefaultRemoteSettle is the quiet time required after the latest
+	// arrival in a remote span's subtree.
+	DefaultRemoteSettle = 2 * time.Second
+	// DefaultOpenTimeout is the longest an invocation may stay open,
+	// counted from the first span of it the ledger saw.
+	DefaultOpenTimeout = 4 * time.Hour
+	// DefaultRetention is how long a closed invocation is remembered.
+	DefaultRetention = 15 * time.Minute
+	// DefaultMaxOpenInvocations bounds the invocations the ledger keeps
+	// open; beyond it the oldest is closed incomplete with reason evicted.
+	DefaultMaxOpenInvocations = 100000
+	// DefaultMaxOpenSpans bounds the spans the SpanProcessor tracks at
+	// once (started, not ended); spans beyond it are exported without
+	// invocation.children.
+	DefaultMaxOpenSpans = 1 << 20
+)
+
+// config holds the settings of a SpanProcessor, Ledger or Tracker.
+type config struct {
+	tracerProvider     trace.TracerProvider
+	meterProvider      metric.MeterProvider
+	propagators        propagation.TextMapPropagator
+	clock              Clock
+	remoteSettle       time.Duration
+	openTimeout        time.Duration
+	retention          time.Duration
+	maxOpenInvocations int
+	maxOpenSpans       int
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		remoteSettle:       DefaultRemoteSettle,
+		openTimeout:        DefaultOpenTimeout,
+		retention:          DefaultRetention,
+		maxOpenInvocations: DefaultMaxOpenInvocations,
+		maxOpenSpans:       DefaultMaxOpenSpans,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.tracerProvider == nil {
+		c.tracerProvider = otel.GetTracerProvider()
+	}
+	if c.meterProvider == nil {
+		c.meterProvider = otel.GetMeterProvider()
+	}
+	if c.propagators == nil {
+		c.propagators = otel.GetTextMapPropagator()
+	}
+	if c.clock == nil {
+		c.clock = systemClock{}
+	}
+	return c
+}
+
+// Option configures a SpanProcessor, Ledger or Tracker.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithTracerProvider sets the TracerProvider the Tracker starts its spans
+// with. The global provider is used when it is not given or nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tracerProvider = tp
+		}
+	})
+}
+
+// WithMeterProvider sets the MeterProvider for the internal telemetry
+// (late children, untracked spans, evictions). The global provider is used
+// when it is not given or nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.meterProvider = mp
+		}
+	})
+}
+
+// WithPropagators sets the propagators used to extract context from a
+// subprocess environment and to inject it into one, in addition to the W3C
+// trace context and baggage the contract requires (always used). The
+// global propagators are used when it is not given or nil.
+func WithPropagators(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) {
+		if p != nil {
+			c.propagators = p
+		}
+	})
+}
+
+// WithClock sets the clock of the ledger's arrival times and timers
+// (remote settle, open timeout, retention). The system clock is used when
+// it is not given or nil.
+func WithClock(clk Clock) Option {
+	return optionFunc(func(c *config) {
+		if clk != nil {
+			c.clock = clk
+		}
+	})
+}
+
+// WithRemoteSettle sets the quiet time required after the latest arrival
+// in a remote span's subtree (default DefaultRemoteSettle). Negative
+// values are ignored; zero means no waiting.
+func WithRemoteSettle(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d >= 0 {
+			c.remoteSettle = d
+		}
+	})
+}
+
+// WithOpenTimeout sets how long an invocation may stay open, counted from
+// the first span of it the ledger saw (default DefaultOpenTimeout); then
+// it is closed incomplete with reason open_timeout. Values <= 0 are
+// ignored.
+func WithOpenTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.openTimeout = d
+		}
+	})
+}
+
+// WithRetention sets how long a closed invocation is remembered (default
+// DefaultRetention). Negative values are ignored; zero forgets at once.
+func WithRetention(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d >= 0 {
+			c.retention = d
+		}
+	})
+}
+
+// WithMaxOpenInvocations bounds the open invocations of the ledger
+// (default DefaultMaxOpenInvocations). Values <= 0 are ignored.
+func WithMaxOpenInvocations(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxOpenInvocations = n
+		}
+	})
+}
+
+// WithMaxOpenSpans bounds the spans the SpanProcessor tracks at once
+// (default DefaultMaxOpenSpans). Values <= 0 are ignored.
+func WithMaxOpenSpans(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxOpenSpans = n
+		}
+	})
+}
+
+// Clock is the time source of the ledger. Tests inject a manual clock so
+// that no test waits for a real timer.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending call scheduled by Clock.AfterFunc.
+type Timer interface {
+	// Stop prevents the call if it has not run yet; it reports whether it
+	// did.
+	Stop() bool
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }

@@ -1,0 +1,221 @@
+package instrument
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// AttrLateChild (bool) marks a span that started after its parent span had
+// ended, so its parent's invocation.children does not count it. It is
+// still exported with its invocation.id and its usage counts; the collector
+// reports it under its invocation's anomalies as extra_children.
+const AttrLateChild = "invocation.late_child"
+
+// SpanProcessor stamps invocation identity on every span, counts direct
+// children, and feeds its Ledger; it passes every span on to the next
+// processor (usually the batching, exporting one).
+//
+// At OnStart a span gets invocation.id from the W3C baggage member
+// invocation.id of its parent context; when the context has none, the id
+// is inherited from the parent span if this processor tracks it. A span
+// that already carries invocation.id keeps it. At OnEnd the span is handed
+// to the next processor with invocation.children set: the number of
+// sampled direct children of the same invocation that started before it
+// ended. The SDK's ended span cannot be changed, so the span passed on
+// wraps it with the extra attribute.
+type SpanProcessor struct {
+	next   sdktrace.SpanProcessor
+	ledger *Ledger
+	max    int
+
+	lateChildren metric.Int64Counter
+	untracked    metric.Int64Counter
+
+	// mu guards open.
+	mu sync.Mutex
+	// open has a record per span started and not yet ended; released at
+	// OnEnd, bounded by max.
+	open map[spanKey]*spanRecord
+}
+
+type spanKey struct {
+	trace trace.TraceID
+	span  trace.SpanID
+}
+
+// spanRecord is the per-span bookkeeping between OnStart and OnEnd.
+type spanRecord struct {
+	invocation string
+	children   int
+}
+
+var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
+
+// NewSpanProcessor returns a SpanProcessor that passes spans on to next
+// (which may be nil, for a ledger-only setup). Options WithClock,
+// WithRemoteSettle, WithOpenTimeout, WithRetention,
+// WithMaxOpenInvocations configure its Ledger; WithMaxOpenSpans bounds its
+// per-span bookkeeping; WithMeterProvider its internal telemetry.
+func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcessor {
+	cfg := newConfig(opts)
+	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
+	p := &SpanProcessor{
+		next:   next,
+		ledger: newLedger(cfg, meter),
+		max:    cfg.maxOpenSpans,
+		open:   make(map[spanKey]*spanRecord),
+	}
+	// Errors from instrument creation leave a usable no-op instrument.
+	p.lateChildren, _ = meter.Int64Counter("agentledger.instrument.late_children",
+		metric.WithDescription("Spans started after their parent span ended (not in its invocation.children)."),
+		metric.WithUnit("{span}"))
+	p.untracked, _ = meter.Int64Counter("agentledger.instrument.untracked_spans",
+		metric.WithDescription("Spans exported without invocation.children because the open-span limit was reached."),
+		metric.WithUnit("{span}"))
+	return p
+}
+
+// Ledger returns the ledger this processor feeds.
+func (p *SpanProcessor) Ledger() *Ledger { return p.ledger }
+
+// OnStart implements sdktrace.SpanProcessor.
+func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	sc := s.SpanContext()
+	attrs := s.Attributes()
+	id := attrString(attrs, contract.AttrInvocationID)
+	if id == "" {
+		id = baggage.FromContext(parent).Member(contract.BaggageInvocationID).Value()
+	}
+
+	psc := s.Parent()
+	local := psc.IsValid() && !psc.IsRemote()
+	var late bool
+	p.mu.Lock()
+	if local {
+		if rec, ok := p.open[spanKey{psc.TraceID(), psc.SpanID()}]; ok {
+			if id == "" {
+				id = rec.invocation
+			}
+			if sc.IsSampled() && id == rec.invocation {
+				rec.children++
+			}
+		} else {
+			// The parent is not tracked: it ended already (a late child),
+			// or it belongs to a provider without this processor.
+			if ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan); ok &&
+				ps.SpanContext().SpanID() == psc.SpanID() && !ps.EndTime().IsZero() {
+				pid := attrString(ps.Attributes(), contract.AttrInvocationID)
+				if id == "" {
+					id = pid
+				}
+				late = pid != "" && pid == id
+			}
+		}
+	}
+	if len(p.open) < p.max {
+		p.open[spanKey{sc.TraceID(), sc.SpanID()}] = &spanRecord{invocation: id}
+	} else {
+		p.untracked.Add(parent, 1)
+	}
+	p.mu.Unlock()
+
+	if id != "" {
+		s.SetAttributes(attribute.String(contract.AttrInvocationID, id))
+	}
+	if late {
+		s.SetAttributes(attribute.Bool(AttrLateChild, true))
+		p.lateChildren.Add(parent, 1)
+	}
+	if id != "" && sc.IsSampled() {
+		p.ledger.started(id, s, attrs)
+	}
+	if p.next != nil {
+		p.next.OnStart(parent, s)
+	}
+}
+
+// OnEnd implements sdktrace.SpanProcessor.
+func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
+	sc := s.SpanContext()
+	key := spanKey{sc.TraceID(), sc.SpanID()}
+	p.mu.Lock()
+	rec, ok := p.open[key]
+	delete(p.open, key)
+	p.mu.Unlock()
+
+	out := s
+	children := -1
+	if ok {
+		children = rec.children
+		out = &countedSpan{ReadOnlySpan: s, children: children}
+	}
+	if sc.IsSampled() {
+		p.ledger.arrived(out, children)
+	}
+	if p.next != nil {
+		p.next.OnEnd(out)
+	}
+}
+
+// Shutdown shuts down the next processor and closes the ledger: open
+// invocations become incomplete with reason shutdown.
+func (p *SpanProcessor) Shutdown(ctx context.Context) error {
+	p.ledger.shutdown()
+	if p.next != nil {
+		return p.next.Shutdown(ctx)
+	}
+	return nil
+}
+
+// ForceFlush flushes the next processor.
+func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
+	if p.next != nil {
+		return p.next.ForceFlush(ctx)
+	}
+	return nil
+}
+
+// openSpans returns the number of spans tracked (for tests).
+func (p *SpanProcessor) openSpans() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.open)
+}
+
+// countedSpan is an ended span with invocation.children added.
+type countedSpan struct {
+	sdktrace.ReadOnlySpan
+	children int
+}
+
+// Attributes returns the span's attributes with invocation.children.
+func (s *countedSpan) Attributes() []attribute.KeyValue {
+	base := s.ReadOnlySpan.Attributes()
+	out := make([]attribute.KeyValue, 0, len(base)+1)
+	for _, kv := range base {
+		if kv.Key != contract.AttrChildren {
+			out = append(out, kv)
+		}
+	}
+	return append(out, attribute.Int(contract.AttrChildren, s.children))
+}
+
+func attrString(attrs []attribute.KeyValue, key attribute.Key) string {
+	for _, kv := range attrs {
+		if kv.Key == key {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
+}
