@@ -1,0 +1,109 @@
+# agentledger: `make demo` and `make test` are the two commands the README
+# promises. Everything below works on a fresh clone; binaries go into .bin/
+# and npm packages into .cache/ (both ignored by git).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+BIN := $(abspath .bin)
+COLLECTOR_BIN := $(BIN)/otelcol-agentledger
+JAEGER_BIN := $(BIN)/jaeger
+PROMETHEUS_BIN ?= $(or $(shell command -v prometheus 2>/dev/null),/usr/bin/prometheus)
+OPENCODE_VERSION := 1.18.33
+OPENCODE_PREFIX := $(abspath .cache/opencode)
+OPENCODE_BIN := $(OPENCODE_PREFIX)/node_modules/opencode-linux-x64/bin/opencode
+
+# AGENTLEDGER_E2E=1 turns a missing binary in an integration test into a
+# failure instead of a skip; `make test E2E=0` lets them skip.
+E2E ?= 1
+# go test flags; `make test TESTFLAGS=-v` for detail.
+TESTFLAGS ?=
+FUZZTIME ?= 15s
+BENCHCOUNT ?= 6
+
+TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
+	AGENTLEDGER_COLLECTOR_BIN=$(COLLECTOR_BIN) \
+	JAEGER_BIN=$(JAEGER_BIN) \
+	PROMETHEUS_BIN=$(PROMETHEUS_BIN) \
+	OPENCODE_BIN=$(OPENCODE_BIN)
+
+.PHONY: help build jaeger prometheus opencode test demo dashboards fuzz bench vet clean
+
+help:
+	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
+	@echo "make demo VIEW=1   also start Jaeger and Prometheus (left running) to browse the traces and metrics"
+	@echo "make test          build what the tests need, then go test -race ./..."
+	@echo "make build         the collector distribution into .bin/otelcol-agentledger"
+	@echo "make jaeger        Jaeger v1.76.0 into .bin/jaeger (skipped when present)"
+	@echo "make prometheus    apt-get install prometheus when missing (needs root)"
+	@echo "make opencode      npm install opencode-ai@$(OPENCODE_VERSION) into .cache/opencode"
+	@echo "make dashboards    regenerate the Grafana dashboards"
+	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
+	@echo "make bench         benchmarks, $(BENCHCOUNT) runs each, for benchstat"
+
+# The Go build cache makes this a no-op when nothing changed; the first build
+# compiles the collector (several minutes), so -v lists packages as they go.
+build:
+	@mkdir -p $(BIN)
+	@echo ">> building $(COLLECTOR_BIN) (first build takes several minutes; packages are listed as they compile)"
+	$(GO) build -v -o $(COLLECTOR_BIN) ./cmd/otelcol-agentledger
+	@echo ">> built $(COLLECTOR_BIN)"
+
+# Jaeger's module has replace directives, so `go install ...@v1.76.0` cannot
+# build it; tools/jaeger pins it as a Go tool instead.
+jaeger:
+	@if [ -x $(JAEGER_BIN) ]; then echo ">> $(JAEGER_BIN) present"; else \
+		mkdir -p $(BIN); \
+		echo ">> building Jaeger v1.76.0 into $(JAEGER_BIN) (cold build takes ~15 minutes)"; \
+		cd tools/jaeger && GOBIN=$(BIN) $(GO) install -v tool; \
+		echo ">> built $(JAEGER_BIN)"; \
+	fi
+
+prometheus:
+	@if [ -x $(PROMETHEUS_BIN) ]; then echo ">> $(PROMETHEUS_BIN) present"; else \
+		echo ">> installing prometheus with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; \
+	fi
+
+opencode:
+	@if [ -x $(OPENCODE_BIN) ]; then echo ">> $(OPENCODE_BIN) present"; else \
+		echo ">> npm install opencode-ai@$(OPENCODE_VERSION) into $(OPENCODE_PREFIX)"; \
+		mkdir -p $(OPENCODE_PREFIX); \
+		npm install --no-audit --no-fund --prefix $(OPENCODE_PREFIX) opencode-ai@$(OPENCODE_VERSION); \
+	fi
+
+test: build jaeger prometheus opencode
+	@echo ">> go test -race ./... (AGENTLEDGER_E2E=$(E2E))"
+	$(TEST_ENV) $(GO) test -race -timeout 40m $(TESTFLAGS) ./...
+
+vet:
+	$(GO) vet ./...
+
+# VIEW=1 also starts Jaeger and Prometheus and leaves them running.
+demo: build $(if $(VIEW),jaeger prometheus)
+	$(GO) run ./internal/demo -collector $(COLLECTOR_BIN) \
+		$(if $(VIEW),-view -jaeger $(JAEGER_BIN) -prometheus $(PROMETHEUS_BIN))
+
+dashboards:
+	$(GO) generate ./dashboards/...
+
+# Every FuzzXxx in every package, FUZZTIME each (go test -fuzz takes one
+# target per run).
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo ">> $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+bench:
+	@mkdir -p out
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./... | tee out/bench.txt
+	@echo ">> results in out/bench.txt; compare two runs with benchstat (golang.org/x/perf/cmd/benchstat)"
+
+clean:
+	rm -rf $(BIN)/otelcol-agentledger out
