@@ -1,0 +1,213 @@
+package instrument
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/otel/baggage"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+func TestStampAndCountThirdPartySpans(t *testing.T) {
+	p := newPipeline(t)
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+
+	other := p.tp.Tracer("example.com/thirdparty")
+	cctx, child := other.Start(ctx, "http get")
+	_, grand := other.Start(cctx, "dns")
+	grand.End()
+	child.End()
+	_, second := other.Start(ctx, "db query")
+	second.End()
+	inv.End()
+
+	if got := len(p.exp.GetSpans()); got != 4 {
+		t.Fatalf("exported %d spans, want 4", got)
+	}
+	for _, s := range p.exp.GetSpans() {
+		if got := strAttr(s, contract.AttrInvocationID); got != inv.ID() {
+			t.Errorf("span %q invocation.id = %q, want %q", s.Name, got, inv.ID())
+		}
+	}
+	for name, want := range map[string]int64{"invoke_agent coder": 2, "http get": 1, "dns": 0, "db query": 0} {
+		if got := intAttr(t, p.span(t, name), contract.AttrChildren); got != want {
+			t.Errorf("%s: invocation.children = %d, want %d", name, got, want)
+		}
+	}
+	if n := p.sp.openSpans(); n != 0 {
+		t.Errorf("processor still tracks %d spans after all ended", n)
+	}
+	if s, _ := p.sp.Ledger().Summary(inv.ID()); s.Status != contract.StatusFinal || s.Usage.Spans != 4 {
+		t.Errorf("summary = %+v, want final with 4 spans", s)
+	}
+}
+
+// dropSampler drops spans whose name starts with "drop", records without
+// sampling those starting with "record", and samples the rest.
+type dropSampler struct{}
+
+func (dropSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	ts := trace.SpanContextFromContext(p.ParentContext).TraceState()
+	switch {
+	case strings.HasPrefix(p.Name, "drop"):
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop, Tracestate: ts}
+	case strings.HasPrefix(p.Name, "record"):
+		return sdktrace.SamplingResult{Decision: sdktrace.RecordOnly, Tracestate: ts}
+	}
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: ts}
+}
+
+func (dropSampler) Description() string { return "dropSampler" }
+
+func TestUnsampledChildrenAreNotCounted(t *testing.T) {
+	p := newPipeline(t, sdktrace.WithSampler(dropSampler{}))
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	tr := p.tp.Tracer("other")
+	for _, name := range []string{"kept 1", "drop 1", "record 1", "kept 2", "drop 2"} {
+		_, s := tr.Start(ctx, name)
+		s.End()
+	}
+	inv.End()
+	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrChildren); got != 2 {
+		t.Errorf("root invocation.children = %d, want 2 (sampled children only)", got)
+	}
+	if got := len(p.exp.GetSpans()); got != 3 {
+		t.Errorf("exported %d spans, want 3", got)
+	}
+	if s, _ := p.sp.Ledger().Summary(inv.ID()); s.Status != contract.StatusFinal {
+		t.Errorf("status = %s, want final: %+v", s.Status, s)
+	}
+	if n := p.sp.openSpans(); n != 0 {
+		t.Errorf("processor still tracks %d spans", n)
+	}
+}
+
+func TestChildrenStartedInGoroutines(t *testing.T) {
+	p := newPipeline(t)
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	const n = 64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, s := p.tp.Tracer("worker").Start(ctx, "work")
+			_, g := p.tp.Tracer("worker").Start(cctx, "step")
+			g.End()
+			s.End()
+		}()
+	}
+	wg.Wait()
+	inv.End()
+	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrChildren); got != n {
+		t.Errorf("root invocation.children = %d, want %d", got, n)
+	}
+	s, _ := p.sp.Ledger().Summary(inv.ID())
+	if s.Status != contract.StatusFinal || s.Usage.Spans != 2*n+1 {
+		t.Errorf("summary = %+v, want final with %d spans", s, 2*n+1)
+	}
+}
+
+func TestLateChildIsExportedAndMarked(t *testing.T) {
+	p := newPipeline(t)
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	tctx, tool := p.tp.Tracer("tools").Start(ctx, "execute_tool shell")
+	tool.End()
+	_, late := p.tp.Tracer("tools").Start(tctx, "late work")
+	late.End()
+	inv.End()
+
+	ls := p.span(t, "late work")
+	if got := strAttr(ls, contract.AttrInvocationID); got != inv.ID() {
+		t.Errorf("late child invocation.id = %q, want %q", got, inv.ID())
+	}
+	if v, ok := attrOf(ls, AttrLateChild); !ok || !v.AsBool() {
+		t.Errorf("late child lacks %s=true", AttrLateChild)
+	}
+	if got := intAttr(t, p.span(t, "execute_tool shell"), contract.AttrChildren); got != 0 {
+		t.Errorf("parent invocation.children = %d, want 0", got)
+	}
+	s, _ := p.sp.Ledger().Summary(inv.ID())
+	if s.Status != contract.StatusFinal {
+		t.Errorf("status = %s, want final", s.Status)
+	}
+	if !contains(s.Anomalies, "extra_children:execute_tool shell") {
+		t.Errorf("anomalies = %v, want extra_children:execute_tool shell", s.Anomalies)
+	}
+}
+
+func TestInheritsInvocationFromParentWithoutBaggage(t *testing.T) {
+	p := newPipeline(t)
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	bare := baggage.ContextWithoutBaggage(ctx)
+	_, s := p.tp.Tracer("other").Start(bare, "no baggage")
+	s.End()
+	inv.End()
+	if got := strAttr(p.span(t, "no baggage"), contract.AttrInvocationID); got != inv.ID() {
+		t.Errorf("invocation.id = %q, want inherited %q", got, inv.ID())
+	}
+	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrChildren); got != 1 {
+		t.Errorf("root invocation.children = %d, want 1", got)
+	}
+}
+
+func TestChildOfAnotherInvocationIsNotCounted(t *testing.T) {
+	p := newPipeline(t)
+	ctx, outer := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	_, inner := p.tracker.StartInvocation(ctx, "helper", "s2")
+	inner.End()
+	outer.End()
+	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrChildren); got != 0 {
+		t.Errorf("outer invocation.children = %d, want 0", got)
+	}
+	for _, id := range []string{outer.ID(), inner.ID()} {
+		if s, _ := p.sp.Ledger().Summary(id); s.Status != contract.StatusFinal {
+			t.Errorf("invocation %s status %s, want final", id, s.Status)
+		}
+	}
+}
+
+func TestOpenSpanLimit(t *testing.T) {
+	p := newPipelineWith(t, []Option{WithMaxOpenSpans(1)})
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	_, s := p.tp.Tracer("other").Start(ctx, "untracked")
+	s.End()
+	inv.End()
+	if _, ok := attrOf(p.span(t, "untracked"), contract.AttrChildren); ok {
+		t.Error("span beyond the open-span limit has invocation.children")
+	}
+	if got := strAttr(p.span(t, "untracked"), contract.AttrInvocationID); got != inv.ID() {
+		t.Errorf("untracked span invocation.id = %q, want %q", got, inv.ID())
+	}
+	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrChildren); got != 1 {
+		t.Errorf("root invocation.children = %d, want 1", got)
+	}
+}
+
+func TestSpansWithoutInvocation(t *testing.T) {
+	p := newPipeline(t)
+	ctx, s := p.tp.Tracer("other").Start(context.Background(), "plain")
+	_, c := p.tp.Tracer("other").Start(ctx, "plain child")
+	c.End()
+	s.End()
+	if _, ok := attrOf(p.span(t, "plain"), contract.AttrInvocationID); ok {
+		t.Error("span outside an invocation got invocation.id")
+	}
+	if got := intAttr(t, p.span(t, "plain"), contract.AttrChildren); got != 1 {
+		t.Errorf("invocation.children = %d, want 1", got)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
