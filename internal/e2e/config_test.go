@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/agentledger/agentledger/internal/testbin"
+)
+
+// Every file in collector-config is checked by the tool that reads it; a new
+// file without a check fails TestConfigsAreKnown.
+var (
+	collectorConfigs = []string{"local.yaml", "jaeger.yaml"}
+	jaegerConfigs    = []string{"jaeger-v2.yaml"}
+	prometheusConfig = "prometheus.yml"
+	builderManifest  = "builder-config.yaml"
+)
+
+func TestConfigsAreKnown(t *testing.T) {
+	entries, err := os.ReadDir(repoPath(t, "collector-config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := slices.Concat(collectorConfigs, jaegerConfigs, []string{prometheusConfig, builderManifest})
+	for _, e := range entries {
+		if !slices.Contains(known, e.Name()) {
+			t.Errorf("collector-config/%s has no validation in internal/e2e/config_test.go", e.Name())
+		}
+	}
+}
+
+func runValidate(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+}
+
+func TestCollectorConfigsValidate(t *testing.T) {
+	bin := collectorBin(t)
+	for _, name := range collectorConfigs {
+		t.Run(name, func(t *testing.T) {
+			runValidate(t, bin, "validate", "--config", repoPath(t, "collector-config", name))
+		})
+	}
+}
+
+func TestJaegerConfigValidates(t *testing.T) {
+	bin := jaegerBin(t)
+	for _, name := range jaegerConfigs {
+		t.Run(name, func(t *testing.T) {
+			runValidate(t, bin, "validate", "--config", repoPath(t, "collector-config", name))
+		})
+	}
+}
+
+func TestPrometheusConfigValidates(t *testing.T) {
+	prom := prometheusBin(t)
+	promtool := filepath.Join(filepath.Dir(prom), "promtool")
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("promtool not next to %s: %v", prom, err)
+	}
+	tmpl, err := os.ReadFile(repoPath(t, "collector-config", prometheusConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Check the file as shipped and as the tests and demo render it.
+	rendered, err := testbin.RenderPrometheusConfig(tmpl, "127.0.0.1:1", "127.0.0.1:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "prometheus.yml")
+	if err := os.WriteFile(path, rendered, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runValidate(t, promtool, "check", "config", repoPath(t, "collector-config", prometheusConfig))
+	runValidate(t, promtool, "check", "config", path)
+}
+
+// manifest is the part of an ocb manifest this test reads.
+type manifest struct {
+	Dist struct {
+		Name string `yaml:"name"`
+	} `yaml:"dist"`
+	Receivers  []manifestModule `yaml:"receivers"`
+	Processors []manifestModule `yaml:"processors"`
+	Exporters  []manifestModule `yaml:"exporters"`
+	Connectors []manifestModule `yaml:"connectors"`
+	Extensions []manifestModule `yaml:"extensions"`
+	Providers  []manifestModule `yaml:"providers"`
+}
+
+type manifestModule struct {
+	GoMod  string `yaml:"gomod"`
+	Import string `yaml:"import"`
+	Path   string `yaml:"path"`
+}
+
+const selfModule = "github.com/agentledger/agentledger"
+
+// TestBuilderManifestMatchesDistribution checks that the ocb manifest lists
+// exactly the components cmd/otelcol-agentledger compiles in, at the versions
+// go.mod pins.
+func TestBuilderManifestMatchesDistribution(t *testing.T) {
+	data, err := os.ReadFile(repoPath(t, "collector-config", builderManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m manifest
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatalf("parse %s: %v", builderManifest, err)
+	}
+	if m.Dist.Name != "otelcol-agentledger" {
+		t.Errorf("dist.name = %q, want otelcol-agentledger", m.Dist.Name)
+	}
+	required := goModRequires(t)
+	var imports []string
+	for _, mod := range slices.Concat(m.Receivers, m.Processors, m.Exporters, m.Connectors, m.Extensions, m.Providers) {
+		path, version, ok := strings.Cut(mod.GoMod, " ")
+		if !ok {
+			t.Errorf("gomod %q has no version", mod.GoMod)
+			continue
+		}
+		imp := mod.Import
+		if imp == "" {
+			imp = path
+		}
+		imports = append(imports, imp)
+		if path == selfModule {
+			if mod.Path != ".." {
+				t.Errorf("%s: path = %q, want .. (the checkout, relative to collector-config)", path, mod.Path)
+			}
+			continue
+		}
+		if got := required[path]; got != version {
+			t.Errorf("%s: manifest pins %s, go.mod requires %q", path, version, got)
+		}
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, repoPath(t, "cmd", "otelcol-agentledger", "main.go"), nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compiled []string
+	for _, spec := range f.Imports {
+		p, err := strconv.Unquote(spec.Path.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if isComponentImport(p) {
+			compiled = append(compiled, p)
+		}
+	}
+	slices.Sort(imports)
+	slices.Sort(compiled)
+	for _, p := range compiled {
+		if !slices.Contains(imports, p) {
+			t.Errorf("cmd/otelcol-agentledger imports %s; the manifest does not list it", p)
+		}
+	}
+	for _, p := range imports {
+		if !slices.Contains(compiled, p) {
+			t.Errorf("the manifest lists %s; cmd/otelcol-agentledger does not import it", p)
+		}
+	}
+}
+
+// isComponentImport reports whether an import of main.go is a component or
+// confmap provider (rather than the framework packages every main needs).
+func isComponentImport(p string) bool {
+	if strings.Contains(p, "/confmap/provider/") {
+		return true
+	}
+	last := p[strings.LastIndex(p, "/")+1:]
+	for _, suffix := range []string{"receiver", "processor", "exporter", "connector", "extension", "storage"} {
+		if strings.HasSuffix(last, suffix) && last != suffix {
+			return true
+		}
+	}
+	return strings.HasSuffix(p, "/extension/storage/filestorage")
+}
+
+// goModRequires returns module path -> version from the repository go.mod.
+func goModRequires(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := os.Open(repoPath(t, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	inRequire := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "require (":
+			inRequire = true
+			continue
+		case line == ")":
+			inRequire = false
+			continue
+		case strings.HasPrefix(line, "require "):
+			line = strings.TrimPrefix(line, "require ")
+		case !inRequire:
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) >= 2 {
+			out[fields[0]] = fields[1]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
