@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
@@ -70,6 +71,13 @@ func Invocation() (dashboard.Dashboard, error) {
 			Datasource(jaegerDatasource()).
 			Height(12).Span(24).
 			Filterable(true).
+			Footer(common.NewTableFooterOptionsBuilder().
+				Show(false).
+				Reducer([]string{"count"}).
+				EnablePagination(true)).
+			SortBy([]cog.Builder[common.TableSortByFieldState]{
+				common.NewTableSortByFieldStateBuilder().DisplayName("Start time").Desc(true),
+			}).
 			OverrideByName(jaegerTraceIDField, []dashboard.DynamicConfigValue{{
 				Id: "links",
 				Value: []map[string]any{{

@@ -27,7 +27,7 @@ var (
 		labelStatus, metricInvocations, agentSel, labelStatus)
 	exprInvocationsByStatusRange = fmt.Sprintf(`sum by (%s) (increase(%s{%s, %s=~"final|incomplete"}[$__range]))`,
 		labelStatus, metricInvocations, agentSel, labelStatus)
-	exprOpenInvocations = fmt.Sprintf(`sum(%s)`, metricOpenInvocations)
+	exprOpenInvocations   = fmt.Sprintf(`sum(%s)`, metricOpenInvocations)
 	exprIncompleteReasons = fmt.Sprintf(`sum by (%s) (increase(%s{%s}[$__range]))`,
 		labelReason, metricIncomplete, agentSel)
 )
