@@ -1,0 +1,130 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+)
+
+// Config is the configuration of the invocation processor. Defaults are set
+// in createDefaultConfig; CONTRACT.md's processor table is the spec.
+type Config struct {
+	// OpenTimeout is the longest an invocation may stay open, counted from
+	// the first arrival of any of its spans; after it the invocation is
+	// summarised as incomplete with reason open_timeout. Default 4h; must be
+	// positive.
+	OpenTimeout time.Duration `mapstructure:"open_timeout"`
+
+	// RemoteSettle is the quiet time required after the latest arrival in an
+	// invocation that holds a span with invocation.remote = true before it
+	// can be final. Default 2s; must be positive and below open_timeout.
+	RemoteSettle time.Duration `mapstructure:"remote_settle"`
+
+	// Retention is how long a closed invocation is remembered, after its
+	// latest summary, to drop duplicate spans and revise the summary on
+	// late spans. Default 15m; zero forgets an invocation as soon as it is
+	// summarised (late spans then start a new, root-less invocation).
+	Retention time.Duration `mapstructure:"retention"`
+
+	// MaxOpenInvocations bounds the invocations held open; beyond it the
+	// oldest open invocation is summarised incomplete with reason evicted.
+	// The same number bounds the closed invocations kept for retention.
+	// Default 100000; must be positive.
+	MaxOpenInvocations int `mapstructure:"max_open_invocations"`
+
+	// MaxSpansPerInvocation bounds the spans indexed per invocation; spans
+	// beyond it still pass through but are not indexed, and the invocation
+	// is summarised incomplete with reason span_limit. Default 100000; must
+	// be positive.
+	MaxSpansPerInvocation int `mapstructure:"max_spans_per_invocation"`
+
+	// EmitPending emits a pending summary (revision 0) when the root span
+	// arrives while obligations are still open. Default true.
+	EmitPending bool `mapstructure:"emit_pending"`
+
+	// UsageOperations lists the gen_ai.operation.name values whose spans
+	// are model calls with summed usage. Default chat, text_completion,
+	// generate_content, embeddings; must not be empty.
+	UsageOperations []string `mapstructure:"usage_operations"`
+
+	// Prices maps a model name (gen_ai.response.model, falling back to
+	// gen_ai.request.model) to its price in USD per million tokens. Empty
+	// (the default) means no invocation.cost attribute.
+	Prices map[string]Price `mapstructure:"prices"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// Price is the price of one model in USD per million tokens. Input is
+// charged only for input tokens that are neither cache reads nor cache
+// creations, because semconv input token counts include both.
+type Price struct {
+	// Input is the price of uncached input tokens. Zero means free.
+	Input float64 `mapstructure:"input"`
+	// Output is the price of output tokens (reasoning included). Zero
+	// means free.
+	Output float64 `mapstructure:"output"`
+	// CacheRead is the price of input tokens read from the cache. Zero
+	// means free.
+	CacheRead float64 `mapstructure:"cache_read"`
+	// CacheCreation is the price of input tokens written to the cache.
+	// Zero means free.
+	CacheCreation float64 `mapstructure:"cache_creation"`
+}
+
+var _ component.Config = (*Config)(nil)
+
+// Validate checks the configuration; each error names its YAML key.
+func (cfg *Config) Validate() error {
+	var errs []error
+	if cfg.OpenTimeout <= 0 {
+		errs = append(errs, errors.New("open_timeout must be positive"))
+	}
+	if cfg.RemoteSettle <= 0 {
+		errs = append(errs, errors.New("remote_settle must be positive"))
+	} else if cfg.OpenTimeout > 0 && cfg.RemoteSettle >= cfg.OpenTimeout {
+		errs = append(errs, errors.New("remote_settle must be less than open_timeout"))
+	}
+	if cfg.Retention < 0 {
+		errs = append(errs, errors.New("retention must not be negative"))
+	}
+	if cfg.MaxOpenInvocations <= 0 {
+		errs = append(errs, errors.New("max_open_invocations must be positive"))
+	}
+	if cfg.MaxSpansPerInvocation <= 0 {
+		errs = append(errs, errors.New("max_spans_per_invocation must be positive"))
+	}
+	if len(cfg.UsageOperations) == 0 {
+		errs = append(errs, errors.New("usage_operations must not be empty"))
+	}
+	for i, op := range cfg.UsageOperations {
+		if op == "" {
+			errs = append(errs, fmt.Errorf("usage_operations[%d] must not be empty", i))
+		}
+	}
+	models := make([]string, 0, len(cfg.Prices))
+	for m := range cfg.Prices {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		if m == "" {
+			errs = append(errs, errors.New("prices: model name must not be empty"))
+		}
+		p := cfg.Prices[m]
+		for _, f := range []struct {
+			key string
+			v   float64
+		}{{"input", p.Input}, {"output", p.Output}, {"cache_read", p.CacheRead}, {"cache_creation", p.CacheCreation}} {
+			if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+				errs = append(errs, fmt.Errorf("prices::%s::%s must be a non-negative number", m, f.key))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

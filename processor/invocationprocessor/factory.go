@@ -1,0 +1,54 @@
+//go:generate go -C ../../tools/mdatagen tool mdatagen ../../processor/invocationprocessor/metadata.yaml
+
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/processor"
+
+	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
+)
+
+const (
+	defaultOpenTimeout           = 4 * time.Hour
+	defaultRemoteSettle          = 2 * time.Second
+	defaultRetention             = 15 * time.Minute
+	defaultMaxOpenInvocations    = 100000
+	defaultMaxSpansPerInvocation = 100000
+)
+
+// NewFactory returns a factory for the invocation processor.
+func NewFactory() processor.Factory {
+	return processor.NewFactory(
+		metadata.Type,
+		createDefaultConfig,
+		processor.WithTraces(createTraces, metadata.TracesStability),
+	)
+}
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		OpenTimeout:           defaultOpenTimeout,
+		RemoteSettle:          defaultRemoteSettle,
+		Retention:             defaultRetention,
+		MaxOpenInvocations:    defaultMaxOpenInvocations,
+		MaxSpansPerInvocation: defaultMaxSpansPerInvocation,
+		EmitPending:           true,
+		UsageOperations:       slices.Clone(contract.DefaultUsageOperations),
+	}
+}
+
+func createTraces(
+	_ context.Context,
+	set processor.Settings,
+	cfg component.Config,
+	next consumer.Traces,
+) (processor.Traces, error) {
+	return newProcessor(set, cfg.(*Config), next, systemClock{}, 0)
+}

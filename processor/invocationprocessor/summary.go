@@ -1,0 +1,182 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"slices"
+	"strconv"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
+)
+
+// costCurrency is the currency of invocation.cost; prices are in USD.
+const costCurrency = "USD"
+
+// summary is a snapshot of an invocation taken under the shard lock; it is
+// turned into a span after the lock is released.
+type summary struct {
+	id, status     string
+	revision       int64
+	traceID        pcommon.TraceID
+	parentID       pcommon.SpanID
+	start, end     uint64
+	conversationID string
+	agentName      string
+	resource       map[string]any
+	reasons        []string
+	anomalies      []string
+	links          []spanRef
+	usage          usage
+	afterIn        int64
+	afterOut       int64
+	modelCalls     int64
+	backgroundJobs int64
+	continuations  int64
+	spans          int64
+	traces         int64
+	duplicates     int64
+	timeToFinalMS  int64
+	hasTimeToFinal bool
+	cost           float64
+	hasCost        bool
+}
+
+func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerConfig) summary {
+	s := summary{
+		id:             inv.ID,
+		status:         status,
+		revision:       revision,
+		traceID:        inv.FirstTraceID,
+		start:          inv.MinStart,
+		end:            inv.LatestEnd,
+		conversationID: inv.ConversationID,
+		agentName:      inv.AgentName,
+		resource:       inv.Resource,
+		anomalies:      inv.anomalies(status == contract.StatusFinal),
+		links:          slices.Clone(inv.Conts),
+		usage:          inv.Usage,
+		afterIn:        inv.AfterInput,
+		afterOut:       inv.AfterOutput,
+		modelCalls:     inv.ModelCalls,
+		backgroundJobs: inv.BackgroundJobs,
+		continuations:  inv.Continuations,
+		spans:          inv.Indexed,
+		traces:         int64(len(inv.Traces)),
+		duplicates:     inv.Duplicates,
+		cost:           inv.Cost,
+		hasCost:        cfg.pricesActive,
+	}
+	if status != contract.StatusFinal {
+		s.reasons = inv.reasons(now, cfg)
+	}
+	if inv.RootArrived {
+		s.traceID = inv.RootTraceID
+		s.parentID = inv.RootSpanID
+		s.start = inv.RootStart
+		s.hasTimeToFinal = true
+		if inv.LatestEnd > inv.RootEnd {
+			s.timeToFinalMS = int64((inv.LatestEnd - inv.RootEnd) / 1e6)
+		}
+	}
+	return s
+}
+
+// summarySpanID is deterministic per (invocation id, revision, status), so
+// a re-sent summary is recognisable as the same one.
+func summarySpanID(id string, revision int64, status string) pcommon.SpanID {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write(strconv.AppendInt(nil, revision, 10))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(status))
+	v := h.Sum64()
+	if v == 0 {
+		v = 1
+	}
+	var sid pcommon.SpanID
+	binary.BigEndian.PutUint64(sid[:], v)
+	return sid
+}
+
+// buildTraces turns summaries into spans, each in its own ResourceSpans
+// carrying the root's resource attributes so a trace UI files the summary
+// under the agent's service.
+func buildTraces(sums []summary) ptrace.Traces {
+	td := ptrace.NewTraces()
+	for i := range sums {
+		s := &sums[i]
+		rs := td.ResourceSpans().AppendEmpty()
+		// FromRaw only fails for value types AsRaw never produces.
+		_ = rs.Resource().Attributes().FromRaw(s.resource)
+		ss := rs.ScopeSpans().AppendEmpty()
+		ss.Scope().SetName(metadata.ScopeName)
+		s.fill(ss.Spans().AppendEmpty())
+	}
+	return td
+}
+
+func (s *summary) fill(sp ptrace.Span) {
+	sp.SetName(contract.SpanNameSummary)
+	sp.SetKind(ptrace.SpanKindInternal)
+	sp.SetTraceID(s.traceID)
+	sp.SetSpanID(summarySpanID(s.id, s.revision, s.status))
+	sp.SetParentSpanID(s.parentID)
+	sp.SetStartTimestamp(pcommon.Timestamp(s.start))
+	end := s.end
+	if end < s.start {
+		end = s.start
+	}
+	sp.SetEndTimestamp(pcommon.Timestamp(end))
+	for _, l := range s.links {
+		sl := sp.Links().AppendEmpty()
+		sl.SetTraceID(l.TraceID)
+		sl.SetSpanID(l.SpanID)
+	}
+
+	a := sp.Attributes()
+	a.EnsureCapacity(28)
+	a.PutStr(contract.AttrInvocationID, s.id)
+	if s.conversationID != "" {
+		a.PutStr(contract.AttrConversationID, s.conversationID)
+	}
+	if s.agentName != "" {
+		a.PutStr(contract.AttrAgentName, s.agentName)
+	}
+	a.PutStr(contract.AttrStatus, s.status)
+	a.PutInt(contract.AttrRevision, s.revision)
+	putStrings(a, contract.AttrIncompleteReasons, s.reasons)
+	putStrings(a, contract.AttrAnomalies, s.anomalies)
+	a.PutInt(contract.AttrUsageInputTokens, s.usage.Input)
+	a.PutInt(contract.AttrUsageOutputTokens, s.usage.Output)
+	a.PutInt(contract.AttrUsageCacheReadTokens, s.usage.CacheRead)
+	a.PutInt(contract.AttrUsageCacheCreateTokens, s.usage.CacheCreation)
+	a.PutInt(contract.AttrUsageReasoningTokens, s.usage.Reasoning)
+	a.PutInt(contract.AttrAfterResultInput, s.afterIn)
+	a.PutInt(contract.AttrAfterResultOutput, s.afterOut)
+	a.PutInt(contract.AttrModelCalls, s.modelCalls)
+	a.PutInt(contract.AttrBackgroundJobs, s.backgroundJobs)
+	a.PutInt(contract.AttrContinuations, s.continuations)
+	a.PutInt(contract.AttrSpans, s.spans)
+	a.PutInt(contract.AttrTraces, s.traces)
+	a.PutInt(contract.AttrDuplicateSpans, s.duplicates)
+	if s.hasTimeToFinal {
+		a.PutInt(contract.AttrTimeToFinalMS, s.timeToFinalMS)
+	}
+	if s.hasCost {
+		a.PutDouble(contract.AttrCost, s.cost)
+		a.PutStr(contract.AttrCostCurrency, costCurrency)
+	}
+}
+
+func putStrings(a pcommon.Map, key string, vals []string) {
+	sl := a.PutEmptySlice(key)
+	sl.EnsureCapacity(len(vals))
+	for _, v := range vals {
+		sl.AppendEmpty().SetStr(v)
+	}
+}
