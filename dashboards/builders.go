@@ -1,6 +1,8 @@
 package dashboards
 
 import (
+	"fmt"
+
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
@@ -46,9 +48,9 @@ func promInstant(refID, expr, legend string) *prometheus.DataqueryBuilder {
 }
 
 // agentVariable is the agent picker, filled from the agent label of the
-// token counter. multi allows several agents and "All".
+// invocation counter. multi allows several agents and "All".
 func agentVariable(multi bool) *dashboard.QueryVariableBuilder {
-	q := "label_values(" + metricTokens + ", " + labelAgent + ")"
+	q := fmt.Sprintf("label_values(%s, %s)", metricInvocations, labelAgent)
 	v := dashboard.NewQueryVariableBuilder(varAgent).
 		Label("Agent").
 		Description("gen_ai.agent.name of the invocation's root span").

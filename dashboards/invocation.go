@@ -21,12 +21,15 @@ const summaryLimit = 100
 // Grafana's Jaeger data source returns for a search.
 const jaegerTraceIDField = "traceID"
 
+// summaryService is the Jaeger service searched: the service variable.
+var summaryService = "$" + varService
+
 // summaryTags filters invocation.summary spans by the agent variable.
 var summaryTags = fmt.Sprintf(`%s="$%s"`, contract.AttrAgentName, varAgent)
 
 // serviceVariable picks the service.name whose traces hold the summaries.
 func serviceVariable() *dashboard.QueryVariableBuilder {
-	q := fmt.Sprintf(`label_values(%s{%s}, job)`, metricTokens, agentSel)
+	q := fmt.Sprintf(`label_values(%s{%s}, %s)`, metricInvocations, agentSel, labelService)
 	return dashboard.NewQueryVariableBuilder(varService).
 		Label("Service").
 		Description("service.name of the spans that carry invocation.summary (Jaeger searches one service at a time)").
@@ -94,29 +97,42 @@ func Invocation() (dashboard.Dashboard, error) {
 		WithPanel(stat.NewPanelBuilder().
 			Id(2).
 			Title("Invocations in range").
+			Description("Closed invocations of the agent by status over the selected range.").
 			Datasource(promDatasource()).
 			Unit("short").
 			Decimals(0).
-			Height(6).Span(8).
+			Height(7).Span(6).
 			ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
 			WithTarget(promInstant("A", exprInvocationsByStatusRange, fmt.Sprintf("{{%s}}", labelStatus)))).
 		WithPanel(stat.NewPanelBuilder().
 			Id(3).
 			Title("After-result share").
+			Description("Share of the agent's tokens (input + output) spent by model calls that started after the caller received its result.").
 			Datasource(promDatasource()).
 			Unit("percentunit").
 			Decimals(1).
-			Height(6).Span(4).
+			Height(7).Span(4).
 			ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
 			WithTarget(promInstant("A", exprAfterResultShareRange, "after-result share"))).
 		WithPanel(timeseries.NewPanelBuilder().
 			Id(4).
-			Title("Tokens by model and kind").
+			Title("Tokens by kind").
+			Description("The agent's tokens per second by token type, from each invocation's exact totals, counted when it closes.").
 			Datasource(promDatasource()).
 			Unit("short").
 			Min(0).
-			Height(6).Span(12).
-			WithTarget(promRange("A", exprTokensByModelKind, fmt.Sprintf("{{%s}} {{%s}}", labelModel, labelKind))))
+			Height(7).Span(8).
+			WithTarget(promRange("A", exprTokensByKind, fmt.Sprintf("{{%s}}", labelKind)))).
+		WithPanel(timeseries.NewPanelBuilder().
+			Id(5).
+			Title("Time to final").
+			Description("Percentiles of the time from the root span's end to the invocation's last member span, for the agent's final invocations.").
+			Datasource(promDatasource()).
+			Unit("s").
+			Min(0).
+			Height(7).Span(6).
+			WithTarget(promRange("A", exprTimeToFinal("0.5"), "p50")).
+			WithTarget(promRange("B", exprTimeToFinal("0.9"), "p90")))
 	d, err := b.Build()
 	if err != nil {
 		return dashboard.Dashboard{}, fmt.Errorf("build invocation dashboard: %w", err)

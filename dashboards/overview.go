@@ -15,21 +15,23 @@ var agentSel = fmt.Sprintf(`%s=~"$%s"`, labelAgent, varAgent)
 
 // Overview queries, named so that the invocation dashboard reuses them.
 var (
-	exprTokensByModelKind = fmt.Sprintf(`sum by (%s, %s) (rate(%s{%s}[$__rate_interval]))`,
-		labelModel, labelKind, metricTokens, agentSel)
+	exprModelTokensByModelKind = fmt.Sprintf(`sum by (%s, %s) (rate(%s[$__rate_interval]))`,
+		labelModel, labelKind, metricModelTokens)
 	exprTokensByAgent = fmt.Sprintf(`sum by (%s) (rate(%s{%s, %s=~"%s"}[$__rate_interval]))`,
-		labelAgent, metricTokens, agentSel, labelKind, kindsAll)
+		labelAgent, metricInvocationTokens, agentSel, labelKind, kindsAll)
+	exprTokensByKind = fmt.Sprintf(`sum by (%s) (rate(%s{%s}[$__rate_interval]))`,
+		labelKind, metricInvocationTokens, agentSel)
 	exprAfterResultShareRange = fmt.Sprintf(`sum(increase(%s{%s}[$__range])) / sum(increase(%s{%s, %s=~"%s"}[$__range]))`,
-		metricAfterResultTokens, agentSel, metricTokens, agentSel, labelKind, kindsAll)
+		metricAfterResultTokens, agentSel, metricInvocationTokens, agentSel, labelKind, kindsAll)
 	exprAfterResultShareOverTime = fmt.Sprintf(`sum(rate(%s{%s}[$__rate_interval])) / sum(rate(%s{%s, %s=~"%s"}[$__rate_interval]))`,
-		metricAfterResultTokens, agentSel, metricTokens, agentSel, labelKind, kindsAll)
-	exprInvocationsByStatusRate = fmt.Sprintf(`sum by (%s) (rate(%s{%s, %s=~"final|incomplete"}[$__rate_interval]))`,
-		labelStatus, metricInvocations, agentSel, labelStatus)
-	exprInvocationsByStatusRange = fmt.Sprintf(`sum by (%s) (increase(%s{%s, %s=~"final|incomplete"}[$__range]))`,
-		labelStatus, metricInvocations, agentSel, labelStatus)
+		metricAfterResultTokens, agentSel, metricInvocationTokens, agentSel, labelKind, kindsAll)
+	exprInvocationsByStatusRate = fmt.Sprintf(`sum by (%s) (rate(%s{%s}[$__rate_interval]))`,
+		labelStatus, metricInvocations, agentSel)
+	exprInvocationsByStatusRange = fmt.Sprintf(`sum by (%s) (increase(%s{%s}[$__range]))`,
+		labelStatus, metricInvocations, agentSel)
 	exprOpenInvocations   = fmt.Sprintf(`sum(%s)`, metricOpenInvocations)
 	exprIncompleteReasons = fmt.Sprintf(`sum by (%s) (increase(%s{%s}[$__range]))`,
-		labelReason, metricIncomplete, agentSel)
+		labelReasons, metricIncomplete, agentSel)
 )
 
 // exprTimeToFinal is the q-quantile of the time from the root's end to the
@@ -61,16 +63,16 @@ func Overview() (dashboard.Dashboard, error) {
 		WithPanel(timeseries.NewPanelBuilder().
 			Id(1).
 			Title("Tokens by model and kind").
-			Description("Tokens per second from model-call spans, by response model and token kind. Cache counts are part of input, reasoning part of output.").
+			Description("Tokens per second reported by model-call spans of all agents as they arrive, by requested model and token type. Cache reads and creations are part of input, reasoning part of output. A span delivered twice counts twice here; the per-agent panels count each invocation's exact totals once.").
 			Datasource(promDatasource()).
 			Unit("short").
 			Min(0).
 			Height(9).Span(12).
-			WithTarget(promRange("A", exprTokensByModelKind, fmt.Sprintf("{{%s}} {{%s}}", labelModel, labelKind)))).
+			WithTarget(promRange("A", exprModelTokensByModelKind, fmt.Sprintf("{{%s}} {{%s}}", labelModel, labelKind)))).
 		WithPanel(timeseries.NewPanelBuilder().
 			Id(2).
 			Title("Tokens by agent").
-			Description("Input plus output tokens per second, by agent.").
+			Description("Input plus output tokens per second by agent, from each invocation's exact totals, counted when the invocation closes (first final or incomplete summary).").
 			Datasource(promDatasource()).
 			Unit("short").
 			Min(0).
@@ -101,7 +103,7 @@ func Overview() (dashboard.Dashboard, error) {
 		WithPanel(timeseries.NewPanelBuilder().
 			Id(5).
 			Title("Final vs incomplete invocations").
-			Description("Invocation summaries per second by status. incomplete means open_timeout, eviction or shutdown closed the invocation before its obligations were met.").
+			Description("Invocations closed per second by status. incomplete means open_timeout, eviction or shutdown closed the invocation before its obligations were met. Each invocation counts once, at its first final or incomplete summary.").
 			Datasource(promDatasource()).
 			Unit("ops").
 			Min(0).
@@ -140,7 +142,7 @@ func Overview() (dashboard.Dashboard, error) {
 		WithPanel(bargauge.NewPanelBuilder().
 			Id(9).
 			Title("Incomplete reasons").
-			Description("Reasons carried by incomplete summaries over the selected range (kind:detail, e.g. open_followup:background shell).").
+			Description("Incomplete invocations over the selected range by their invocation.incomplete_reasons list (JSON of kind:detail entries, e.g. [\"open_followup:background shell\"]).").
 			Datasource(promDatasource()).
 			Unit("short").
 			Decimals(0).
@@ -149,7 +151,7 @@ func Overview() (dashboard.Dashboard, error) {
 			DisplayMode(common.BarGaugeDisplayModeBasic).
 			Orientation(common.VizOrientationHorizontal).
 			ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
-			WithTarget(promInstant("A", exprIncompleteReasons, fmt.Sprintf("{{%s}}", labelReason))))
+			WithTarget(promInstant("A", exprIncompleteReasons, fmt.Sprintf("{{%s}}", labelReasons))))
 	d, err := b.Build()
 	if err != nil {
 		return dashboard.Dashboard{}, fmt.Errorf("build overview dashboard: %w", err)
