@@ -33,6 +33,8 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor"
 )
 
 func components() (otelcol.Factories, error) {
@@ -47,6 +49,7 @@ func components() (otelcol.Factories, error) {
 		batchprocessor.NewFactory(),
 		memorylimiterprocessor.NewFactory(),
 		deltatocumulativeprocessor.NewFactory(),
+		invocationprocessor.NewFactory(),
 	); err != nil {
 		return f, err
 	}
