@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
@@ -447,12 +449,52 @@ func TestSummaryNotReindexed(t *testing.T) {
 	assert.Equal(t, int64(6), h.p.shards[0].invs["inv-1"].Indexed)
 }
 
-func TestSendErrorsReported(t *testing.T) {
-	cfg := createDefaultConfig().(*Config)
-	sinkErr := errors.New("refused")
-	p, err := newProcessor(settingsForTest(), cfg, consumertest.NewErr(sinkErr), newFakeClock(), 1)
+// flakyConsumer refuses the first `fail` summary batches.
+type flakyConsumer struct {
+	consumertest.TracesSink
+	mu   sync.Mutex
+	fail int
+	err  error
+}
+
+func (f *flakyConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	if len(summarySpans([]ptrace.Traces{td})) > 0 {
+		f.mu.Lock()
+		refuse := f.fail > 0
+		f.fail--
+		f.mu.Unlock()
+		if refuse {
+			return f.err
+		}
+	}
+	return f.TracesSink.ConsumeTraces(ctx, td)
+}
+
+func TestSummarySendRetried(t *testing.T) {
+	refused := errors.New("refused")
+	next := &flakyConsumer{fail: 1, err: refused}
+	clk := newFakeClock()
+	p, err := newProcessor(settingsForTest(), createDefaultConfig().(*Config), next, clk, 1)
 	require.NoError(t, err)
 	err = p.ConsumeTraces(context.Background(), batch(scenario("inv-1", 0)...))
-	require.ErrorIs(t, err, sinkErr)
+	require.ErrorIs(t, err, refused)
+	assert.Len(t, next.AllTraces(), 1, "the spans passed through")
+	assert.Empty(t, summarySpans(next.AllTraces()))
+	require.NoError(t, p.tick(context.Background(), clk.Advance(time.Second)))
+	got := summarySpans(next.AllTraces())
+	require.Len(t, got, 1, "the refused summary is sent again")
+	assertStatus(t, got[0], contract.StatusFinal, 1)
+	require.NoError(t, p.Shutdown(context.Background()))
+}
+
+func TestSummarySendPermanentErrorDropped(t *testing.T) {
+	refused := consumererror.NewPermanent(errors.New("bad data"))
+	next := &flakyConsumer{fail: 1, err: refused}
+	clk := newFakeClock()
+	p, err := newProcessor(settingsForTest(), createDefaultConfig().(*Config), next, clk, 1)
+	require.NoError(t, err)
+	require.Error(t, p.ConsumeTraces(context.Background(), batch(scenario("inv-1", 0)...)))
+	require.NoError(t, p.tick(context.Background(), clk.Advance(time.Second)))
+	assert.Empty(t, summarySpans(next.AllTraces()))
 	require.NoError(t, p.Shutdown(context.Background()))
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
@@ -43,12 +44,14 @@ const (
 	boundOpen      = "max_open_invocations"
 	boundSpans     = "max_spans_per_invocation"
 	boundRetention = "retention_capacity"
+	boundOutbox    = "summary_outbox"
 )
 
 var (
 	boundOpenAttr      = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundOpen)))
 	boundSpansAttr     = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundSpans)))
 	boundRetentionAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundRetention)))
+	boundOutboxAttr    = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundOutbox)))
 )
 
 // invocationProcessor passes every span through and adds summary spans.
@@ -165,17 +168,19 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 		}
 	}
 	now := p.clock.Now().UnixNano()
-	var sums []summary
 	var st stats
 	for _, s := range p.shards {
 		s.mu.Lock()
-		s.shutdown(now, &p.cfg, &st, &sums)
+		s.shutdown(now, &p.cfg, &st, &s.outbox)
 		s.mu.Unlock()
 	}
-	p.record(ctx, &st, sums)
-	err := p.send(ctx, sums)
+	p.record(ctx, &st)
+	var errs []error
+	for _, s := range p.shards {
+		errs = append(errs, p.flush(ctx, s, true))
+	}
 	p.tel.Shutdown()
-	return err
+	return errors.Join(errs...)
 }
 
 // indexRef is one span of the batch routed to a shard.
@@ -212,36 +217,42 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		}
 	}
 
-	var sums []summary
-	if len(refs) > 0 {
-		slices.SortStableFunc(refs, func(a, b indexRef) int { return a.shard - b.shard })
-		var st stats
-		for start := 0; start < len(refs); {
-			end := start + 1
-			for end < len(refs) && refs[end].shard == refs[start].shard {
-				end++
-			}
-			p.indexShard(p.shards[refs[start].shard], refs[start:end], now, &st, &sums)
-			start = end
+	if len(refs) == 0 {
+		return p.next.ConsumeTraces(ctx, td)
+	}
+	slices.SortStableFunc(refs, func(a, b indexRef) int { return a.shard - b.shard })
+	var st stats
+	var touched []*shard
+	for start := 0; start < len(refs); {
+		end := start + 1
+		for end < len(refs) && refs[end].shard == refs[start].shard {
+			end++
 		}
-		p.record(ctx, &st, sums)
+		s := p.shards[refs[start].shard]
+		if p.indexShard(s, refs[start:end], now, &st) {
+			touched = append(touched, s)
+		}
+		start = end
 	}
+	p.record(ctx, &st)
 
-	err := p.next.ConsumeTraces(ctx, td)
-	if len(sums) > 0 {
-		err = errors.Join(err, p.send(ctx, sums))
+	errs := []error{p.next.ConsumeTraces(ctx, td)}
+	for _, s := range touched {
+		errs = append(errs, p.flush(ctx, s, false))
 	}
-	return err
+	return errors.Join(errs...)
 }
 
-func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, st *stats, sums *[]summary) {
+// indexShard indexes one shard's spans of a batch under its lock and
+// reports whether summaries are waiting in its outbox.
+func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, st *stats) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
 	s.touched = s.touched[:0]
 	for i := range refs {
 		r := &refs[i]
-		inv := s.get(r.id, now, &p.cfg, st, sums)
+		inv := s.get(r.id, now, &p.cfg, st, &s.outbox)
 		switch inv.add(r.span, r.res, now, &p.cfg) {
 		case addIndexed:
 			st.indexed++
@@ -253,25 +264,32 @@ func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, s
 		s.touch(inv)
 	}
 	for _, inv := range s.touched {
-		s.evaluate(inv, now, &p.cfg, st, sums)
+		s.evaluate(inv, now, &p.cfg, st, &s.outbox)
 	}
 	clear(s.touched)
 	s.touched = s.touched[:0]
+	st.outboxDropped += s.trimOutbox()
+	return len(s.outbox) > 0
 }
 
 // tick fires every due timer (open_timeout, remote_settle, retention) at
 // now and sends the resulting summaries.
 func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	n := now.UnixNano()
-	var sums []summary
 	var st stats
+	var errs []error
 	for _, s := range p.shards {
 		s.mu.Lock()
-		s.tick(n, &p.cfg, &st, &sums)
+		s.tick(n, &p.cfg, &st, &s.outbox)
+		st.outboxDropped += s.trimOutbox()
+		pending := len(s.outbox) > 0
 		s.mu.Unlock()
+		if pending {
+			errs = append(errs, p.flush(ctx, s, false))
+		}
 	}
-	p.record(ctx, &st, sums)
-	return p.send(ctx, sums)
+	p.record(ctx, &st)
+	return errors.Join(errs...)
 }
 
 func (p *invocationProcessor) shardOf(id string) int {
@@ -284,18 +302,59 @@ func (p *invocationProcessor) shardOf(id string) int {
 	return int(h % uint64(len(p.shards)))
 }
 
-func (p *invocationProcessor) send(ctx context.Context, sums []summary) error {
-	if len(sums) == 0 {
-		return nil
+// flush sends the shard's outbox to the next consumer. Only one goroutine
+// sends a shard's summaries at a time, so they arrive in the order they were
+// made (a pending never after its final); a goroutine that finds another one
+// sending leaves its summaries to it, unless wait is set (Shutdown). A
+// refused batch goes back to the front of the outbox for the next flush,
+// unless the error is permanent.
+func (p *invocationProcessor) flush(ctx context.Context, s *shard, wait bool) error {
+	for {
+		if wait {
+			s.sendMu.Lock()
+		} else if !s.sendMu.TryLock() {
+			return nil
+		}
+		s.mu.Lock()
+		out := s.outbox
+		s.outbox = nil
+		s.mu.Unlock()
+		if len(out) == 0 {
+			s.sendMu.Unlock()
+			// Summaries added while this goroutine held sendMu, by one that
+			// then gave up, must not wait for the next batch.
+			s.mu.Lock()
+			empty := len(s.outbox) == 0
+			s.mu.Unlock()
+			if empty {
+				return nil
+			}
+			continue
+		}
+		err := p.next.ConsumeTraces(ctx, buildTraces(out))
+		if err != nil {
+			p.tel.ProcessorInvocationSummarySendFailures.Add(ctx, 1)
+			if !consumererror.IsPermanent(err) && !wait {
+				s.mu.Lock()
+				s.outbox = append(out, s.outbox...)
+				dropped := s.trimOutbox()
+				s.mu.Unlock()
+				if dropped > 0 {
+					p.tel.ProcessorInvocationBoundHits.Add(ctx, dropped, boundOutboxAttr)
+					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
+				}
+			}
+			s.sendMu.Unlock()
+			return fmt.Errorf("sending %d invocation summaries: %w", len(out), err)
+		}
+		s.sendMu.Unlock()
+		for i := range out {
+			p.tel.ProcessorInvocationSummaries.Add(ctx, 1, statusAttr(out[i].status))
+		}
 	}
-	if err := p.next.ConsumeTraces(ctx, buildTraces(sums)); err != nil {
-		p.tel.ProcessorInvocationSummarySendFailures.Add(ctx, 1)
-		return fmt.Errorf("sending %d invocation summaries: %w", len(sums), err)
-	}
-	return nil
 }
 
-func (p *invocationProcessor) record(ctx context.Context, st *stats, sums []summary) {
+func (p *invocationProcessor) record(ctx context.Context, st *stats) {
 	t := p.tel
 	if st.indexed > 0 {
 		t.ProcessorInvocationSpansIndexed.Add(ctx, st.indexed)
@@ -318,8 +377,9 @@ func (p *invocationProcessor) record(ctx context.Context, st *stats, sums []summ
 	for _, d := range st.delays {
 		t.ProcessorInvocationFinalityDelay.Record(ctx, d)
 	}
-	for i := range sums {
-		t.ProcessorInvocationSummaries.Add(ctx, 1, statusAttr(sums[i].status))
+	if st.outboxDropped > 0 {
+		t.ProcessorInvocationBoundHits.Add(ctx, st.outboxDropped, boundOutboxAttr)
+		p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", st.outboxDropped))
 	}
 }
 

@@ -24,6 +24,28 @@ type shard struct {
 	cap     int // open invocations allowed; the same number of closed ones are retained
 	touched []*invocation
 	gen     uint64
+	outbox  []summary // made, not yet sent, in the order they were made
+
+	// sendMu is held by the one goroutine sending this shard's outbox, so
+	// summaries reach the next consumer in the order they were made. It is
+	// never taken while mu is held.
+	sendMu sync.Mutex
+}
+
+// outboxSlack is how many summaries beyond the shard's capacity may wait
+// for a slow or failing next consumer before the oldest are dropped.
+const outboxSlack = 1024
+
+// trimOutbox drops the oldest waiting summaries beyond the bound and
+// returns how many it dropped. mu must be held.
+func (s *shard) trimOutbox() int64 {
+	limit := s.cap + outboxSlack
+	if len(s.outbox) <= limit {
+		return 0
+	}
+	n := len(s.outbox) - limit
+	s.outbox = append(s.outbox[:0], s.outbox[n:]...)
+	return int64(n)
 }
 
 func newShard(capacity int) *shard {
@@ -36,6 +58,7 @@ type stats struct {
 	indexed, duplicates           int64
 	spanLimit, evicted, forgotten int64
 	opened, closed                int64
+	outboxDropped                 int64
 	delays                        []float64
 }
 

@@ -1,0 +1,115 @@
+package invocationprocessor
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
+)
+
+func TestLoadConfig(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+
+	tests := []struct {
+		id      component.ID
+		want    *Config
+		loadErr string
+		valErr  string
+	}{
+		{id: component.NewID(metadata.Type), want: createDefaultConfig().(*Config)},
+		{
+			id: component.NewIDWithName(metadata.Type, "custom"),
+			want: &Config{
+				OpenTimeout:           time.Hour,
+				RemoteSettle:          5 * time.Second,
+				Retention:             30 * time.Minute,
+				MaxOpenInvocations:    1000,
+				MaxSpansPerInvocation: 500,
+				EmitPending:           false,
+				UsageOperations:       []string{"chat", "responses"},
+				Prices: map[string]Price{
+					"claude-sonnet-4": {Input: 3, Output: 15, CacheRead: 0.3, CacheCreation: 3.75},
+				},
+			},
+		},
+		{id: component.NewIDWithName(metadata.Type, "storage"), loadErr: "storage"},
+		{id: component.NewIDWithName(metadata.Type, "invalid"), valErr: "remote_settle must be less than open_timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id.String(), func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			sub, err := cm.Sub(tt.id.String())
+			require.NoError(t, err)
+			err = sub.Unmarshal(cfg)
+			if tt.loadErr != "" {
+				require.ErrorContains(t, err, tt.loadErr)
+				return
+			}
+			require.NoError(t, err)
+			if tt.valErr != "" {
+				require.ErrorContains(t, confmap.Validate(cfg), tt.valErr)
+				return
+			}
+			require.NoError(t, confmap.Validate(cfg))
+			assert.Equal(t, tt.want, cfg)
+		})
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	assert.Equal(t, 4*time.Hour, cfg.OpenTimeout)
+	assert.Equal(t, 2*time.Second, cfg.RemoteSettle)
+	assert.Equal(t, 15*time.Minute, cfg.Retention)
+	assert.Equal(t, 100000, cfg.MaxOpenInvocations)
+	assert.Equal(t, 100000, cfg.MaxSpansPerInvocation)
+	assert.True(t, cfg.EmitPending)
+	assert.Equal(t, []string{"chat", "text_completion", "generate_content", "embeddings"}, cfg.UsageOperations)
+	assert.Empty(t, cfg.Prices)
+	require.NoError(t, cfg.Validate())
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"zero open_timeout", func(c *Config) { c.OpenTimeout = 0 }, "open_timeout must be positive"},
+		{"negative open_timeout", func(c *Config) { c.OpenTimeout = -time.Second }, "open_timeout must be positive"},
+		{"zero remote_settle", func(c *Config) { c.RemoteSettle = 0 }, "remote_settle must be positive"},
+		{"remote_settle not below open_timeout", func(c *Config) { c.RemoteSettle = c.OpenTimeout }, "remote_settle must be less than open_timeout"},
+		{"negative retention", func(c *Config) { c.Retention = -1 }, "retention must not be negative"},
+		{"zero max_open_invocations", func(c *Config) { c.MaxOpenInvocations = 0 }, "max_open_invocations must be positive"},
+		{"negative max_spans_per_invocation", func(c *Config) { c.MaxSpansPerInvocation = -5 }, "max_spans_per_invocation must be positive"},
+		{"empty usage_operations", func(c *Config) { c.UsageOperations = nil }, "usage_operations must not be empty"},
+		{"empty usage operation name", func(c *Config) { c.UsageOperations = []string{"chat", ""} }, "usage_operations[1] must not be empty"},
+		{"negative input price", func(c *Config) { c.Prices = map[string]Price{"m": {Input: -1}} }, "prices::m::input must be a non-negative number"},
+		{"negative output price", func(c *Config) { c.Prices = map[string]Price{"m": {Output: -1}} }, "prices::m::output"},
+		{"negative cache_read price", func(c *Config) { c.Prices = map[string]Price{"m": {CacheRead: -0.1}} }, "prices::m::cache_read"},
+		{"negative cache_creation price", func(c *Config) { c.Prices = map[string]Price{"m": {CacheCreation: -2}} }, "prices::m::cache_creation"},
+		{"empty model name", func(c *Config) { c.Prices = map[string]Price{"": {}} }, "prices: model name must not be empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := createDefaultConfig().(*Config)
+			tt.mod(cfg)
+			require.ErrorContains(t, cfg.Validate(), tt.want)
+		})
+	}
+}
+
+func TestCreateRejectsInvalidConfig(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.MaxOpenInvocations = 0
+	_, err := newProcessor(settingsForTest(), cfg, nil, systemClock{}, 0)
+	require.ErrorContains(t, err, "max_open_invocations")
+}
