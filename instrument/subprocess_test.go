@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/goleak"
 
 	"github.com/agentledger/agentledger/internal/contract"
 )
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // runChild is the subprocess: it reads its parent job's context from the
