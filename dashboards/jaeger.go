@@ -41,9 +41,11 @@ type JaegerQuery struct {
 	Operation string `json:"operation,omitempty"`
 	// Tags are span tags to match, in logfmt (key="value" pairs).
 	Tags string `json:"tags,omitempty"`
-	// MinDuration and MaxDuration bound the trace duration (Go-style
-	// durations such as "1.2s"); empty means unbounded.
+	// MinDuration is the shortest trace duration to return (a Go-style
+	// duration such as "1.2s"); empty means no lower bound.
 	MinDuration string `json:"minDuration,omitempty"`
+	// MaxDuration is the longest trace duration to return; empty means no
+	// upper bound.
 	MaxDuration string `json:"maxDuration,omitempty"`
 	// Limit is the maximum number of traces returned; zero leaves the data
 	// source's default.
