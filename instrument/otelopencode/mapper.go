@@ -1,0 +1,696 @@
+package otelopencode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// Attributes this package adds besides the contract's and GenAI's.
+const (
+	// AttrCost (double) is OpenCode's cost of an assistant message, in the
+	// currency of its model configuration (USD for models.dev models).
+	AttrCost = "opencode.cost"
+	// AttrMessageID is the OpenCode message id of a model call.
+	AttrMessageID = "opencode.message.id"
+	// AttrSessionID names the OpenCode session a background job runs in
+	// (the child session of a background subagent).
+	AttrSessionID = "opencode.session.id"
+	// AttrFinish is OpenCode's finish reason of an assistant message.
+	AttrFinish = "opencode.finish"
+)
+
+// Job kinds, the suffix of background span names.
+const (
+	KindSubagent = "subagent"
+	KindShell    = "shell"
+)
+
+// errAborted is recorded on spans of work an abort cancelled.
+var errAborted = errors.New("opencode: aborted")
+
+// abortErrorName is OpenCode's error name for an aborted message or session.
+const abortErrorName = "MessageAbortedError"
+
+// mapper turns OpenCode events and messages into spans. All its state is
+// guarded by mu; OpenCode's own ids (sessions, messages, parts) key it, so
+// an event seen twice (a replay after reconnecting, a repeated update)
+// changes nothing.
+type mapper struct {
+	tracer      trace.Tracer
+	tracker     *instrument.Tracker
+	maxSessions int
+
+	// mu guards every field below and the state they point to.
+	mu       sync.Mutex
+	sessions map[string]*sessionState
+	// jobs maps a job's key (the child session id of a subagent, the job
+	// id of a shell) to the job.
+	jobs map[string]*job
+	// seen is closed and replaced whenever a message completes, for
+	// waitCompleted.
+	seen chan struct{}
+	// seq orders sessions by last use, for eviction.
+	seq uint64
+}
+
+type sessionState struct {
+	id       string
+	parentID string
+	lastUse  uint64
+	// owner is the context that non-notification turns of a child
+	// session run in: the job's background span, or the task tool's span
+	// of a foreground subagent.
+	owner context.Context
+	job   *job
+	// ended is set when a child session went idle before its job was
+	// known.
+	ended, aborted bool
+	errMsg         string
+	users          map[string]*userMsg
+	assistants     map[string]*assistantMsg
+	tools          map[string]*toolPart
+	// conts are the continuations started in this session, by the id of
+	// the notification message whose turn they are.
+	conts map[string]*contTurn
+	// current is the continuation running now, if any.
+	current *contTurn
+	// notes are completion notifications waiting for a turn.
+	notes []*note
+	// orphans are assistant messages and parts of a child session seen
+	// before its job; they are replayed when the job is known.
+	orphans []messageWithParts
+}
+
+type userMsg struct {
+	// owner is the root context of a prompt the caller sent through the
+	// Client.
+	owner context.Context
+	note  *note
+}
+
+type note struct {
+	msgID    string
+	job      *job
+	resolved bool
+}
+
+type contTurn struct {
+	ctx   context.Context
+	c     *instrument.Continuation
+	ended bool
+}
+
+type assistantMsg struct {
+	// turn is the context of the turn the model call belongs to (its
+	// parent); tool calls of the message run in it too. nil when the
+	// message is not attributed to an invocation.
+	turn  context.Context
+	span  trace.Span
+	ended bool
+}
+
+type toolPart struct {
+	ctx   context.Context
+	span  trace.Span
+	ended bool
+	job   *job
+}
+
+type job struct {
+	key     string
+	kind    string
+	j       *instrument.Job
+	ctx     context.Context
+	carrier instrument.Carrier
+	ended   bool
+	// finishedEarly records that the job's end was seen before the job
+	// (its span) was known.
+	finishedEarly bool
+}
+
+func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, maxSessions int) *mapper {
+	return &mapper{
+		tracer:      tracer,
+		tracker:     tracker,
+		maxSessions: maxSessions,
+		sessions:    make(map[string]*sessionState),
+		jobs:        make(map[string]*job),
+		seen:        make(chan struct{}),
+	}
+}
+
+func (m *mapper) session(id string) *sessionState {
+	s, ok := m.sessions[id]
+	if !ok {
+		s = &sessionState{
+			id:         id,
+			users:      make(map[string]*userMsg),
+			assistants: make(map[string]*assistantMsg),
+			tools:      make(map[string]*toolPart),
+			conts:      make(map[string]*contTurn),
+		}
+		m.sessions[id] = s
+		m.evict()
+	}
+	m.seq++
+	s.lastUse = m.seq
+	return s
+}
+
+// evict forgets the least recently used sessions that owe nothing, beyond
+// maxSessions.
+func (m *mapper) evict() {
+	if len(m.sessions) <= m.maxSessions {
+		return
+	}
+	var idle []*sessionState
+	for _, s := range m.sessions {
+		if !s.busy() {
+			idle = append(idle, s)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].lastUse < idle[j].lastUse })
+	for _, s := range idle {
+		if len(m.sessions) <= m.maxSessions {
+			return
+		}
+		delete(m.sessions, s.id)
+	}
+}
+
+// busy reports whether the session has open spans or waits for something.
+func (s *sessionState) busy() bool {
+	if s.job != nil && !s.job.ended {
+		return true
+	}
+	for _, u := range s.users {
+		if u.owner != nil {
+			return true
+		}
+	}
+	for _, a := range s.assistants {
+		if a.span != nil && !a.ended {
+			return true
+		}
+	}
+	for _, t := range s.tools {
+		if t.span != nil && !t.ended {
+			return true
+		}
+	}
+	for _, n := range s.notes {
+		if !n.resolved {
+			return true
+		}
+	}
+	return s.current != nil
+}
+
+// registerPrompt records that user message msgID of session is the prompt
+// of the invocation whose root context is ctx.
+func (m *mapper) registerPrompt(session, msgID string, ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.session(session).users[msgID] = &userMsg{owner: ctx}
+}
+
+// promptDone drops the registration of a prompt whose root has ended.
+func (m *mapper) promptDone(session, msgID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sessions[session]; ok {
+		if u, ok := s.users[msgID]; ok {
+			u.owner = nil
+		}
+	}
+}
+
+// handle applies one event.
+func (m *mapper) handle(ev event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := ev.Properties
+	switch ev.Type {
+	case evSessionCreated, evSessionUpdated:
+		if p.Info != nil && p.Info.ID != "" {
+			s := m.session(p.Info.ID)
+			if p.Info.ParentID != "" {
+				s.parentID = p.Info.ParentID
+			}
+		}
+	case evMessageUpdated:
+		if p.Info != nil {
+			m.message(*p.Info)
+		}
+	case evMessagePartUpdated:
+		if p.Part != nil {
+			m.part(*p.Part)
+		}
+	case evSessionError:
+		if p.SessionID != "" && p.Error != nil {
+			s := m.session(p.SessionID)
+			if p.Error.Name == abortErrorName {
+				s.aborted = true
+			} else {
+				s.errMsg = p.Error.Name + ": " + p.Error.Data.Message
+			}
+		}
+	case evSessionStatus:
+		if p.SessionID != "" && p.Status != nil && p.Status.Type == "idle" {
+			m.idle(p.SessionID)
+		}
+	case evSessionIdle:
+		if p.SessionID != "" {
+			m.idle(p.SessionID)
+		}
+	}
+}
+
+// applyMessages applies the messages of one session as listed by the
+// server (GET /session/:id/message, oldest first): the same as the events
+// that created them.
+func (m *mapper) applyMessages(msgs []messageWithParts) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mp := range msgs {
+		m.message(mp.Info)
+		for _, p := range mp.Parts {
+			if p.SessionID == "" {
+				p.SessionID = mp.Info.SessionID
+			}
+			if p.MessageID == "" {
+				p.MessageID = mp.Info.ID
+			}
+			m.part(p)
+		}
+	}
+}
+
+// applyIdle marks sessions idle (after a reconnect, from GET
+// /session/status, for the ones that are not busy).
+func (m *mapper) applyIdle(sessions []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range sessions {
+		m.idle(id)
+	}
+}
+
+// tracked returns the sessions that have open spans or wait for
+// something: the ones to reconcile after a reconnect.
+func (m *mapper) tracked() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for id, s := range m.sessions {
+		if s.busy() {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *mapper) message(info rawInfo) {
+	if info.ID == "" || info.SessionID == "" {
+		return
+	}
+	s := m.session(info.SessionID)
+	switch info.Role {
+	case "user":
+		if _, ok := s.users[info.ID]; !ok {
+			s.users[info.ID] = &userMsg{}
+		}
+	case "assistant":
+		m.assistant(s, info)
+	}
+}
+
+func (m *mapper) assistant(s *sessionState, info rawInfo) {
+	a, ok := s.assistants[info.ID]
+	if !ok {
+		ctx := m.turnContext(s, info)
+		if ctx == nil {
+			if s.parentID != "" && s.owner == nil {
+				s.orphans = append(s.orphans, messageWithParts{Info: info})
+				return
+			}
+			s.assistants[info.ID] = &assistantMsg{}
+			return
+		}
+		model := info.ModelID
+		attrs := []attribute.KeyValue{
+			attribute.String(contract.AttrOperationName, contract.OpChat),
+			attribute.String(contract.AttrRequestModel, info.ModelID),
+			attribute.String(contract.AttrProviderName, info.ProviderID),
+			attribute.String(contract.AttrConversationID, s.id),
+			attribute.String(AttrMessageID, info.ID),
+		}
+		if info.Agent != "" {
+			attrs = append(attrs, attribute.String(contract.AttrAgentName, info.Agent))
+		}
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
+		if t := msTime(info.Time.Created); !t.IsZero() {
+			opts = append(opts, trace.WithTimestamp(t))
+		}
+		_, span := m.tracer.Start(ctx, contract.OpChat+" "+model, opts...)
+		a = &assistantMsg{turn: ctx, span: span}
+		s.assistants[info.ID] = a
+	}
+	if a.span == nil || a.ended {
+		return
+	}
+	if info.Time.Completed == 0 && info.Error == nil {
+		return
+	}
+	a.ended = true
+	if tk := info.Tokens; tk != nil {
+		// OpenCode's input excludes cache reads and writes and its output
+		// excludes reasoning (measured, testdata/README.md); GenAI counts
+		// them in.
+		a.span.SetAttributes(
+			attribute.Int64(contract.AttrUsageInputTokens, tk.Input+tk.Cache.Read+tk.Cache.Write),
+			attribute.Int64(contract.AttrUsageOutputTokens, tk.Output+tk.Reasoning),
+			attribute.Int64(contract.AttrUsageCacheReadTokens, tk.Cache.Read),
+			attribute.Int64(contract.AttrUsageCacheCreateTokens, tk.Cache.Write),
+			attribute.Int64(contract.AttrUsageReasoningTokens, tk.Reasoning),
+		)
+	}
+	a.span.SetAttributes(attribute.Float64(AttrCost, info.Cost))
+	if info.Finish != "" {
+		a.span.SetAttributes(attribute.String(AttrFinish, info.Finish))
+	}
+	if info.Error != nil {
+		a.span.SetStatus(codes.Error, info.Error.Name+": "+info.Error.Data.Message)
+	}
+	end := msTime(info.Time.Completed)
+	if end.IsZero() {
+		end = time.Now()
+	}
+	a.span.End(trace.WithTimestamp(end))
+	close(m.seen)
+	m.seen = make(chan struct{})
+}
+
+// turnContext returns the context the model calls of assistant message
+// info run in, starting a continuation when the message answers a
+// completion notification, and settles the notifications the turn reads.
+// It returns nil when the turn belongs to no invocation this Client knows.
+func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
+	u := s.users[info.ParentID]
+	if s.current != nil && (u == nil || u.note == nil || s.conts[info.ParentID] != s.current) {
+		// The turn moved on to another user message.
+		m.endContinuation(s, s.current)
+	}
+	var ctx context.Context
+	switch {
+	case u != nil && u.owner != nil:
+		ctx = u.owner
+	case u != nil && u.note != nil:
+		if ct, ok := s.conts[info.ParentID]; ok {
+			ctx = ct.ctx
+			if ct.ended {
+				ctx = nil
+			}
+			break
+		}
+		ctx = m.startContinuation(s, info)
+	case s.owner != nil:
+		// A child session: its own turns are the job's work.
+		ctx = s.owner
+	}
+	if ctx == nil {
+		return nil
+	}
+	// Notifications posted before this turn's user message and not yet
+	// answered are read by this turn.
+	for _, n := range s.notes {
+		if n.resolved || n.msgID > info.ParentID {
+			continue
+		}
+		n.resolved = true
+		_ = m.tracker.ConsumeFollowup(ctx, n.job.carrier)
+	}
+	return ctx
+}
+
+// startContinuation starts the continuation for the notification that
+// info's parent message is, following up every unanswered notification of
+// the same invocation posted up to it.
+func (m *mapper) startContinuation(s *sessionState, info rawInfo) context.Context {
+	u := s.users[info.ParentID]
+	inv := u.note.job.j.InvocationID()
+	var carriers []instrument.Carrier
+	for _, n := range s.notes {
+		if n.resolved || n.msgID > info.ParentID || n.job.j.InvocationID() != inv {
+			continue
+		}
+		n.resolved = true
+		carriers = append(carriers, n.job.carrier)
+	}
+	if len(carriers) == 0 {
+		return nil // already answered (closed as interrupted, or read by another turn)
+	}
+	agent := info.Agent
+	if agent == "" {
+		agent = "opencode"
+	}
+	ctx, c, err := m.tracker.StartContinuation(context.Background(), agent, s.id, carriers...)
+	if err != nil {
+		return nil
+	}
+	ct := &contTurn{ctx: ctx, c: c}
+	s.conts[info.ParentID] = ct
+	s.current = ct
+	return ctx
+}
+
+func (m *mapper) endContinuation(s *sessionState, ct *contTurn) {
+	if ct != nil && !ct.ended {
+		ct.ended = true
+		ct.c.End()
+	}
+	if s.current == ct {
+		s.current = nil
+	}
+}
+
+func (m *mapper) part(p part) {
+	if p.SessionID == "" || p.MessageID == "" {
+		return
+	}
+	s := m.session(p.SessionID)
+	if jobKey, _, ok := parseNotification(p); ok {
+		m.notification(s, p.MessageID, jobKey)
+		return
+	}
+	if p.Type != "tool" || p.State == nil || p.ID == "" {
+		return
+	}
+	a, ok := s.assistants[p.MessageID]
+	if !ok {
+		if s.parentID != "" && s.owner == nil {
+			s.orphans = append(s.orphans, messageWithParts{Parts: []part{p}})
+		}
+		return
+	}
+	if a.span == nil {
+		return
+	}
+	t, ok := s.tools[p.ID]
+	if !ok {
+		opts := []trace.SpanStartOption{
+			trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(
+				attribute.String(contract.AttrOperationName, contract.OpExecuteTool),
+				attribute.String(contract.AttrToolName, p.Tool),
+				attribute.String(contract.AttrToolCallID, p.CallID),
+			),
+		}
+		if st := msTime(p.State.Time.Start); !st.IsZero() {
+			opts = append(opts, trace.WithTimestamp(st))
+		}
+		// Tools run in the turn, beside its model calls.
+		ctx, span := m.tracer.Start(a.turn, contract.OpExecuteTool+" "+p.Tool, opts...)
+		t = &toolPart{ctx: ctx, span: span}
+		s.tools[p.ID] = t
+	}
+	m.toolJob(s, t, p)
+	if t.ended || (p.State.Status != "completed" && p.State.Status != "error") {
+		return
+	}
+	t.ended = true
+	if p.State.Status == "error" {
+		t.span.SetStatus(codes.Error, p.State.Error)
+	}
+	end := msTime(p.State.Time.End)
+	if end.IsZero() {
+		end = time.Now()
+	}
+	t.span.End(trace.WithTimestamp(end))
+}
+
+// toolJob starts the background job a tool call launched, and maps a
+// subagent's child session to the context its turns run in.
+func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
+	st := p.State
+	var key, kind string
+	switch {
+	case p.Tool == "task" && st.Metadata.SessionID != "":
+		key, kind = st.Metadata.SessionID, KindSubagent
+		child := m.session(key)
+		if child.parentID == "" {
+			child.parentID = s.id
+		}
+		if !st.Metadata.Background {
+			// A foreground subagent: its turns are part of the tool call.
+			if child.owner == nil {
+				child.owner = t.ctx
+				m.replay(child)
+			}
+			return
+		}
+	case p.Tool == "bash" && st.runsInBackground():
+		key, kind = st.Metadata.JobID, KindShell
+		if key == "" {
+			key = p.CallID
+		}
+	default:
+		return
+	}
+	if t.job != nil || key == "" {
+		return
+	}
+	if _, ok := m.jobs[key]; ok {
+		return
+	}
+	ctx, j := m.tracker.StartBackground(t.ctx, kind, trace.WithAttributes(
+		attribute.String(AttrSessionID, key),
+		attribute.String(contract.AttrToolCallID, p.CallID),
+	))
+	jb := &job{key: key, kind: kind, j: j, ctx: ctx, carrier: j.Carrier()}
+	t.job = jb
+	m.jobs[key] = jb
+	if kind == KindSubagent {
+		child := m.session(key)
+		child.job = jb
+		child.owner = ctx
+		m.replay(child)
+		if child.ended {
+			m.endJob(jb, child.aborted, child.errMsg)
+		}
+	}
+}
+
+// replay applies the messages and parts of a child session seen before
+// the context of its turns was known.
+func (m *mapper) replay(s *sessionState) {
+	orphans := s.orphans
+	s.orphans = nil
+	for _, o := range orphans {
+		if o.Info.ID != "" {
+			m.message(o.Info)
+		}
+		for _, p := range o.Parts {
+			m.part(p)
+		}
+	}
+}
+
+// notification handles a completion notification posted into session s
+// for the job named key.
+func (m *mapper) notification(s *sessionState, msgID, key string) {
+	jb, ok := m.jobs[key]
+	if !ok {
+		return // a job this Client did not see start
+	}
+	u, ok := s.users[msgID]
+	if !ok {
+		u = &userMsg{}
+		s.users[msgID] = u
+	}
+	if u.note != nil {
+		return
+	}
+	if !jb.ended {
+		m.endJob(jb, false, "")
+	}
+	n := &note{msgID: msgID, job: jb}
+	u.note = n
+	s.notes = append(s.notes, n)
+	sort.Slice(s.notes, func(i, j int) bool { return s.notes[i].msgID < s.notes[j].msgID })
+}
+
+// endJob ends a job's background span. Every background subagent promises
+// a notification when it starts; an abort cancels it, and then the
+// followup is closed as interrupted.
+func (m *mapper) endJob(jb *job, aborted bool, errMsg string) {
+	if jb.ended {
+		return
+	}
+	jb.ended = true
+	var outcome error
+	switch {
+	case aborted:
+		outcome = errAborted
+	case errMsg != "":
+		outcome = fmt.Errorf("opencode: %s", errMsg)
+	}
+	jb.j.End(outcome, true)
+	if aborted {
+		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonInterrupted, "")
+	}
+}
+
+// idle handles a session that went idle: its continuation has ended, a
+// child session's job is done, and notifications an abort left without a
+// turn will get none.
+func (m *mapper) idle(id string) {
+	s := m.session(id)
+	if s.current != nil {
+		m.endContinuation(s, s.current)
+	}
+	if s.parentID != "" {
+		if s.job != nil {
+			m.endJob(s.job, s.aborted, s.errMsg)
+		} else {
+			s.ended = true
+		}
+	}
+	if s.aborted {
+		for _, n := range s.notes {
+			if !n.resolved {
+				n.resolved = true
+				_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonInterrupted, "")
+			}
+		}
+		if s.parentID == "" {
+			s.aborted = false
+		}
+	}
+}
+
+// completed reports whether assistant message msgID of session has
+// completed (or is not attributed); otherwise it returns a channel that is
+// closed when the next model call completes.
+func (m *mapper) completed(session, msgID string) (bool, <-chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sessions[session]; ok {
+		if a, ok := s.assistants[msgID]; ok && (a.ended || a.span == nil) {
+			return true, nil
+		}
+	}
+	return false, m.seen
+}
