@@ -1,0 +1,261 @@
+// Command demo is what `make demo` runs: it starts the otelcol-agentledger
+// distribution on free loopback ports, runs the reference agent
+// (examples/shellagent) through every scenario with its spans sent to the
+// collector, waits for each invocation's summary, prints one row per
+// invocation, and exits non-zero when a summary is missing or disagrees with
+// what the agent counted in process.
+//
+// Without -view the collector runs collector-config/local.yaml and the
+// summaries are read from its file exporter; everything started is stopped
+// by PID at the end. With -view it also starts Jaeger and Prometheus, runs
+// collector-config/jaeger.yaml, reads the summaries back from Jaeger, and
+// leaves the three processes running for the user to browse.
+//
+// Every address can be overridden with the environment variables the
+// configs read (AGENTLEDGER_OTLP_GRPC_ENDPOINT, JAEGER_QUERY_HTTP_ENDPOINT,
+// ...; see collector-config/*.yaml), plus PROMETHEUS_WEB_ENDPOINT.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentledger/agentledger/internal/testbin"
+)
+
+type options struct {
+	collector  string
+	view       bool
+	jaeger     string
+	prometheus string
+	timeout    time.Duration
+	scenario   string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.collector, "collector", "", "otelcol-agentledger binary (default: build it into .bin/)")
+	flag.BoolVar(&o.view, "view", false, "also start Jaeger and Prometheus, use collector-config/jaeger.yaml, and leave them running")
+	flag.StringVar(&o.jaeger, "jaeger", "", "Jaeger v2 binary for -view (default .bin/jaeger)")
+	flag.StringVar(&o.prometheus, "prometheus", "", "Prometheus binary for -view (default /usr/bin/prometheus)")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long to wait for the agent and for every summary")
+	flag.StringVar(&o.scenario, "scenario", "", "run one shellagent scenario instead of all")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+// stack is what the demo started; stop ends it by PID.
+type stack struct {
+	procs []*testbin.Process
+}
+
+func (s *stack) add(p *testbin.Process) {
+	if p != nil {
+		s.procs = append(s.procs, p)
+	}
+}
+
+func (s *stack) stop(w io.Writer) {
+	for _, p := range slices.Backward(s.procs) {
+		if err := p.Stop(testbin.StopTimeout); err != nil {
+			fmt.Fprintf(w, "stop %s: %v\n", p.Name, err)
+		}
+	}
+}
+
+func step(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "==> "+format+"\n", args...)
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func run(ctx context.Context, o options, w io.Writer) (err error) {
+	root, err := testbin.RepoRoot()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "agentledger-demo-")
+	if err != nil {
+		return fmt.Errorf("work directory: %w", err)
+	}
+	step(w, "work directory %s", work)
+
+	if o.collector == "" {
+		o.collector = filepath.Join(root, ".bin", "otelcol-agentledger")
+		step(w, "building the collector distribution into %s (first build takes minutes; packages are listed as they compile)", o.collector)
+		if err := testbin.GoBuild(ctx, "./cmd/otelcol-agentledger", o.collector, os.Stderr); err != nil {
+			return err
+		}
+	}
+	agentBin := filepath.Join(work, "shellagent")
+	step(w, "building examples/shellagent")
+	if err := testbin.GoBuild(ctx, "./examples/shellagent", agentBin, os.Stderr); err != nil {
+		return err
+	}
+
+	addrs, err := testbin.NewCollectorAddrs(work)
+	if err != nil {
+		return err
+	}
+	addrs.OTLPGRPC = envOr("AGENTLEDGER_OTLP_GRPC_ENDPOINT", addrs.OTLPGRPC)
+	addrs.OTLPHTTP = envOr("AGENTLEDGER_OTLP_HTTP_ENDPOINT", addrs.OTLPHTTP)
+	addrs.Health = envOr("AGENTLEDGER_HEALTH_ENDPOINT", addrs.Health)
+	if p := os.Getenv("AGENTLEDGER_TELEMETRY_PORT"); p != "" {
+		addrs.Telemetry = "127.0.0.1:" + p
+	}
+	addrs.Prometheus = envOr("AGENTLEDGER_PROMETHEUS_ENDPOINT", addrs.Prometheus)
+	addrs.TracesFile = envOr("AGENTLEDGER_TRACES_FILE", addrs.TracesFile)
+
+	var s stack
+	defer func() {
+		if !o.view || err != nil {
+			s.stop(w)
+		}
+	}()
+	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+
+	var jaeger testbin.JaegerAddrs
+	var promAddr string
+	config := "local.yaml"
+	if o.view {
+		config = "jaeger.yaml"
+		if jaeger, promAddr, err = startViewers(readyCtx, o, root, work, &addrs, &s, w); err != nil {
+			return err
+		}
+	}
+	step(w, "starting otelcol-agentledger with collector-config/%s (OTLP gRPC %s)", config, addrs.OTLPGRPC)
+	col, err := testbin.StartCollector(readyCtx, o.collector, filepath.Join(root, "collector-config", config), addrs,
+		filepath.Join(work, "collector.log"))
+	s.add(col)
+	if err != nil {
+		return err
+	}
+	if o.view {
+		// Now that the collector is up, Prometheus can scrape it.
+		if err := startPrometheus(readyCtx, o, root, work, addrs, promAddr, &s, w); err != nil {
+			return err
+		}
+	}
+
+	args := []string{"-otlp", addrs.OTLPGRPC}
+	if o.scenario != "" {
+		args = append(args, "-scenario", o.scenario)
+	} else {
+		args = append(args, "-all")
+	}
+	step(w, "running shellagent %s", strings.Join(args, " "))
+	runCtx, cancelRun := context.WithTimeout(ctx, o.timeout)
+	defer cancelRun()
+	started := time.Now()
+	results, err := testbin.RunAgent(runCtx, agentBin, os.Stderr, args...)
+	if err != nil {
+		return err
+	}
+	if len(results) == 0 {
+		return errors.New("shellagent printed no invocations")
+	}
+
+	step(w, "waiting for %d invocation summaries (at most %v)", len(results), o.timeout)
+	summaries, waitErr := waitSummaries(runCtx, o.view, addrs.TracesFile, jaeger.QueryHTTP, started, results)
+	bad := report(w, results, summaries)
+	if o.view {
+		printViewHelp(w, root, addrs, jaeger, promAddr, &s)
+	} else {
+		fmt.Fprintf(w, "\ncollector log (debug exporter output): %s\nspans and summaries (OTLP JSON lines): %s\n", col.LogPath, addrs.TracesFile)
+	}
+	switch {
+	case waitErr != nil:
+		return fmt.Errorf("summaries: %w", waitErr)
+	case bad > 0:
+		return fmt.Errorf("%d of %d invocations have a missing or disagreeing summary", bad, len(results))
+	}
+	fmt.Fprintf(w, "\nall %d summaries agree with the agent's own counts\n", len(results))
+	return nil
+}
+
+// waitSummaries polls the file exporter output (or Jaeger, with view) until
+// every invocation the agent reported has a closing summary whose status is
+// the one the agent expects.
+func waitSummaries(ctx context.Context, view bool, tracesFile, jaegerQuery string, since time.Time, results []testbin.AgentInvocation) (map[string]testbin.Summary, error) {
+	var closed map[string]testbin.Summary
+	err := testbin.Poll(ctx, 200*time.Millisecond, func() (bool, string, error) {
+		var sums []testbin.Summary
+		var err error
+		if view {
+			sums, err = testbin.JaegerSummaries(ctx, jaegerQuery, since.Add(-time.Minute), time.Now().Add(time.Minute))
+		} else {
+			sums, err = testbin.ReadSummaries(tracesFile)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, "", err
+		}
+		closed = testbin.Closed(sums)
+		var missing []string
+		for _, r := range results {
+			if s, ok := closed[r.InvocationID]; !ok || s.Status != r.Status {
+				missing = append(missing, r.InvocationID)
+			}
+		}
+		return len(missing) == 0, fmt.Sprintf("no matching summary yet for %s", strings.Join(missing, ", ")), nil
+	})
+	return closed, err
+}
+
+// report prints one row per invocation and returns how many are missing a
+// summary or disagree with the agent.
+func report(w io.Writer, results []testbin.AgentInvocation, closed map[string]testbin.Summary) int {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "invocation\tscenario\tstatus\tinput\toutput\tafter-result in\tafter-result out\tcontinuations\ttime to final\tcheck\t")
+	bad := 0
+	var problems []string
+	for _, r := range results {
+		s, ok := closed[r.InvocationID]
+		if !ok {
+			bad++
+			fmt.Fprintf(tw, "%s\t%s\tno summary\t\t\t\t\t\t\tMISSING\t\n", r.InvocationID, r.Scenario)
+			continue
+		}
+		check := "ok"
+		if m := testbin.Mismatches(r, s); len(m) > 0 {
+			bad++
+			check = "DIFFERS"
+			problems = append(problems, fmt.Sprintf("%s (%s): %s", r.InvocationID, r.Scenario, strings.Join(m, "; ")))
+		}
+		ttf := "-"
+		if s.HasTimeToFinal {
+			ttf = (time.Duration(s.TimeToFinalMS) * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", r.InvocationID, r.Scenario, s.Status,
+			s.InputTokens, s.OutputTokens, s.AfterResultInputTokens, s.AfterResultOutputTokens, s.Continuations, ttf, check)
+	}
+	_ = tw.Flush()
+	for _, p := range problems {
+		fmt.Fprintln(w, "  ", p)
+	}
+	return bad
+}
