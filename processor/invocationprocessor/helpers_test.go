@@ -192,6 +192,7 @@ type sp struct {
 	followupOf []uint64 // followup links to these span IDs (in trace trace)
 	consumedOf []uint64
 	linkTrace  uint64
+	linkTraces []uint64 // per followup link, when they differ
 	extra      map[string]any
 }
 
@@ -246,9 +247,13 @@ func (s sp) fill(span ptrace.Span) {
 	if lt == 0 {
 		lt = s.trace
 	}
-	for _, f := range s.followupOf {
+	for i, f := range s.followupOf {
 		l := span.Links().AppendEmpty()
-		l.SetTraceID(tid(lt))
+		if i < len(s.linkTraces) {
+			l.SetTraceID(tid(s.linkTraces[i]))
+		} else {
+			l.SetTraceID(tid(lt))
+		}
 		l.SetSpanID(sid(f))
 		l.Attributes().PutStr(contract.AttrLink, contract.LinkFollowup)
 	}
