@@ -165,3 +165,47 @@ func PromQuery(ctx context.Context, promAddr, query string) ([]Sample, error) {
 	}
 	return samples, nil
 }
+
+// PromQueryRange runs a range query over [start, end] and returns, per
+// series, its points' values.
+func PromQueryRange(ctx context.Context, promAddr, query string, start, end time.Time, step time.Duration) ([][]float64, error) {
+	var out struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Values [][2]any `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	q := url.Values{
+		"query": {query},
+		"start": {strconv.FormatFloat(float64(start.UnixMilli())/1000, 'f', 3, 64)},
+		"end":   {strconv.FormatFloat(float64(end.UnixMilli())/1000, 'f', 3, 64)},
+		"step":  {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)},
+	}
+	if err := getJSON(ctx, "http://"+promAddr+"/api/v1/query_range?"+q.Encode(), &out); err != nil {
+		return nil, err
+	}
+	if out.Status != "success" {
+		return nil, fmt.Errorf("testbin: prometheus range query %q: %s", query, out.Error)
+	}
+	series := make([][]float64, 0, len(out.Data.Result))
+	for _, r := range out.Data.Result {
+		vals := make([]float64, 0, len(r.Values))
+		for _, p := range r.Values {
+			s, ok := p[1].(string)
+			if !ok {
+				return nil, fmt.Errorf("testbin: prometheus range query %q: value %v", query, p)
+			}
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return nil, fmt.Errorf("testbin: prometheus range query %q: %w", query, err)
+			}
+			vals = append(vals, v)
+		}
+		series = append(series, vals)
+	}
+	return series, nil
+}

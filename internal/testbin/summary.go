@@ -17,6 +17,8 @@ import (
 // Summary is one invocation.summary span, as the collector emitted it.
 type Summary struct {
 	TraceID, SpanID string
+	// Service is the service.name of the span's resource.
+	Service string
 
 	InvocationID, ConversationID, AgentName string
 	Status                                  string
@@ -41,12 +43,15 @@ type Summary struct {
 func SummariesFromTraces(td ptrace.Traces) []Summary {
 	var out []Summary
 	for _, rs := range td.ResourceSpans().All() {
+		service := str(rs.Resource().Attributes(), "service.name")
 		for _, ss := range rs.ScopeSpans().All() {
 			for _, span := range ss.Spans().All() {
 				if span.Name() != contract.SpanNameSummary {
 					continue
 				}
-				out = append(out, summaryOf(span))
+				s := summaryOf(span)
+				s.Service = service
+				out = append(out, s)
 			}
 		}
 	}
