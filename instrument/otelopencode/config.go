@@ -1,0 +1,185 @@
+package otelopencode
+
+import (
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+)
+
+// Defaults of a Client.
+const (
+	// DefaultAgent is the agent name of invocations whose prompt names
+	// none: OpenCode's default primary agent.
+	DefaultAgent = "build"
+	// DefaultSyncTimeout is how long a prompt waits, after OpenCode
+	// answered, for the event stream to deliver the answer's completion
+	// before it reads the session's messages instead.
+	DefaultSyncTimeout = 3 * time.Second
+	// DefaultMinBackoff and DefaultMaxBackoff bound the wait before
+	// reconnecting the event stream (doubling from min to max).
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 5 * time.Second
+	// DefaultMaxSessions bounds the sessions the Client remembers; beyond
+	// it the least recently used ones that owe nothing are forgotten.
+	DefaultMaxSessions = 10000
+)
+
+// config holds the settings of a Client.
+type config struct {
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	propagators    propagation.TextMapPropagator
+	ledger         *instrument.Ledger
+	logger         *slog.Logger
+	agent          string
+	syncTimeout    time.Duration
+	minBackoff     time.Duration
+	maxBackoff     time.Duration
+	maxSessions    int
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		agent:       DefaultAgent,
+		syncTimeout: DefaultSyncTimeout,
+		minBackoff:  DefaultMinBackoff,
+		maxBackoff:  DefaultMaxBackoff,
+		maxSessions: DefaultMaxSessions,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.tracerProvider == nil {
+		c.tracerProvider = otel.GetTracerProvider()
+	}
+	if c.meterProvider == nil {
+		c.meterProvider = otel.GetMeterProvider()
+	}
+	if c.propagators == nil {
+		c.propagators = otel.GetTextMapPropagator()
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.maxBackoff < c.minBackoff {
+		c.maxBackoff = c.minBackoff
+	}
+	return c
+}
+
+// Option configures a Client.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithTracerProvider sets the TracerProvider the Client starts its spans
+// with; its pipeline should contain an instrument.SpanProcessor. The global
+// provider is used when it is not given or nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tracerProvider = tp
+		}
+	})
+}
+
+// WithMeterProvider sets the MeterProvider of the Client's own telemetry
+// (events read, ignored, malformed; reconnects). The global provider is
+// used when it is not given or nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.meterProvider = mp
+		}
+	})
+}
+
+// WithPropagators sets the propagators that inject the invocation's
+// context into the requests sent to the OpenCode server. The global
+// propagators are used when it is not given or nil.
+func WithPropagators(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) {
+		if p != nil {
+			c.propagators = p
+		}
+	})
+}
+
+// WithLedger gives the Client the ledger of the instrument.SpanProcessor in
+// its TracerProvider's pipeline, so that Client.Wait and Client.Session can
+// answer. Without it they return ErrNoLedger.
+func WithLedger(l *instrument.Ledger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.ledger = l
+		}
+	})
+}
+
+// WithLogger sets the logger for malformed events and stream errors.
+// slog.Default() is used when it is not given or nil.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// WithAgent sets the agent name of invocations whose prompt names no agent
+// (default DefaultAgent). An empty name is ignored.
+func WithAgent(name string) Option {
+	return optionFunc(func(c *config) {
+		if name != "" {
+			c.agent = name
+		}
+	})
+}
+
+// WithSyncTimeout sets how long a prompt waits for the event stream to
+// deliver the completion of OpenCode's answer before it lists the
+// session's messages instead (default DefaultSyncTimeout). Values <= 0 are
+// ignored.
+func WithSyncTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.syncTimeout = d
+		}
+	})
+}
+
+// WithReconnectBackoff sets the first and the longest wait before the
+// event stream is reconnected (defaults DefaultMinBackoff,
+// DefaultMaxBackoff). Values <= 0 are ignored.
+func WithReconnectBackoff(minWait, maxWait time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if minWait > 0 {
+			c.minBackoff = minWait
+		}
+		if maxWait > 0 {
+			c.maxBackoff = maxWait
+		}
+	})
+}
+
+// WithMaxSessions bounds the sessions the Client remembers (default
+// DefaultMaxSessions). Values <= 0 are ignored.
+func WithMaxSessions(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxSessions = n
+		}
+	})
+}

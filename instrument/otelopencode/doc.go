@@ -1,0 +1,49 @@
+// Package otelopencode records the prompts sent to an OpenCode server
+// (opencode serve) as agentledger invocations, from the outside: OpenCode
+// is not changed, the Client reads its HTTP API and its event stream.
+//
+// For each prompt (POST /session/:id/message) the Client starts an
+// invocation root span, "invoke_agent {agent}", that ends when the answer
+// is back. From the event stream (GET /event) it makes:
+//
+//   - a model-call span "chat {model}" per assistant message (OpenCode
+//     makes one per model request), with gen_ai.usage.* in the GenAI
+//     semantic-convention sense: OpenCode's tokens.input excludes cache
+//     reads and writes and its tokens.output excludes reasoning (measured
+//     on opencode 1.18.33, see testdata/README.md), so input_tokens is
+//     input+cache.read+cache.write and output_tokens is output+reasoning;
+//     the model, provider and cost (opencode.cost) are attributes;
+//   - an "execute_tool {tool}" span per tool part;
+//   - a "background subagent" span when the task tool launches a
+//     background subagent (OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1), a
+//     child of the tool's span, ending when the child session finishes;
+//     the child session's model calls and tools are its children. A bash
+//     call with run_in_background (not in OpenCode 1.18.33; proposed
+//     upstream) gives a "background shell" span the same way;
+//   - when OpenCode posts the job's completion notification (a synthetic
+//     user message `<task id="..." state="completed">`) and it starts a
+//     turn, a "continue_agent {agent}" span, root of its own trace, of the
+//     invocation that launched the job, with a followup link to the job,
+//     even when the caller has sent other prompts since; the turn's model
+//     calls are that invocation's usage;
+//   - a followup_closed span (reason interrupted) when an abort cancels a
+//     job or a notification that had not started its turn, and one with
+//     reason consumed_by when a turn of another invocation read the
+//     notification.
+//
+// The spans go through an instrument.SpanProcessor in the TracerProvider's
+// pipeline; with WithLedger, Client.Wait waits until an invocation is
+// final and Client.Session says whether a session still owes work.
+//
+// The event stream is reconnected when it breaks, and the sessions with
+// open work are then read back (GET /session/:id/message, GET
+// /session/status); events of unknown types are ignored, malformed ones
+// are counted (Stats, metric agentledger.opencode.events.malformed),
+// logged and skipped.
+//
+// Users of another client of the server, such as the generated Go SDK,
+// route its requests through Client.Transport: every prompt it sends then
+// becomes an invocation as with Client.Prompt. Prompts sent with
+// prompt_async, and model calls OpenCode makes without reporting them in
+// events (the title of an untitled session), are not recorded.
+package otelopencode // import "github.com/agentledger/agentledger/instrument/otelopencode"
