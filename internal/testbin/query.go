@@ -22,8 +22,8 @@ var ErrNotFound = errors.New("not found")
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
-// getJSON GETs rawURL and decodes a 200 answer into v. A 404 is ErrNotFound.
-func getJSON(ctx context.Context, rawURL string, v any) error {
+// GetJSON GETs rawURL and decodes a 200 answer into v. A 404 is ErrNotFound.
+func GetJSON(ctx context.Context, rawURL string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return fmt.Errorf("testbin: %w", err)
@@ -68,7 +68,7 @@ func decodeV3(env jaegerV3) (ptrace.Traces, error) {
 // which keeps span links with their attributes.
 func JaegerTrace(ctx context.Context, queryAddr, traceID string) (ptrace.Traces, error) {
 	var env jaegerV3
-	if err := getJSON(ctx, "http://"+queryAddr+"/api/v3/traces/"+traceID, &env); err != nil {
+	if err := GetJSON(ctx, "http://"+queryAddr+"/api/v3/traces/"+traceID, &env); err != nil {
 		return ptrace.Traces{}, err
 	}
 	return decodeV3(env)
@@ -79,7 +79,7 @@ func JaegerServices(ctx context.Context, queryAddr string) ([]string, error) {
 	var out struct {
 		Services []string `json:"services"`
 	}
-	if err := getJSON(ctx, "http://"+queryAddr+"/api/v3/services", &out); err != nil {
+	if err := GetJSON(ctx, "http://"+queryAddr+"/api/v3/services", &out); err != nil {
 		return nil, err
 	}
 	return out.Services, nil
@@ -95,7 +95,7 @@ func JaegerFind(ctx context.Context, queryAddr, service, operation string, since
 	q.Set("query.start_time_max", until.UTC().Format(time.RFC3339Nano))
 	q.Set("query.num_traces", "1000")
 	var env jaegerV3
-	if err := getJSON(ctx, "http://"+queryAddr+"/api/v3/traces?"+q.Encode(), &env); err != nil {
+	if err := GetJSON(ctx, "http://"+queryAddr+"/api/v3/traces?"+q.Encode(), &env); err != nil {
 		return ptrace.Traces{}, err
 	}
 	return decodeV3(env)
@@ -142,7 +142,7 @@ func PromQuery(ctx context.Context, promAddr, query string) ([]Sample, error) {
 		} `json:"data"`
 	}
 	u := "http://" + promAddr + "/api/v1/query?" + url.Values{"query": {query}}.Encode()
-	if err := getJSON(ctx, u, &out); err != nil {
+	if err := GetJSON(ctx, u, &out); err != nil {
 		return nil, err
 	}
 	if out.Status != "success" {
@@ -185,7 +185,7 @@ func PromQueryRange(ctx context.Context, promAddr, query string, start, end time
 		"end":   {strconv.FormatFloat(float64(end.UnixMilli())/1000, 'f', 3, 64)},
 		"step":  {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)},
 	}
-	if err := getJSON(ctx, "http://"+promAddr+"/api/v1/query_range?"+q.Encode(), &out); err != nil {
+	if err := GetJSON(ctx, "http://"+promAddr+"/api/v1/query_range?"+q.Encode(), &out); err != nil {
 		return nil, err
 	}
 	if out.Status != "success" {
