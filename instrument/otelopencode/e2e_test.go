@@ -1,0 +1,574 @@
+package otelopencode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/internal/testbin"
+)
+
+// openCodeBin is where `make opencode` (npm install --prefix .cache/opencode
+// opencode-ai@1.18.33) puts the server binary, relative to the repository.
+const openCodeBin = ".cache/opencode/node_modules/opencode-linux-x64/bin/opencode"
+
+// call is one request the scripted model answered, with the usage it
+// reported (GenAI sense) and a label the test gave it.
+type call struct {
+	seq   int
+	label string
+	usage scriptedmodel.Usage
+}
+
+// model is a scripted model server whose answers a test routes by the
+// request's content; every request reports a distinct usage, so sums are
+// checked exactly.
+type model struct {
+	t   *testing.T
+	srv *scriptedmodel.Server
+
+	// mu guards calls and route.
+	mu    sync.Mutex
+	calls []call
+	route func(req) (label string, st scriptedmodel.Step)
+	// arrived is signalled (without blocking) for every request.
+	arrived chan string
+}
+
+// req is what routing needs to know of a chat request.
+type req struct {
+	scriptedmodel.Request
+	// lastRole is the role of the last message.
+	lastRole string
+	// firstUser and lastUser are the texts of the first and the last user
+	// message.
+	firstUser, lastUser string
+}
+
+func newModel(t *testing.T) *model {
+	m := &model{t: t, arrived: make(chan string, 64)}
+	m.srv = scriptedmodel.New(scriptedmodel.Options{Responder: m.respond}).Start()
+	t.Cleanup(m.srv.Close)
+	return m
+}
+
+func (m *model) setRoute(f func(req) (string, scriptedmodel.Step)) {
+	m.mu.Lock()
+	m.route = f
+	m.mu.Unlock()
+}
+
+func (m *model) respond(r scriptedmodel.Request) scriptedmodel.Step {
+	q := req{Request: r, lastUser: r.LastUserText()}
+	if msgs, ok := r.Body["messages"].([]any); ok && len(msgs) > 0 {
+		if last, ok := msgs[len(msgs)-1].(map[string]any); ok {
+			q.lastRole, _ = last["role"].(string)
+		}
+		for _, x := range msgs {
+			if mm, ok := x.(map[string]any); ok && mm["role"] == "user" {
+				q.firstUser = textOf(mm["content"])
+				break
+			}
+		}
+	}
+	m.mu.Lock()
+	route := m.route
+	m.mu.Unlock()
+	label, st := "unrouted", scriptedmodel.Step{Text: "ok"}
+	if route != nil {
+		label, st = route(q)
+	}
+	n := r.Seq
+	st.Usage = scriptedmodel.Usage{
+		InputTokens:     1000 + n,
+		CacheReadTokens: 10 + n,
+		OutputTokens:    100 + n,
+		ReasoningTokens: 5,
+	}
+	m.mu.Lock()
+	m.calls = append(m.calls, call{seq: n, label: label, usage: st.Usage})
+	m.mu.Unlock()
+	select {
+	case m.arrived <- label:
+	default:
+	}
+	return st
+}
+
+func textOf(c any) string {
+	switch v := c.(type) {
+	case string:
+		return v
+	case []any:
+		var b strings.Builder
+		for _, x := range v {
+			if mm, ok := x.(map[string]any); ok {
+				if s, ok := mm["text"].(string); ok {
+					b.WriteString(s)
+				}
+			}
+		}
+		return b.String()
+	}
+	return ""
+}
+
+// sum returns the usage of the calls whose label is one of labels.
+func (m *model) sum(labels ...string) instrument.Usage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var u instrument.Usage
+	for _, c := range m.calls {
+		for _, l := range labels {
+			if c.label == l {
+				u.InputTokens += int64(c.usage.InputTokens)
+				u.OutputTokens += int64(c.usage.OutputTokens)
+				u.CacheReadInputTokens += int64(c.usage.CacheReadTokens)
+				u.ReasoningOutputTokens += int64(c.usage.ReasoningTokens)
+				u.ModelCalls++
+			}
+		}
+	}
+	return u
+}
+
+func (m *model) labels() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, c := range m.calls {
+		out = append(out, fmt.Sprintf("%d:%s", c.seq, c.label))
+	}
+	return out
+}
+
+// waitArrived waits until a request with label arrives.
+func (m *model) waitArrived(t *testing.T, label string) {
+	t.Helper()
+	timeout := time.NewTimer(60 * time.Second)
+	defer timeout.Stop()
+	for {
+		select {
+		case l := <-m.arrived:
+			if l == label {
+				return
+			}
+		case <-timeout.C:
+			t.Fatalf("no %q request arrived; calls %v", label, m.labels())
+		}
+	}
+}
+
+// server is a real opencode serve, isolated in temporary HOME and XDG
+// directories, whose only provider is the scripted model.
+type server struct {
+	url    string
+	client *Client
+	p      *pipeline
+	model  *model
+}
+
+// startServer starts opencode serve against a new scripted model and a
+// started Client on a fresh pipeline. It skips (or fails with
+// AGENTLEDGER_E2E=1) when the binary is absent.
+func startServer(t *testing.T) *server {
+	t.Helper()
+	bin := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
+	m := newModel(t)
+	dir := t.TempDir()
+	for _, d := range []string{"home", "config/opencode", "data", "cache", "state", "project"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := map[string]any{
+		"$schema":    "https://opencode.ai/config.json",
+		"autoupdate": false,
+		"share":      "disabled",
+		"permission": map[string]any{"*": "allow"},
+		"provider": map[string]any{"scripted": map[string]any{
+			"npm":     "@ai-sdk/openai-compatible",
+			"name":    "Scripted",
+			"options": map[string]any{"baseURL": m.srv.URL() + "/v1", "apiKey": "unused"},
+			"models":  map[string]any{"scripted-model": map[string]any{"name": "Scripted Model"}},
+		}},
+		"model":       "scripted/scripted-model",
+		"small_model": "scripted/scripted-model",
+	}
+	raw, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config/opencode/opencode.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		"HOME=" + filepath.Join(dir, "home"),
+		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"),
+		"XDG_DATA_HOME=" + filepath.Join(dir, "data"),
+		"XDG_CACHE_HOME=" + filepath.Join(dir, "cache"),
+		"XDG_STATE_HOME=" + filepath.Join(dir, "state"),
+		"OPENCODE_DISABLE_AUTOUPDATE=1",
+		"OPENCODE_DISABLE_MODELS_FETCH=1",
+		"OPENCODE_DISABLE_SHARE=1",
+		"OPENCODE_DISABLE_LSP_DOWNLOAD=1",
+		"OPENCODE_DISABLE_DEFAULT_PLUGINS=1",
+		"OPENCODE_PURE=1",
+		"OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1",
+	}
+	addr, err := testbin.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := testbin.Start("opencode", filepath.Join(dir, "opencode.log"), filepath.Join(dir, "project"), env, bin,
+		"serve", "--hostname", "127.0.0.1", "--port", testbin.Port(addr), "--print-logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := proc.Stop(testbin.StopTimeout); err != nil {
+			t.Logf("stop opencode: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("--- opencode log (%s), last lines:\n%s", proc.LogPath, proc.Tail(40))
+		}
+	})
+	base := "http://" + addr
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := testbin.WaitReady(ctx, proc, base+"/global/health"); err != nil {
+		t.Fatal(err)
+	}
+	p := newPipeline(t)
+	c, err := New(base, &http.Client{}, WithTracerProvider(p.tp), WithLedger(p.sp.Ledger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Shutdown(sctx); err != nil {
+			t.Errorf("client shutdown: %v", err)
+		}
+	})
+	return &server{url: base, client: c, p: p, model: m}
+}
+
+func (s *server) session(t *testing.T, title string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := s.client.CreateSession(ctx, title)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (s *server) prompt(t *testing.T, session, text string) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	res, err := s.client.Prompt(ctx, session, Prompt{Text: text})
+	if err != nil {
+		t.Fatalf("prompt %q: %v (model calls %v)", text, err, s.model.labels())
+	}
+	return res
+}
+
+func (s *server) wait(t *testing.T, id string) instrument.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	sum, err := s.client.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("wait %s: %v; summary %+v; model calls %v", id, err, sum, s.model.labels())
+	}
+	return sum
+}
+
+// checkUsage compares the summary's sums with the scripted model's.
+func checkUsage(t *testing.T, what string, got instrument.Summary, want instrument.Usage) {
+	t.Helper()
+	u := got.Usage
+	if u.InputTokens != want.InputTokens || u.OutputTokens != want.OutputTokens ||
+		u.CacheReadInputTokens != want.CacheReadInputTokens || u.ReasoningOutputTokens != want.ReasoningOutputTokens ||
+		u.ModelCalls != want.ModelCalls {
+		t.Errorf("%s usage:\n got %+v\nwant %+v", what, u, want)
+	}
+}
+
+const bgTask = `{"description":"child job","prompt":"CHILD please work","subagent_type":"general","background":true}`
+
+func TestServerForegroundBash(t *testing.T) {
+	s := startServer(t)
+	s.model.setRoute(func(q req) (string, scriptedmodel.Step) {
+		if q.lastRole == "tool" {
+			return "after-tool", scriptedmodel.Step{Text: "done"}
+		}
+		return "bash", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "bash", Arguments: `{"command":"echo hi","description":"say hi"}`}}}
+	})
+	sess := s.session(t, "foreground bash")
+	res := s.prompt(t, sess, "run echo")
+	if res.Text != "done" {
+		t.Errorf("answer %q", res.Text)
+	}
+	sum, ok := s.p.sp.Ledger().Summary(res.InvocationID)
+	if !ok || sum.Status != contract.StatusFinal {
+		t.Fatalf("not final when the prompt returned: %+v", sum)
+	}
+	checkUsage(t, "invocation", sum, s.model.sum("bash", "after-tool"))
+	if sum.Usage.AfterResultInputTokens != 0 || sum.Usage.BackgroundJobs != 0 {
+		t.Errorf("usage %+v", sum.Usage)
+	}
+	if n := len(spansNamed(s.p, "execute_tool bash")); n != 1 {
+		t.Errorf("%d bash tool spans", n)
+	}
+	if st, _ := s.client.Session(sess); st.OwesWork {
+		t.Errorf("session owes work: %+v", st)
+	}
+}
+
+// bgRoute answers a prompt containing "BG" with a background subagent
+// whose model call waits for childGate, the parent's next step only once
+// the child's call has arrived (so the child's call surely starts before
+// the result), and the continuation at once. Other prompts get a text
+// answer labelled "other".
+func bgRoute(childGate <-chan struct{}, childArrived chan<- struct{}, other func(req) (string, scriptedmodel.Step)) func(req) (string, scriptedmodel.Step) {
+	var once sync.Once
+	arrived := make(chan struct{})
+	return func(q req) (string, scriptedmodel.Step) {
+		switch {
+		case strings.Contains(q.firstUser, "CHILD"):
+			once.Do(func() {
+				close(arrived)
+				if childArrived != nil {
+					close(childArrived)
+				}
+			})
+			<-childGate
+			return "child", scriptedmodel.Step{Text: "child result"}
+		case strings.Contains(q.lastUser, "<task id="):
+			return "continuation", scriptedmodel.Step{Text: "noted"}
+		case strings.Contains(q.firstUser, "BG") && q.lastRole == "tool":
+			<-arrived
+			return "after-launch", scriptedmodel.Step{Text: "launched"}
+		case strings.Contains(q.lastUser, "BG"):
+			return "launch", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "task", Arguments: bgTask}}}
+		}
+		if other != nil {
+			return other(q)
+		}
+		return "other", scriptedmodel.Step{Text: "other"}
+	}
+}
+
+func TestServerBackgroundSubagent(t *testing.T) {
+	s := startServer(t)
+	gate := make(chan struct{})
+	s.model.setRoute(bgRoute(gate, nil, nil))
+	sess := s.session(t, "background subagent")
+	res := s.prompt(t, sess, "BG start a job")
+	sum, _ := s.p.sp.Ledger().Summary(res.InvocationID)
+	if sum.Status != contract.StatusPending {
+		t.Errorf("status at the result = %q, want pending (%+v)", sum.Status, sum)
+	}
+	if st, _ := s.client.Session(sess); !st.OwesWork || len(st.OpenJobs) != 1 {
+		t.Errorf("session state at the result: %+v", st)
+	}
+	close(gate)
+	sum = s.wait(t, res.InvocationID)
+	if sum.Status != contract.StatusFinal {
+		t.Fatalf("status %q: %+v", sum.Status, sum)
+	}
+	checkUsage(t, "invocation", sum, s.model.sum("launch", "after-launch", "child", "continuation"))
+	after := s.model.sum("continuation")
+	if sum.Usage.AfterResultInputTokens != after.InputTokens || sum.Usage.AfterResultOutputTokens != after.OutputTokens {
+		t.Errorf("after result %d/%d, want %d/%d (the continuation's)", sum.Usage.AfterResultInputTokens,
+			sum.Usage.AfterResultOutputTokens, after.InputTokens, after.OutputTokens)
+	}
+	if sum.Usage.BackgroundJobs != 1 || sum.Usage.Continuations != 1 {
+		t.Errorf("jobs %d continuations %d", sum.Usage.BackgroundJobs, sum.Usage.Continuations)
+	}
+	// The session owes nothing once the invocation is final.
+	if st, _ := s.client.Session(sess); st.OwesWork {
+		t.Errorf("session owes work after final: %+v", st)
+	}
+}
+
+func TestServerSecondPromptWhileJobRuns(t *testing.T) {
+	t.Run("second prompt done first", func(t *testing.T) {
+		s := startServer(t)
+		gate := make(chan struct{})
+		s.model.setRoute(bgRoute(gate, nil, nil))
+		sess := s.session(t, "second prompt")
+		first := s.prompt(t, sess, "BG start a job")
+		second := s.prompt(t, sess, "hello again")
+		sum2, _ := s.p.sp.Ledger().Summary(second.InvocationID)
+		if sum2.Status != contract.StatusFinal {
+			t.Errorf("second invocation not final at its result: %+v", sum2)
+		}
+		checkUsage(t, "second", sum2, s.model.sum("other"))
+		close(gate)
+		sum1 := s.wait(t, first.InvocationID)
+		checkUsage(t, "first", sum1, s.model.sum("launch", "after-launch", "child", "continuation"))
+		if sum1.Usage.Continuations != 1 {
+			t.Errorf("first: %d continuations", sum1.Usage.Continuations)
+		}
+		sum2 = s.wait(t, second.InvocationID)
+		checkUsage(t, "second after the continuation", sum2, s.model.sum("other"))
+	})
+	t.Run("notification during the second prompt", func(t *testing.T) {
+		s := startServer(t)
+		gate := make(chan struct{})
+		var sess string
+		slow := func(q req) (string, scriptedmodel.Step) {
+			// Let the child finish and wait until OpenCode has posted its
+			// notification into the session while this call runs.
+			close(gate)
+			deadline := time.Now().Add(60 * time.Second)
+			for time.Now().Before(deadline) && !hasNotification(s.url, sess) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			return "other", scriptedmodel.Step{Text: "slow answer"}
+		}
+		s.model.setRoute(bgRoute(gate, nil, slow))
+		sess = s.session(t, "notification during turn")
+		first := s.prompt(t, sess, "BG start a job")
+		second := s.prompt(t, sess, "slow question")
+		sum1 := s.wait(t, first.InvocationID)
+		checkUsage(t, "first", sum1, s.model.sum("launch", "after-launch", "child", "continuation"))
+		sum2 := s.wait(t, second.InvocationID)
+		checkUsage(t, "second", sum2, s.model.sum("other"))
+		if sum1.Usage.Continuations+int64(len(spansNamed(s.p, contract.SpanNameFollowupClosed))) != 1 {
+			t.Errorf("the followup was not settled exactly once: %+v", sum1)
+		}
+	})
+}
+
+// hasNotification reports whether session holds a completion
+// notification (read from the server, as a test oracle).
+func hasNotification(base, session string) bool {
+	resp, err := http.Get(base + "/session/" + session + "/message")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var msgs []messageWithParts
+	if json.NewDecoder(resp.Body).Decode(&msgs) != nil {
+		return false
+	}
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			if _, _, ok := parseNotification(p); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// serverUsage sums OpenCode's own record of the session and its child
+// sessions (GenAI sense): what the ledger must equal, no more, no less.
+func serverUsage(t *testing.T, base string, sessions ...string) instrument.Usage {
+	t.Helper()
+	var u instrument.Usage
+	for _, id := range sessions {
+		resp, err := http.Get(base + "/session/" + id + "/message")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []messageWithParts
+		err = json.NewDecoder(resp.Body).Decode(&msgs)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if m.Info.Role != "assistant" || m.Info.Tokens == nil {
+				continue
+			}
+			tk := m.Info.Tokens
+			u.InputTokens += tk.Input + tk.Cache.Read + tk.Cache.Write
+			u.OutputTokens += tk.Output + tk.Reasoning
+			u.CacheReadInputTokens += tk.Cache.Read
+			u.ReasoningOutputTokens += tk.Reasoning
+			u.ModelCalls++
+		}
+	}
+	return u
+}
+
+func childSessions(t *testing.T, base, parent string) []string {
+	t.Helper()
+	resp, err := http.Get(base + "/session/" + parent + "/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, len(out))
+	for _, s := range out {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+func TestServerAbortRacingCompletion(t *testing.T) {
+	s := startServer(t)
+	for _, order := range []string{"abort first", "release and abort together"} {
+		t.Run(order, func(t *testing.T) {
+			gate := make(chan struct{})
+			s.model.setRoute(bgRoute(gate, nil, nil))
+			sess := s.session(t, order)
+			closedBefore := len(spansNamed(s.p, contract.SpanNameFollowupClosed))
+			contsBefore := len(spansNamed(s.p, "continue_agent build"))
+			res := s.prompt(t, sess, "BG start a job")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if order == "abort first" {
+				if err := s.client.Abort(ctx, sess); err != nil {
+					t.Fatal(err)
+				}
+				close(gate)
+			} else {
+				close(gate)
+				if err := s.client.Abort(ctx, sess); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sum := s.wait(t, res.InvocationID)
+			if sum.Status != contract.StatusFinal {
+				t.Fatalf("status %q: %+v", sum.Status, sum)
+			}
+			closed := len(spansNamed(s.p, contract.SpanNameFollowupClosed)) - closedBefore
+			conts := len(spansNamed(s.p, "continue_agent build")) - contsBefore
+			if closed+conts != 1 {
+				t.Errorf("followup settled %d times (closed %d, continuations %d)", closed+conts, closed, conts)
+			}
+			if order == "abort first" && closed != 1 {
+				t.Errorf("abort before the completion: %d followup_closed spans", closed)
+			}
+			want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
+			checkUsage(t, "invocation vs OpenCode's records", sum, want)
+			if st, _ := s.client.Session(sess); st.OwesWork {
+				t.Errorf("session owes work: %+v", st)
+			}
+		})
+	}
+}
