@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/internal/contract"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
@@ -60,12 +62,6 @@ func newModel(t *testing.T) *model {
 	m.srv = scriptedmodel.New(scriptedmodel.Options{Responder: m.respond}).Start()
 	t.Cleanup(m.srv.Close)
 	return m
-}
-
-func (m *model) setRoute(f func(req) (string, scriptedmodel.Step)) {
-	m.mu.Lock()
-	m.route = f
-	m.mu.Unlock()
 }
 
 func (m *model) respond(r scriptedmodel.Request) scriptedmodel.Step {
@@ -140,6 +136,15 @@ func (m *model) sum(labels ...string) instrument.Usage {
 		}
 	}
 	return u
+}
+
+// reset forgets the calls so far and the route (between subtests that
+// share a server).
+func (m *model) reset(route func(req) (string, scriptedmodel.Step)) {
+	m.mu.Lock()
+	m.calls = nil
+	m.route = route
+	m.mu.Unlock()
 }
 
 func (m *model) labels() []string {
@@ -310,9 +315,21 @@ func checkUsage(t *testing.T, what string, got instrument.Summary, want instrume
 
 const bgTask = `{"description":"child job","prompt":"CHILD please work","subagent_type":"general","background":true}`
 
-func TestServerForegroundBash(t *testing.T) {
+// TestServer drives a real opencode serve through the scenarios of a
+// background job's life; the subtests share one server (it takes 10-20 s
+// to start) and run one after the other.
+func TestServer(t *testing.T) {
 	s := startServer(t)
-	s.model.setRoute(func(q req) (string, scriptedmodel.Step) {
+	t.Run("foreground bash", func(t *testing.T) { testForegroundBash(t, s) })
+	t.Run("background subagent", func(t *testing.T) { testBackgroundSubagent(t, s) })
+	t.Run("second prompt done first", func(t *testing.T) { testSecondPromptDoneFirst(t, s) })
+	t.Run("notification during the second prompt", func(t *testing.T) { testNotificationDuringSecondPrompt(t, s) })
+	t.Run("abort first", func(t *testing.T) { testAbortRacingCompletion(t, s, true) })
+	t.Run("abort racing the completion", func(t *testing.T) { testAbortRacingCompletion(t, s, false) })
+}
+
+func testForegroundBash(t *testing.T, s *server) {
+	s.model.reset(func(q req) (string, scriptedmodel.Step) {
 		if q.lastRole == "tool" {
 			return "after-tool", scriptedmodel.Step{Text: "done"}
 		}
@@ -373,10 +390,9 @@ func bgRoute(childGate <-chan struct{}, childArrived chan<- struct{}, other func
 	}
 }
 
-func TestServerBackgroundSubagent(t *testing.T) {
-	s := startServer(t)
+func testBackgroundSubagent(t *testing.T, s *server) {
 	gate := make(chan struct{})
-	s.model.setRoute(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(gate, nil, nil))
 	sess := s.session(t, "background subagent")
 	res := s.prompt(t, sess, "BG start a job")
 	sum, _ := s.p.sp.Ledger().Summary(res.InvocationID)
@@ -406,54 +422,75 @@ func TestServerBackgroundSubagent(t *testing.T) {
 	}
 }
 
-func TestServerSecondPromptWhileJobRuns(t *testing.T) {
-	t.Run("second prompt done first", func(t *testing.T) {
-		s := startServer(t)
-		gate := make(chan struct{})
-		s.model.setRoute(bgRoute(gate, nil, nil))
-		sess := s.session(t, "second prompt")
-		first := s.prompt(t, sess, "BG start a job")
-		second := s.prompt(t, sess, "hello again")
-		sum2, _ := s.p.sp.Ledger().Summary(second.InvocationID)
-		if sum2.Status != contract.StatusFinal {
-			t.Errorf("second invocation not final at its result: %+v", sum2)
-		}
-		checkUsage(t, "second", sum2, s.model.sum("other"))
+func testSecondPromptDoneFirst(t *testing.T, s *server) {
+	gate := make(chan struct{})
+	s.model.reset(bgRoute(gate, nil, nil))
+	sess := s.session(t, "second prompt")
+	first := s.prompt(t, sess, "BG start a job")
+	second := s.prompt(t, sess, "hello again")
+	sum2, _ := s.p.sp.Ledger().Summary(second.InvocationID)
+	if sum2.Status != contract.StatusFinal {
+		t.Errorf("second invocation not final at its result: %+v", sum2)
+	}
+	checkUsage(t, "second", sum2, s.model.sum("other"))
+	close(gate)
+	sum1 := s.wait(t, first.InvocationID)
+	checkUsage(t, "first", sum1, s.model.sum("launch", "after-launch", "child", "continuation"))
+	if sum1.Usage.Continuations != 1 {
+		t.Errorf("first: %d continuations", sum1.Usage.Continuations)
+	}
+	sum2 = s.wait(t, second.InvocationID)
+	checkUsage(t, "second after the continuation", sum2, s.model.sum("other"))
+}
+
+func testNotificationDuringSecondPrompt(t *testing.T, s *server) {
+	gate := make(chan struct{})
+	var sess string
+	slow := func(q req) (string, scriptedmodel.Step) {
+		// Let the child finish and wait until OpenCode has posted its
+		// notification into the session while this call runs.
 		close(gate)
-		sum1 := s.wait(t, first.InvocationID)
-		checkUsage(t, "first", sum1, s.model.sum("launch", "after-launch", "child", "continuation"))
-		if sum1.Usage.Continuations != 1 {
-			t.Errorf("first: %d continuations", sum1.Usage.Continuations)
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) && !hasNotification(s.url, sess) {
+			time.Sleep(50 * time.Millisecond)
 		}
-		sum2 = s.wait(t, second.InvocationID)
-		checkUsage(t, "second after the continuation", sum2, s.model.sum("other"))
-	})
-	t.Run("notification during the second prompt", func(t *testing.T) {
-		s := startServer(t)
-		gate := make(chan struct{})
-		var sess string
-		slow := func(q req) (string, scriptedmodel.Step) {
-			// Let the child finish and wait until OpenCode has posted its
-			// notification into the session while this call runs.
-			close(gate)
-			deadline := time.Now().Add(60 * time.Second)
-			for time.Now().Before(deadline) && !hasNotification(s.url, sess) {
-				time.Sleep(50 * time.Millisecond)
-			}
-			return "other", scriptedmodel.Step{Text: "slow answer"}
+		return "other", scriptedmodel.Step{Text: "slow answer"}
+	}
+	s.model.reset(bgRoute(gate, nil, slow))
+	sess = s.session(t, "notification during turn")
+	first := s.prompt(t, sess, "BG start a job")
+	second := s.prompt(t, sess, "slow question")
+	sum1 := s.wait(t, first.InvocationID)
+	checkUsage(t, "first", sum1, s.model.sum("launch", "after-launch", "child", "continuation"))
+	sum2 := s.wait(t, second.InvocationID)
+	checkUsage(t, "second", sum2, s.model.sum("other"))
+	if sum1.Usage.Continuations != 1 {
+		t.Errorf("first: %d continuations", sum1.Usage.Continuations)
+	}
+	// OpenCode ran the continuation inside the second prompt's call: the
+	// continuation's model call started before the second root ended, and
+	// still counts for the first invocation.
+	root2 := spanOf(s.p, "invoke_agent build", second.InvocationID)
+	var contCall bool
+	for _, c := range spansNamed(s.p, "chat scripted-model") {
+		if attr(c, contract.AttrInvocationID).AsString() == first.InvocationID && root2 != nil &&
+			c.StartTime().After(root2.StartTime()) && c.StartTime().Before(root2.EndTime()) &&
+			c.StartTime().After(spanOf(s.p, "invoke_agent build", first.InvocationID).EndTime()) {
+			contCall = true
 		}
-		s.model.setRoute(bgRoute(gate, nil, slow))
-		sess = s.session(t, "notification during turn")
-		first := s.prompt(t, sess, "BG start a job")
-		second := s.prompt(t, sess, "slow question")
-		sum1 := s.wait(t, first.InvocationID)
-		checkUsage(t, "first", sum1, s.model.sum("launch", "after-launch", "child", "continuation"))
-		sum2 := s.wait(t, second.InvocationID)
-		checkUsage(t, "second", sum2, s.model.sum("other"))
-		if sum1.Usage.Continuations+int64(len(spansNamed(s.p, contract.SpanNameFollowupClosed))) != 1 {
-			t.Errorf("the followup was not settled exactly once: %+v", sum1)
+	}
+	if !contCall {
+		t.Errorf("no model call of the first invocation ran during the second prompt")
+	}
+}
+
+func spanOf(p *pipeline, name, invocation string) sdktrace.ReadOnlySpan {
+	for _, sp := range spansNamed(p, name) {
+		if attr(sp, contract.AttrInvocationID).AsString() == invocation {
+			return sp
 		}
-	})
+	}
+	return nil
 }
 
 // hasNotification reports whether session holds a completion
@@ -529,46 +566,42 @@ func childSessions(t *testing.T, base, parent string) []string {
 	return ids
 }
 
-func TestServerAbortRacingCompletion(t *testing.T) {
-	s := startServer(t)
-	for _, order := range []string{"abort first", "release and abort together"} {
-		t.Run(order, func(t *testing.T) {
-			gate := make(chan struct{})
-			s.model.setRoute(bgRoute(gate, nil, nil))
-			sess := s.session(t, order)
-			closedBefore := len(spansNamed(s.p, contract.SpanNameFollowupClosed))
-			contsBefore := len(spansNamed(s.p, "continue_agent build"))
-			res := s.prompt(t, sess, "BG start a job")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if order == "abort first" {
-				if err := s.client.Abort(ctx, sess); err != nil {
-					t.Fatal(err)
-				}
-				close(gate)
-			} else {
-				close(gate)
-				if err := s.client.Abort(ctx, sess); err != nil {
-					t.Fatal(err)
-				}
-			}
-			sum := s.wait(t, res.InvocationID)
-			if sum.Status != contract.StatusFinal {
-				t.Fatalf("status %q: %+v", sum.Status, sum)
-			}
-			closed := len(spansNamed(s.p, contract.SpanNameFollowupClosed)) - closedBefore
-			conts := len(spansNamed(s.p, "continue_agent build")) - contsBefore
-			if closed+conts != 1 {
-				t.Errorf("followup settled %d times (closed %d, continuations %d)", closed+conts, closed, conts)
-			}
-			if order == "abort first" && closed != 1 {
-				t.Errorf("abort before the completion: %d followup_closed spans", closed)
-			}
-			want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
-			checkUsage(t, "invocation vs OpenCode's records", sum, want)
-			if st, _ := s.client.Session(sess); st.OwesWork {
-				t.Errorf("session owes work: %+v", st)
-			}
-		})
+func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
+	gate := make(chan struct{})
+	s.model.reset(bgRoute(gate, nil, nil))
+	sess := s.session(t, "abort")
+	closedBefore := len(spansNamed(s.p, contract.SpanNameFollowupClosed))
+	contsBefore := len(spansNamed(s.p, "continue_agent build"))
+	res := s.prompt(t, sess, "BG start a job")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if abortFirst {
+		if err := s.client.Abort(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+		close(gate)
+	} else {
+		close(gate)
+		if err := s.client.Abort(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := s.wait(t, res.InvocationID)
+	if sum.Status != contract.StatusFinal {
+		t.Fatalf("status %q: %+v", sum.Status, sum)
+	}
+	closed := len(spansNamed(s.p, contract.SpanNameFollowupClosed)) - closedBefore
+	conts := len(spansNamed(s.p, "continue_agent build")) - contsBefore
+	t.Logf("outcome: %d followup_closed, %d continuations; model calls %v", closed, conts, s.model.labels())
+	if closed+conts != 1 {
+		t.Errorf("followup settled %d times (closed %d, continuations %d)", closed+conts, closed, conts)
+	}
+	if abortFirst && closed != 1 {
+		t.Errorf("abort before the completion: %d followup_closed spans", closed)
+	}
+	want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
+	checkUsage(t, "invocation vs OpenCode's records", sum, want)
+	if st, _ := s.client.Session(sess); st.OwesWork {
+		t.Errorf("session owes work: %+v", st)
 	}
 }
