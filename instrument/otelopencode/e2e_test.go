@@ -326,6 +326,7 @@ func TestServer(t *testing.T) {
 	t.Run("notification during the second prompt", func(t *testing.T) { testNotificationDuringSecondPrompt(t, s) })
 	t.Run("abort first", func(t *testing.T) { testAbortRacingCompletion(t, s, true) })
 	t.Run("abort racing the completion", func(t *testing.T) { testAbortRacingCompletion(t, s, false) })
+	t.Run("abort during the continuation", func(t *testing.T) { testAbortDuringContinuation(t, s) })
 }
 
 func testForegroundBash(t *testing.T, s *server) {
@@ -361,21 +362,19 @@ func testForegroundBash(t *testing.T, s *server) {
 // the child's call has arrived (so the child's call surely starts before
 // the result), and the continuation at once. Other prompts get a text
 // answer labelled "other".
-func bgRoute(childGate <-chan struct{}, childArrived chan<- struct{}, other func(req) (string, scriptedmodel.Step)) func(req) (string, scriptedmodel.Step) {
+func bgRoute(childGate <-chan struct{}, contGate *gate, other func(req) (string, scriptedmodel.Step)) func(req) (string, scriptedmodel.Step) {
 	var once sync.Once
 	arrived := make(chan struct{})
 	return func(q req) (string, scriptedmodel.Step) {
 		switch {
 		case strings.Contains(q.firstUser, "CHILD"):
-			once.Do(func() {
-				close(arrived)
-				if childArrived != nil {
-					close(childArrived)
-				}
-			})
+			once.Do(func() { close(arrived) })
 			<-childGate
 			return "child", scriptedmodel.Step{Text: "child result"}
 		case strings.Contains(q.lastUser, "<task id="):
+			if contGate != nil {
+				contGate.pass()
+			}
 			return "continuation", scriptedmodel.Step{Text: "noted"}
 		case strings.Contains(q.firstUser, "BG") && q.lastRole == "tool":
 			<-arrived
@@ -388,6 +387,20 @@ func bgRoute(childGate <-chan struct{}, childArrived chan<- struct{}, other func
 		}
 		return "other", scriptedmodel.Step{Text: "other"}
 	}
+}
+
+// gate holds a request until opened, and tells when one arrived.
+type gate struct {
+	arrivedOnce sync.Once
+	arrived     chan struct{}
+	open        chan struct{}
+}
+
+func newGate() *gate { return &gate{arrived: make(chan struct{}), open: make(chan struct{})} }
+
+func (g *gate) pass() {
+	g.arrivedOnce.Do(func() { close(g.arrived) })
+	<-g.open
 }
 
 func testBackgroundSubagent(t *testing.T, s *server) {
@@ -604,4 +617,38 @@ func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
 	if st, _ := s.client.Session(sess); st.OwesWork {
 		t.Errorf("session owes work: %+v", st)
 	}
+}
+
+func testAbortDuringContinuation(t *testing.T, s *server) {
+	child := make(chan struct{})
+	cont := newGate()
+	s.model.reset(bgRoute(child, cont, nil))
+	sess := s.session(t, "abort during continuation")
+	closedBefore := len(spansNamed(s.p, contract.SpanNameFollowupClosed))
+	res := s.prompt(t, sess, "BG start a job")
+	close(child)
+	select {
+	case <-cont.arrived:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no continuation request; model calls %v", s.model.labels())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.client.Abort(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	close(cont.open)
+	sum := s.wait(t, res.InvocationID)
+	if sum.Status != contract.StatusFinal || sum.Usage.Continuations != 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if n := len(spansNamed(s.p, contract.SpanNameFollowupClosed)) - closedBefore; n != 0 {
+		t.Errorf("%d followup_closed spans for a followup the continuation discharged", n)
+	}
+	want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
+	checkUsage(t, "invocation vs OpenCode's records", sum, want)
+	// The aborted continuation call reported nothing; all else is exact.
+	exact := s.model.sum("launch", "after-launch", "child")
+	exact.ModelCalls++
+	checkUsage(t, "invocation vs the scripted model", sum, exact)
 }
