@@ -553,14 +553,19 @@ func (c *Client) Session(session string) (instrument.SessionState, error) {
 	return c.cfg.ledger.Session(session), nil
 }
 
+// HeaderInvocationID is the response header in which Transport returns the
+// invocation id of a prompt.
+const HeaderInvocationID = "Agentledger-Invocation-Id"
+
 // promptPath matches POST /session/:id/message.
 var promptPath = regexp.MustCompile(`/session/([^/]+)/message$`)
 
 // Transport returns an http.RoundTripper for clients of the OpenCode
 // server that the Client does not send itself (for example the generated
 // SDK, github.com/sst/opencode-sdk-go): every POST /session/:id/message
-// through it becomes an invocation exactly as with Prompt; other requests
-// pass unchanged. base is the transport that sends the requests
+// through it becomes an invocation exactly as with Prompt, whose id the
+// response carries in the header HeaderInvocationID; other requests pass
+// unchanged. base is the transport that sends the requests
 // (http.DefaultTransport when nil). The Client must be started.
 func (c *Client) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
@@ -589,8 +594,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otelopencode: reading prompt body: %w", err)
 	}
+	if trimmed := bytes.TrimSpace(body); len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+		// Not a prompt this package understands: send it as it is.
+		out := req.Clone(req.Context())
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		return t.base.RoundTrip(out)
+	}
 	var resp *http.Response
-	_, err = t.c.invoke(req.Context(), session, body, func(ctx context.Context, body []byte) ([]byte, error) {
+	id, err := t.c.invoke(req.Context(), session, body, func(ctx context.Context, body []byte) ([]byte, error) {
 		out := req.Clone(ctx)
 		out.Body = io.NopCloser(bytes.NewReader(body))
 		out.ContentLength = int64(len(body))
@@ -615,6 +626,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp != nil {
 		// An HTTP error status is the caller's to read, not a transport
 		// error.
+		resp.Header.Set(HeaderInvocationID, id)
 		return resp, nil
 	}
 	return nil, err

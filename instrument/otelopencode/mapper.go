@@ -90,6 +90,8 @@ type sessionState struct {
 	// orphans are assistant messages and parts of a child session seen
 	// before its job; they are replayed when the job is known.
 	orphans []messageWithParts
+	// launched are the jobs tool calls of this session started.
+	launched []*job
 }
 
 type userMsg struct {
@@ -134,9 +136,8 @@ type job struct {
 	ctx     context.Context
 	carrier instrument.Carrier
 	ended   bool
-	// finishedEarly records that the job's end was seen before the job
-	// (its span) was known.
-	finishedEarly bool
+	// settled is set once the job's followup is discharged or closed.
+	settled bool
 }
 
 func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, maxSessions int) *mapper {
@@ -211,6 +212,11 @@ func (s *sessionState) busy() bool {
 	}
 	for _, n := range s.notes {
 		if !n.resolved {
+			return true
+		}
+	}
+	for _, j := range s.launched {
+		if !j.settled {
 			return true
 		}
 	}
@@ -308,7 +314,8 @@ func (m *mapper) applyIdle(sessions []string) {
 }
 
 // tracked returns the sessions that have open spans or wait for
-// something: the ones to reconcile after a reconnect.
+// something, child sessions first: the ones to reconcile after a
+// reconnect.
 func (m *mapper) tracked() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -318,7 +325,15 @@ func (m *mapper) tracked() []string {
 			out = append(out, id)
 		}
 	}
-	sort.Strings(out)
+	// Child sessions first: a job's own end is read before the
+	// notification its parent session holds.
+	sort.Slice(out, func(i, j int) bool {
+		ci, cj := m.sessions[out[i]].parentID != "", m.sessions[out[j]].parentID != ""
+		if ci != cj {
+			return ci
+		}
+		return out[i] < out[j]
+	})
 	return out
 }
 
@@ -439,7 +454,7 @@ func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 		if n.resolved || n.msgID > info.ParentID {
 			continue
 		}
-		n.resolved = true
+		n.resolved, n.job.settled = true, true
 		_ = m.tracker.ConsumeFollowup(ctx, n.job.carrier)
 	}
 	return ctx
@@ -456,7 +471,7 @@ func (m *mapper) startContinuation(s *sessionState, info rawInfo) context.Contex
 		if n.resolved || n.msgID > info.ParentID || n.job.j.InvocationID() != inv {
 			continue
 		}
-		n.resolved = true
+		n.resolved, n.job.settled = true, true
 		carriers = append(carriers, n.job.carrier)
 	}
 	if len(carriers) == 0 {
@@ -582,6 +597,7 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 	jb := &job{key: key, kind: kind, j: j, ctx: ctx, carrier: j.Carrier()}
 	t.job = jb
 	m.jobs[key] = jb
+	s.launched = append(s.launched, jb)
 	if kind == KindSubagent {
 		child := m.session(key)
 		child.job = jb
@@ -649,6 +665,7 @@ func (m *mapper) endJob(jb *job, aborted bool, errMsg string) {
 	}
 	jb.j.End(outcome, true)
 	if aborted {
+		jb.settled = true
 		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonInterrupted, "")
 	}
 }
@@ -671,7 +688,7 @@ func (m *mapper) idle(id string) {
 	if s.aborted {
 		for _, n := range s.notes {
 			if !n.resolved {
-				n.resolved = true
+				n.resolved, n.job.settled = true, true
 				_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonInterrupted, "")
 			}
 		}

@@ -27,13 +27,19 @@ type pipeline struct {
 	tracker *instrument.Tracker
 }
 
-func newPipeline(t *testing.T) *pipeline {
+func newPipeline(t testing.TB) *pipeline {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	sp := instrument.NewSpanProcessor(rec)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	return &pipeline{tp: tp, rec: rec, sp: sp, tracker: instrument.NewTracker(instrument.WithTracerProvider(tp))}
+}
+
+func newPipelineTB(t testing.TB) *pipeline { return newPipeline(t) }
+
+func openFixture(name string) (*os.File, error) {
+	return os.Open(filepath.Join("testdata", name))
 }
 
 func (p *pipeline) mapper() *mapper {
