@@ -498,3 +498,38 @@ func TestSummarySendPermanentErrorDropped(t *testing.T) {
 	assert.Empty(t, summarySpans(next.AllTraces()))
 	require.NoError(t, p.Shutdown(context.Background()))
 }
+
+// checkIndex verifies the shard's bookkeeping: every heap entry and list
+// member is the live invocation of its id.
+func checkIndex(t *testing.T, s *shard) {
+	t.Helper()
+	for i, inv := range s.timers {
+		require.Same(t, s.invs[inv.ID], inv, "heap entry %d is stale", i)
+		require.Equal(t, i, inv.index.heapIdx)
+	}
+	for _, l := range []*invList{&s.open, &s.closed} {
+		n := 0
+		for inv := l.head; inv != nil && n <= len(s.invs); inv = inv.index.next {
+			require.Same(t, s.invs[inv.ID], inv, "list member is stale")
+			n++
+		}
+		require.Equal(t, l.n, n)
+	}
+	require.Equal(t, len(s.invs), s.open.n+s.closed.n)
+}
+
+func TestRecreatedWithinBatch(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.MaxOpenInvocations = 1 })
+	mk := func(inv string, id uint64) sp {
+		return sp{inv: inv, name: "chat", trace: id, id: id, start: 0, end: 1, op: contract.OpChat, usage: tokens(1, 1)}
+	}
+	// p is evicted by q, q by r (forgetting p: one closed slot), then p
+	// comes back as a new invocation in the same batch.
+	h.consume(batch(mk("p", 1), mk("q", 2), mk("r", 3), mk("p", 4)))
+	checkIndex(t, h.p.shards[0])
+	h.advance(time.Hour)
+	checkIndex(t, h.p.shards[0])
+	h.shutdown()
+	checkIndex(t, h.p.shards[0])
+	assert.Len(t, h.of("p"), 2)
+}

@@ -171,6 +171,13 @@ func (s *shard) get(id string, now int64, cfg *ledgerConfig, st *stats, out *[]s
 	return inv
 }
 
+// live reports whether inv is still the shard's invocation for its id: an
+// invocation forgotten within a batch may have been re-created under the
+// same id, and the stale object must not be touched again.
+func (s *shard) live(inv *invocation) bool {
+	return s.invs[inv.ID] == inv
+}
+
 // touch remembers that the invocation changed in the current batch.
 func (s *shard) touch(inv *invocation) {
 	if inv.index.touchedGen != s.gen {
@@ -182,7 +189,7 @@ func (s *shard) touch(inv *invocation) {
 // evaluate decides, after a batch or a timer, whether the invocation's
 // state calls for a summary, and reschedules its timer.
 func (s *shard) evaluate(inv *invocation, now int64, cfg *ledgerConfig, st *stats, out *[]summary) {
-	if _, live := s.invs[inv.ID]; !live {
+	if !s.live(inv) {
 		return // forgotten (capacity) while the batch was indexed
 	}
 	switch inv.Phase {
@@ -239,7 +246,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 		st.forgotten++
 		s.forget(s.closed.head)
 	}
-	if _, live := s.invs[inv.ID]; live {
+	if s.live(inv) {
 		if cfg.retention <= 0 {
 			s.forget(inv)
 		} else {
