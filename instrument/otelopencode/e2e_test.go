@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -327,6 +328,8 @@ func TestServer(t *testing.T) {
 	t.Run("abort first", func(t *testing.T) { testAbortRacingCompletion(t, s, true) })
 	t.Run("abort racing the completion", func(t *testing.T) { testAbortRacingCompletion(t, s, false) })
 	t.Run("abort during the continuation", func(t *testing.T) { testAbortDuringContinuation(t, s) })
+	t.Run("transport", func(t *testing.T) { testTransport(t, s) })
+	t.Run("stream cut while the job finishes", func(t *testing.T) { testStreamCut(t, s) })
 }
 
 func testForegroundBash(t *testing.T, s *server) {
@@ -651,4 +654,181 @@ func testAbortDuringContinuation(t *testing.T, s *server) {
 	exact := s.model.sum("launch", "after-launch", "child")
 	exact.ModelCalls++
 	checkUsage(t, "invocation vs the scripted model", sum, exact)
+}
+
+// testTransport sends the prompt with a plain HTTP client through
+// Client.Transport, as a user of another OpenCode client would.
+func testTransport(t *testing.T, s *server) {
+	gate := make(chan struct{})
+	s.model.reset(bgRoute(gate, nil, nil))
+	sess := s.session(t, "transport")
+	hc := &http.Client{Transport: s.client.Transport(nil)}
+	resp, err := hc.Post(s.url+"/session/"+sess+"/message", "application/json",
+		strings.NewReader(`{"parts":[{"type":"text","text":"BG via the transport"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer messageWithParts
+	err = json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || answer.Info.Role != "assistant" {
+		t.Fatalf("answer %s %+v: %v", resp.Status, answer.Info, err)
+	}
+	id := resp.Header.Get(HeaderInvocationID)
+	if id == "" {
+		t.Fatal("no invocation id header")
+	}
+	if sum, _ := s.p.sp.Ledger().Summary(id); sum.Status != contract.StatusPending {
+		t.Errorf("status at the result %q", sum.Status)
+	}
+	close(gate)
+	sum := s.wait(t, id)
+	checkUsage(t, "invocation", sum, s.model.sum("launch", "after-launch", "child", "continuation"))
+}
+
+// cutTransport breaks the first event stream on demand and holds the
+// reconnection until allowed.
+type cutTransport struct {
+	base  http.RoundTripper
+	cut   chan struct{}
+	allow chan struct{}
+
+	// mu guards n.
+	mu sync.Mutex
+	n  int
+}
+
+func (c *cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path != "/event" {
+		return c.base.RoundTrip(r)
+	}
+	c.mu.Lock()
+	c.n++
+	n := c.n
+	c.mu.Unlock()
+	if n > 1 {
+		select {
+		case <-c.allow:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	resp, err := c.base.RoundTrip(r)
+	if err != nil || n > 1 {
+		return resp, err
+	}
+	body := resp.Body
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-c.cut:
+			body.Close()
+		case <-done:
+		}
+	}()
+	resp.Body = &closeNotify{ReadCloser: body, done: done}
+	return resp, nil
+}
+
+type closeNotify struct {
+	io.ReadCloser
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *closeNotify) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.ReadCloser.Close()
+}
+
+// testStreamCut breaks the event stream after the prompt returned and
+// reconnects only once the job, its notification and the continuation are
+// over: the Client must read it all back from the server.
+func testStreamCut(t *testing.T, s *server) {
+	ct := &cutTransport{base: http.DefaultTransport, cut: make(chan struct{}), allow: make(chan struct{})}
+	c, err := New(s.url, &http.Client{Transport: ct}, WithTracerProvider(s.p.tp), WithLedger(s.p.sp.Ledger()),
+		WithReconnectBackoff(time.Millisecond, 10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	gate := make(chan struct{})
+	s.model.reset(bgRoute(gate, nil, nil))
+	sess := s.session(t, "stream cut")
+	res, err := c.Prompt(ctx, sess, Prompt{Text: "BG while the stream breaks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ct.cut)
+	close(gate)
+	s.model.waitArrived(t, "continuation")
+	// Wait (bounded) until OpenCode is done with the session.
+	for i := 0; ; i++ {
+		if i == 600 {
+			t.Fatalf("session %s still busy", sess)
+		}
+		if sessionIdle(t, s.url, sess) && lastAssistantDone(t, s.url, sess) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if sum, _ := s.p.sp.Ledger().Summary(res.InvocationID); sum.Status != contract.StatusPending {
+		t.Fatalf("final while the stream was down: %+v", sum)
+	}
+	close(ct.allow)
+	sum := s.wait(t, res.InvocationID)
+	checkUsage(t, "invocation", sum, s.model.sum("launch", "after-launch", "child", "continuation"))
+	if sum.Usage.Continuations != 1 || c.Stats().Reconnects < 1 {
+		t.Errorf("summary %+v, stats %+v", sum, c.Stats())
+	}
+}
+
+func sessionIdle(t *testing.T, base, session string) bool {
+	t.Helper()
+	resp, err := http.Get(base + "/session/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st map[string]json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	_, busy := st[session]
+	return !busy
+}
+
+func lastAssistantDone(t *testing.T, base, session string) bool {
+	t.Helper()
+	resp, err := http.Get(base + "/session/" + session + "/message")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var msgs []messageWithParts
+	if err := json.NewDecoder(resp.Body).Decode(&msgs); err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) == 0 {
+		return false
+	}
+	last := msgs[len(msgs)-1].Info
+	return last.Role == "assistant" && last.Time.Completed != 0 && strings.Contains(textOfParts(msgs[len(msgs)-1].Parts), "noted")
+}
+
+func textOfParts(ps []part) string {
+	var b strings.Builder
+	for _, p := range ps {
+		b.WriteString(p.Text)
+	}
+	return b.String()
 }
