@@ -1,0 +1,34 @@
+// Package otelopenai traces the model calls an agent makes through the
+// OpenAI Go SDK (github.com/openai/openai-go/v3), so that their token usage
+// is counted in the agentledger invocation ledger.
+//
+// Middleware returns an option.Middleware; give it to the client with
+// option.WithMiddleware. Each logical call to the chat completions,
+// responses or embeddings API becomes one CLIENT span ("chat {model}",
+// "embeddings {model}") started from the caller's context, so it is a child
+// of the caller's current span and carries the invocation's baggage. The
+// span records the GenAI semantic-convention attributes the response
+// actually carries: request and response model, response id, finish
+// reasons, the tool calls the model asked for (gen_ai.response.tool_calls,
+// "name:call_id"), and gen_ai.usage.input_tokens, output_tokens,
+// cache_read.input_tokens and reasoning.output_tokens.
+//
+// Streaming: when a chat completions stream does not ask for usage, the
+// middleware sets stream_options.include_usage=true on the request and
+// removes the extra usage-only chunk from the stream the caller reads, so
+// usage is always recorded without changing what the caller sees. The span
+// ends exactly once: when the stream's terminal event was read, when it
+// fails, or when the caller closes it early (then
+// gen_ai.response.stream_closed_early=true).
+//
+// Retries: the SDK runs its middleware once per attempt, inside its retry
+// loop. The middleware ties the attempts of one logical call together (by
+// the caller's span, the request and the SDK's X-Stainless-Retry-Count
+// header) so that a call retried after a 429 or 5xx is one span, with one
+// "attempt" event per attempt and its usage counted once. An attempt whose
+// error response the SDK discards to retry keeps the span open until the
+// next attempt; if none comes (the caller's context ends, or RetryWindow
+// passes) the span ends at the failed attempt's end time.
+//
+// Message content is recorded only with WithCaptureContent(true).
+package otelopenai // import "github.com/agentledger/agentledger/instrument/otelopenai"

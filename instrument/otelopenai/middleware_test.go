@@ -1,0 +1,405 @@
+package otelopenai_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument/otelopenai"
+	"github.com/agentledger/agentledger/internal/scriptedmodel"
+)
+
+type fixture struct {
+	server *scriptedmodel.Server
+	rec    *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+	client openai.Client
+}
+
+func newFixture(t *testing.T, maxRetries int, steps ...scriptedmodel.Step) *fixture {
+	return newFixtureOpts(t, maxRetries, nil, steps...)
+}
+
+func newFixtureOpts(t *testing.T, maxRetries int, opts []otelopenai.Option, steps ...scriptedmodel.Step) *fixture {
+	t.Helper()
+	f := &fixture{server: scriptedmodel.New(scriptedmodel.Options{Steps: steps}).Start(), rec: tracetest.NewSpanRecorder()}
+	t.Cleanup(f.server.Close)
+	f.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.rec))
+	f.client = openai.NewClient(
+		option.WithBaseURL(f.server.OpenAIBaseURL()),
+		option.WithAPIKey("test"),
+		option.WithMaxRetries(maxRetries),
+		option.WithMiddleware(otelopenai.Middleware(append([]otelopenai.Option{otelopenai.WithTracerProvider(f.tp)}, opts...)...)),
+	)
+	return f
+}
+
+func (f *fixture) only(t *testing.T) sdktrace.ReadOnlySpan {
+	t.Helper()
+	spans := f.rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("ended spans = %d, want 1", len(spans))
+	}
+	if n := len(f.rec.Started()); n != 1 {
+		t.Fatalf("started spans = %d, want 1", n)
+	}
+	return spans[0]
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[string]attribute.Value {
+	m := map[string]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[string(kv.Key)] = kv.Value
+	}
+	return m
+}
+
+func wantInt(t *testing.T, a map[string]attribute.Value, key string, want int64) {
+	t.Helper()
+	v, ok := a[key]
+	if !ok || v.AsInt64() != want {
+		t.Errorf("%s = %v (present %v), want %d", key, v.Emit(), ok, want)
+	}
+}
+
+func wantStr(t *testing.T, a map[string]attribute.Value, key, want string) {
+	t.Helper()
+	if v, ok := a[key]; !ok || v.Emit() != want {
+		t.Errorf("%s = %q (present %v), want %q", key, v.Emit(), ok, want)
+	}
+}
+
+func wantAbsent(t *testing.T, a map[string]attribute.Value, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if v, ok := a[k]; ok {
+			t.Errorf("%s = %v, want absent", k, v.Emit())
+		}
+	}
+}
+
+var usageKeys = []string{
+	"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+	"gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.reasoning.output_tokens",
+	"gen_ai.usage.cache_creation.input_tokens",
+}
+
+func params(text string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model:    "gpt-test",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
+	}
+}
+
+var fullUsage = scriptedmodel.Usage{InputTokens: 100, OutputTokens: 40, CacheReadTokens: 60, ReasoningTokens: 25}
+
+func TestChatPlain(t *testing.T) {
+	f := newFixtureOpts(t, 0, []otelopenai.Option{otelopenai.WithPropagators(propagation.TraceContext{})}, scriptedmodel.Step{
+		Text: "done", Model: "gpt-test-2026", ID: "chatcmpl-1", Usage: fullUsage,
+		ToolCalls: []scriptedmodel.ToolCall{{ID: "call_1", Name: "shell"}, {ID: "call_2", Name: "read"}},
+	})
+	tracer := f.tp.Tracer("caller")
+	ctx, parent := tracer.Start(context.Background(), "execute turn")
+	res, err := f.client.Chat.Completions.New(ctx, params("hi"))
+	parent.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Usage.PromptTokens != 100 {
+		t.Fatalf("caller's usage = %d", res.Usage.PromptTokens)
+	}
+	var s sdktrace.ReadOnlySpan
+	for _, sp := range f.rec.Ended() {
+		if sp.Name() == "chat gpt-test" {
+			s = sp
+		}
+	}
+	if s == nil {
+		t.Fatalf("no chat span among %d", len(f.rec.Ended()))
+	}
+	if s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Errorf("kind %v parent %v, want client child of caller", s.SpanKind(), s.Parent().SpanID())
+	}
+	a := attrs(s)
+	wantStr(t, a, "gen_ai.operation.name", "chat")
+	wantStr(t, a, "gen_ai.provider.name", "openai")
+	wantStr(t, a, "gen_ai.request.model", "gpt-test")
+	wantStr(t, a, "gen_ai.response.model", "gpt-test-2026")
+	wantStr(t, a, "gen_ai.response.id", "chatcmpl-1")
+	wantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
+	wantStr(t, a, "gen_ai.response.tool_calls", `["shell:call_1","read:call_2"]`)
+	wantStr(t, a, "server.address", "127.0.0.1")
+	wantInt(t, a, "gen_ai.usage.input_tokens", 100)
+	wantInt(t, a, "gen_ai.usage.output_tokens", 40)
+	wantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
+	wantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
+	wantAbsent(t, a, "gen_ai.usage.cache_creation.input_tokens", "error.type", "gen_ai.input.messages", "gen_ai.response.stream_closed_early")
+	if _, ok := a["server.port"]; !ok {
+		t.Error("server.port missing")
+	}
+	if s.Status().Code == codes.Error {
+		t.Errorf("status %v", s.Status())
+	}
+	// The server saw the trace context of the model-call span.
+	want := fmt.Sprintf("00-%s-%s-01", s.SpanContext().TraceID(), s.SpanContext().SpanID())
+	if got := f.server.Requests()[0].Header.Get("Traceparent"); got != want {
+		t.Errorf("traceparent = %q, want %q", got, want)
+	}
+}
+
+func TestChatStreaming(t *testing.T) {
+	for _, callerAsks := range []bool{false, true} {
+		t.Run(fmt.Sprint("caller_include_usage=", callerAsks), func(t *testing.T) {
+			f := newFixture(t, 0, scriptedmodel.Step{
+				Text: "streamed", Usage: fullUsage,
+				ToolCalls: []scriptedmodel.ToolCall{{ID: "call_s", Name: "grep", Arguments: `{"q":"x"}`}},
+			})
+			p := params("hi")
+			if callerAsks {
+				p.StreamOptions.IncludeUsage = openai.Bool(true)
+			}
+			st := f.client.Chat.Completions.NewStreaming(context.Background(), p)
+			var acc openai.ChatCompletionAccumulator
+			usageChunks := 0
+			for st.Next() {
+				ch := st.Current()
+				if len(ch.Choices) == 0 {
+					usageChunks++
+				}
+				acc.AddChunk(ch)
+			}
+			if err := st.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if acc.Choices[0].Message.Content != "streamed" {
+				t.Errorf("caller's content = %q", acc.Choices[0].Message.Content)
+			}
+			// The caller sees exactly what it asked for.
+			wantChunks := 0
+			if callerAsks {
+				wantChunks = 1
+			}
+			if usageChunks != wantChunks {
+				t.Errorf("caller saw %d usage-only chunks, want %d", usageChunks, wantChunks)
+			}
+			if r := f.server.Requests()[0]; !r.IncludeUsage {
+				t.Error("request to the server did not ask for usage")
+			}
+			a := attrs(f.only(t))
+			wantInt(t, a, "gen_ai.usage.input_tokens", 100)
+			wantInt(t, a, "gen_ai.usage.output_tokens", 40)
+			wantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
+			wantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
+			wantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
+			wantStr(t, a, "gen_ai.response.tool_calls", `["grep:call_s"]`)
+			wantStr(t, a, "gen_ai.response.id", "chatcmpl-scripted-1")
+			wantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+		})
+	}
+}
+
+func TestChatStreamClosedEarly(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Text: "a long streamed answer", Usage: fullUsage})
+	st := f.client.Chat.Completions.NewStreaming(context.Background(), params("hi"))
+	if !st.Next() {
+		t.Fatal(st.Err())
+	}
+	if n := len(f.rec.Ended()); n != 0 {
+		t.Fatalf("span ended before the stream: %d", n)
+	}
+	_ = st.Close()
+	_ = st.Close()
+	a := attrs(f.only(t))
+	wantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	wantAbsent(t, a, usageKeys...)
+}
+
+func TestChatStreamCut(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Text: "a long streamed answer", Usage: fullUsage, CutAfter: 3})
+	st := f.client.Chat.Completions.NewStreaming(context.Background(), params("hi"))
+	for st.Next() {
+	}
+	if st.Err() == nil {
+		t.Fatal("want a stream error")
+	}
+	s := f.only(t)
+	a := attrs(s)
+	wantStr(t, a, "error.type", "stream_error")
+	wantAbsent(t, a, usageKeys...)
+	if s.Status().Code != codes.Error {
+		t.Errorf("status = %v", s.Status())
+	}
+}
+
+func TestChatError(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Status: http.StatusBadRequest, ErrorMessage: "bad model"})
+	_, err := f.client.Chat.Completions.New(context.Background(), params("hi"))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+		t.Fatalf("err = %v", err)
+	}
+	s := f.only(t)
+	a := attrs(s)
+	wantStr(t, a, "error.type", "400")
+	wantAbsent(t, a, usageKeys...)
+	if s.Status().Code != codes.Error {
+		t.Errorf("status = %v", s.Status())
+	}
+	if n := len(s.Events()); n != 2 { // one attempt, one exception
+		t.Errorf("events = %d", n)
+	}
+}
+
+func TestChatRetry(t *testing.T) {
+	retryNow := http.Header{"Retry-After-Ms": {"1"}}
+	f := newFixture(t, 2,
+		scriptedmodel.Step{Status: http.StatusTooManyRequests, Header: retryNow},
+		scriptedmodel.Step{Status: http.StatusInternalServerError, Header: retryNow},
+		scriptedmodel.Step{Text: "ok", Usage: scriptedmodel.Usage{InputTokens: 9, OutputTokens: 3}},
+	)
+	if _, err := f.client.Chat.Completions.New(context.Background(), params("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.server.Requests()); n != 3 {
+		t.Fatalf("server saw %d requests", n)
+	}
+	s := f.only(t)
+	a := attrs(s)
+	wantInt(t, a, "gen_ai.usage.input_tokens", 9)
+	wantInt(t, a, "gen_ai.usage.output_tokens", 3)
+	wantInt(t, a, "http.request.resend_count", 2)
+	wantAbsent(t, a, "error.type")
+	if s.Status().Code == codes.Error {
+		t.Errorf("status = %v", s.Status())
+	}
+	var statuses []int64
+	for _, e := range s.Events() {
+		if e.Name != "attempt" {
+			continue
+		}
+		for _, kv := range e.Attributes {
+			if kv.Key == "http.response.status_code" {
+				statuses = append(statuses, kv.Value.AsInt64())
+			}
+		}
+	}
+	if fmt.Sprint(statuses) != "[429 500 200]" {
+		t.Errorf("attempt statuses = %v", statuses)
+	}
+}
+
+func TestChatRetriesExhausted(t *testing.T) {
+	retryNow := http.Header{"Retry-After-Ms": {"1"}}
+	f := newFixture(t, 1,
+		scriptedmodel.Step{Status: http.StatusTooManyRequests, Header: retryNow},
+		scriptedmodel.Step{Status: http.StatusTooManyRequests, Header: retryNow},
+		scriptedmodel.Step{Text: "not reached"},
+	)
+	if _, err := f.client.Chat.Completions.New(context.Background(), params("hi")); err == nil {
+		t.Fatal("want an error")
+	}
+	s := f.only(t)
+	a := attrs(s)
+	wantStr(t, a, "error.type", "429")
+	wantInt(t, a, "http.request.resend_count", 1)
+	if s.Status().Code != codes.Error {
+		t.Errorf("status = %v", s.Status())
+	}
+}
+
+func TestChatMissingUsage(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Text: "x", OmitUsage: true}, scriptedmodel.Step{Text: "y", OmitUsage: true})
+	if _, err := f.client.Chat.Completions.New(context.Background(), params("hi")); err != nil {
+		t.Fatal(err)
+	}
+	st := f.client.Chat.Completions.NewStreaming(context.Background(), params("hi"))
+	for st.Next() {
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	spans := f.rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("spans = %d", len(spans))
+	}
+	for _, s := range spans {
+		a := attrs(s)
+		wantAbsent(t, a, usageKeys...)
+		wantStr(t, a, "gen_ai.response.finish_reasons", `["stop"]`)
+	}
+}
+
+func TestConcurrentSessions(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	srv := scriptedmodel.New(scriptedmodel.Options{Responder: func(r scriptedmodel.Request) scriptedmodel.Step {
+		var n int
+		fmt.Sscanf(r.LastUserText(), "session %d", &n)
+		if r.Header.Get("X-Stainless-Retry-Count") == "0" && n%3 == 0 {
+			return scriptedmodel.Step{Status: 429, Header: http.Header{"Retry-After-Ms": {"1"}}}
+		}
+		return scriptedmodel.Step{Text: "ok", Usage: scriptedmodel.Usage{InputTokens: n, OutputTokens: 1}}
+	}}).Start()
+	defer srv.Close()
+	client := openai.NewClient(option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("k"), option.WithMaxRetries(1),
+		option.WithMiddleware(otelopenai.Middleware(otelopenai.WithTracerProvider(tp))))
+	const sessions = 12
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := params(fmt.Sprintf("session %d", i+1))
+			if i%2 == 0 {
+				_, _ = client.Chat.Completions.New(context.Background(), p)
+				return
+			}
+			st := client.Chat.Completions.NewStreaming(context.Background(), p)
+			for st.Next() {
+			}
+			_ = st.Close()
+		}()
+	}
+	wg.Wait()
+	spans := rec.Ended()
+	if len(spans) != sessions {
+		t.Fatalf("spans = %d, want %d", len(spans), sessions)
+	}
+	var sum int64
+	for _, s := range spans {
+		sum += attrs(s)["gen_ai.usage.input_tokens"].AsInt64()
+	}
+	if want := int64(sessions * (sessions + 1) / 2); sum != want {
+		t.Errorf("input tokens sum = %d, want %d", sum, want)
+	}
+}
+
+func TestCaptureContent(t *testing.T) {
+	srv := scriptedmodel.New(scriptedmodel.Options{Steps: []scriptedmodel.Step{{Text: "secret answer"}}}).Start()
+	defer srv.Close()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	client := openai.NewClient(option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("k"),
+		option.WithMiddleware(otelopenai.Middleware(otelopenai.WithTracerProvider(tp), otelopenai.WithCaptureContent(true), nil)))
+	if _, err := client.Chat.Completions.New(context.Background(), params("secret question")); err != nil {
+		t.Fatal(err)
+	}
+	a := attrs(rec.Ended()[0])
+	wantStr(t, a, "gen_ai.input.messages", `[{"content":"secret question","role":"user"}]`)
+	wantStr(t, a, "gen_ai.output.messages", `[{"parts":[{"content":"secret answer","type":"text"}],"role":"assistant"}]`)
+}
