@@ -96,8 +96,8 @@ func newMiddleware(cfg config) *middleware {
 
 // requestInfo is what the middleware reads from a request body.
 type requestInfo struct {
-	Model         string          `json:"model"`
-	Stream        bool            `json:"stream"`
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
