@@ -32,6 +32,8 @@ type event struct {
 }
 
 type eventProperties struct {
+	// Time is the event's time (message.part.updated), ms since the epoch.
+	Time      int64       `json:"time"`
 	SessionID string      `json:"sessionID"`
 	Info      *rawInfo    `json:"info"`
 	Part      *part       `json:"part"`

@@ -125,6 +125,7 @@ type assistantMsg struct {
 type toolPart struct {
 	ctx   context.Context
 	span  trace.Span
+	start time.Time
 	ended bool
 	job   *job
 }
@@ -261,7 +262,7 @@ func (m *mapper) handle(ev event) {
 		}
 	case evMessagePartUpdated:
 		if p.Part != nil {
-			m.part(*p.Part)
+			m.part(*p.Part, p.Time)
 		}
 	case evSessionError:
 		if p.SessionID != "" && p.Error != nil {
@@ -298,7 +299,7 @@ func (m *mapper) applyMessages(msgs []messageWithParts) {
 			if p.MessageID == "" {
 				p.MessageID = mp.Info.ID
 			}
-			m.part(p)
+			m.part(p, 0)
 		}
 	}
 }
@@ -501,7 +502,9 @@ func (m *mapper) endContinuation(s *sessionState, ct *contTurn) {
 	}
 }
 
-func (m *mapper) part(p part) {
+// part applies a message part; at is the event's time (0 when unknown),
+// the start of a tool call first seen before it runs.
+func (m *mapper) part(p part, at int64) {
 	if p.SessionID == "" || p.MessageID == "" {
 		return
 	}
@@ -533,12 +536,17 @@ func (m *mapper) part(p part) {
 				attribute.String(contract.AttrToolCallID, p.CallID),
 			),
 		}
-		if st := msTime(p.State.Time.Start); !st.IsZero() {
-			opts = append(opts, trace.WithTimestamp(st))
+		start := msTime(p.State.Time.Start)
+		if start.IsZero() {
+			start = msTime(at)
 		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		opts = append(opts, trace.WithTimestamp(start))
 		// Tools run in the turn, beside its model calls.
 		ctx, span := m.tracer.Start(a.turn, contract.OpExecuteTool+" "+p.Tool, opts...)
-		t = &toolPart{ctx: ctx, span: span}
+		t = &toolPart{ctx: ctx, span: span, start: start}
 		s.tools[p.ID] = t
 	}
 	m.toolJob(s, t, p)
@@ -552,6 +560,9 @@ func (m *mapper) part(p part) {
 	end := msTime(p.State.Time.End)
 	if end.IsZero() {
 		end = time.Now()
+	}
+	if end.Before(t.start) {
+		end = t.start
 	}
 	t.span.End(trace.WithTimestamp(end))
 }
@@ -619,7 +630,7 @@ func (m *mapper) replay(s *sessionState) {
 			m.message(o.Info)
 		}
 		for _, p := range o.Parts {
-			m.part(p)
+			m.part(p, 0)
 		}
 	}
 }
