@@ -28,10 +28,10 @@ func (w want) matches(l line) bool {
 }
 
 var (
-	fgWant   = want{in: 30, out: 6, calls: 3}
-	bgWant   = want{in: 40, out: 8, arIn: 10, arOut: 2, calls: 4, jobs: 1, conts: 1}
-	quietBg  = want{in: 30, out: 6, calls: 3, jobs: 1} // job ended, no continuation
-	noTitle  = want{in: 20, out: 4, calls: 2}          // a later prompt on a titled session
+	fgWant  = want{in: 30, out: 6, calls: 3}
+	bgWant  = want{in: 40, out: 8, arIn: 10, arOut: 2, calls: 4, jobs: 1, conts: 1}
+	quietBg = want{in: 30, out: 6, calls: 3, jobs: 1} // job ended, no continuation
+	noTitle = want{in: 20, out: 4, calls: 2}          // a later prompt on a titled session
 )
 
 type testApp struct {
