@@ -109,10 +109,10 @@ type invocation struct {
 	HasRemote      bool            `json:"has_remote"`
 	SpanLimitHit   bool            `json:"span_limit_hit"`
 
-	Spans  map[pcommon.SpanID]*spanState `json:"spans"`
-	Traces map[pcommon.TraceID]struct{}  `json:"traces"`
-	Early  []earlyCall                   `json:"early,omitempty"`
-	Conts  []spanRef                     `json:"continuation_roots,omitempty"`
+	Spans  map[pcommon.SpanID]spanState `json:"spans"`
+	Traces map[pcommon.TraceID]struct{} `json:"traces"`
+	Early  []earlyCall                  `json:"early,omitempty"`
+	Conts  []spanRef                    `json:"continuation_roots,omitempty"`
 
 	Usage          usage   `json:"usage"`
 	AfterInput     int64   `json:"after_input"`
@@ -148,7 +148,7 @@ func newInvocation(id string, now int64) *invocation {
 		LastArrival:   now,
 		LastDischarge: now,
 		Open:          1,
-		Spans:         make(map[pcommon.SpanID]*spanState, 8),
+		Spans:         make(map[pcommon.SpanID]spanState, 8),
 		Traces:        make(map[pcommon.TraceID]struct{}, 1),
 		index:         invIndex{heapIdx: -1},
 	}
@@ -189,13 +189,14 @@ func (inv *invocation) addInvalid(r string) {
 	inv.Invalid = append(inv.Invalid, r)
 }
 
-func (inv *invocation) state(id pcommon.SpanID) *spanState {
-	st := inv.Spans[id]
-	if st == nil {
-		st = &spanState{DeclaredChildren: -1, DeclaredFollowups: -1}
-		inv.Spans[id] = st
+// state returns a copy of the span ID's state, or a fresh one; callers
+// store it back. Values, not pointers, keep one allocation per span off the
+// hot path.
+func (inv *invocation) state(id pcommon.SpanID) spanState {
+	if st, ok := inv.Spans[id]; ok {
+		return st
 	}
-	return st
+	return spanState{DeclaredChildren: -1, DeclaredFollowups: -1}
 }
 
 func (inv *invocation) discharge(now int64) {
@@ -245,9 +246,15 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 	inv.Indexed++
 	inv.LastArrival = now
 	tid := sp.TraceID()
+	role := ""
+	if v, ok := attrs.Get(contract.AttrRole); ok && v.Type() == pcommon.ValueTypeStr {
+		role = v.Str()
+	}
 	if len(inv.Traces) == 0 {
 		inv.FirstTraceID = tid
-		inv.Resource = res.Attributes().AsRaw()
+		if role != contract.RoleRoot {
+			inv.Resource = res.Attributes().AsRaw() // the root's replaces it
+		}
 	}
 	inv.Traces[tid] = struct{}{}
 	if start := uint64(sp.StartTimestamp()); inv.MinStart == 0 || start < inv.MinStart {
@@ -266,10 +273,6 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 		}
 	}
 
-	role := ""
-	if v, ok := attrs.Get(contract.AttrRole); ok && v.Type() == pcommon.ValueTypeStr {
-		role = v.Str()
-	}
 	if role == contract.RoleRoot {
 		if inv.RootArrived {
 			inv.addAnomaly(anomalyExtraRoot + ":" + name)
@@ -288,19 +291,6 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 			}
 		} else {
 			inv.addInvalid(reasonInvalidCount + ":" + name)
-		}
-	}
-
-	if pid := sp.ParentSpanID(); !pid.IsEmpty() {
-		p := inv.state(pid)
-		before := p.ArrivedChildren
-		p.ArrivedChildren++
-		if p.Arrived && p.DeclaredChildren >= 0 {
-			if before < p.DeclaredChildren {
-				inv.discharge(now)
-			} else if !p.Remote {
-				inv.addAnomaly(contract.AnomalyExtraChildren + ":" + p.Name)
-			}
 		}
 	}
 
@@ -323,6 +313,21 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 		inv.Continuations++
 		inv.Conts = append(inv.Conts, spanRef{TraceID: tid, SpanID: id})
 	}
+	inv.Spans[id] = st
+
+	if pid := sp.ParentSpanID(); !pid.IsEmpty() {
+		p := inv.state(pid)
+		before := p.ArrivedChildren
+		p.ArrivedChildren++
+		if p.Arrived && p.DeclaredChildren >= 0 {
+			if before < p.DeclaredChildren {
+				inv.discharge(now)
+			} else if !p.Remote {
+				inv.addAnomaly(contract.AnomalyExtraChildren + ":" + p.Name)
+			}
+		}
+		inv.Spans[pid] = p
+	}
 
 	links := sp.Links()
 	for i := 0; i < links.Len(); i++ {
@@ -340,6 +345,7 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
 			inv.discharge(now)
 		}
+		inv.Spans[l.SpanID()] = t
 	}
 
 	if v, ok := attrs.Get(contract.AttrOperationName); ok && v.Type() == pcommon.ValueTypeStr {

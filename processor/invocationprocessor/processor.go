@@ -220,19 +220,13 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	if len(refs) == 0 {
 		return p.next.ConsumeTraces(ctx, td)
 	}
-	slices.SortStableFunc(refs, func(a, b indexRef) int { return a.shard - b.shard })
 	var st stats
 	var touched []*shard
-	for start := 0; start < len(refs); {
-		end := start + 1
-		for end < len(refs) && refs[end].shard == refs[start].shard {
-			end++
-		}
-		s := p.shards[refs[start].shard]
-		if p.indexShard(s, refs[start:end], now, &st) {
+	for _, group := range p.groupByShard(refs) {
+		s := p.shards[group[0].shard]
+		if p.indexShard(s, group, now, &st) {
 			touched = append(touched, s)
 		}
-		start = end
 	}
 	p.record(ctx, &st)
 
@@ -241,6 +235,43 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		errs = append(errs, p.flush(ctx, s, false))
 	}
 	return errors.Join(errs...)
+}
+
+// groupByShard orders refs by shard with a counting sort, keeping batch
+// order within a shard, and returns one slice per shard present.
+func (p *invocationProcessor) groupByShard(refs []indexRef) [][]indexRef {
+	first := refs[0].shard
+	same := true
+	for i := range refs {
+		if refs[i].shard != first {
+			same = false
+			break
+		}
+	}
+	if same {
+		return [][]indexRef{refs}
+	}
+	counts := make([]int, len(p.shards)+1)
+	for i := range refs {
+		counts[refs[i].shard+1]++
+	}
+	groups := make([][]indexRef, 0, len(p.shards))
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	sorted := make([]indexRef, len(refs))
+	next := slices.Clone(counts[:len(p.shards)])
+	for i := range refs {
+		sh := refs[i].shard
+		sorted[next[sh]] = refs[i]
+		next[sh]++
+	}
+	for sh := range p.shards {
+		if counts[sh+1] > counts[sh] {
+			groups = append(groups, sorted[counts[sh]:counts[sh+1]])
+		}
+	}
+	return groups
 }
 
 // indexShard indexes one shard's spans of a batch under its lock and

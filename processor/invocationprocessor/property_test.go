@@ -352,3 +352,58 @@ func TestPropertyFinalTotals(t *testing.T) {
 		})
 	}
 }
+
+// TestPropertyBoundedMemory delivers random graphs through tiny bounds
+// (few open invocations, few spans, short retention) and checks that the
+// shard bookkeeping stays consistent after every batch, every span passes
+// through, and every invocation still gets a final or incomplete summary.
+func TestPropertyBoundedMemory(t *testing.T) {
+	for it := range 20 {
+		seed := uint64(it) + 100
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 0xb0b))
+			g := &graphGen{r: r}
+			for i := range 8 {
+				g.invs = append(g.invs, g.invocation(fmt.Sprintf("inv-%d", i)))
+			}
+			g.linkConsumers()
+			var spans []sp
+			for _, inv := range g.invs {
+				spans = append(spans, inv.spans...)
+			}
+			r.Shuffle(len(spans), func(i, j int) { spans[i], spans[j] = spans[j], spans[i] })
+			h := newHarness(t, 1+r.IntN(3), func(c *Config) {
+				c.MaxOpenInvocations = 1 + r.IntN(4)
+				c.MaxSpansPerInvocation = 5 + r.IntN(30)
+				c.Retention = time.Duration(r.IntN(3)) * time.Second
+			})
+			sent := 0
+			for len(spans) > 0 {
+				n := 1 + r.IntN(min(10, len(spans)))
+				b := spans[:n]
+				if r.IntN(5) == 0 {
+					b = append(b, b[0]) // a duplicate
+				}
+				h.consume(batch(b...))
+				sent += len(b)
+				spans = spans[n:]
+				if r.IntN(3) == 0 {
+					h.advance(time.Duration(r.IntN(2000)) * time.Millisecond)
+				}
+				for _, s := range h.p.shards {
+					checkIndex(t, s)
+					require.LessOrEqual(t, s.open.n, s.cap)
+					require.LessOrEqual(t, s.closed.n, s.cap)
+				}
+			}
+			h.shutdown()
+			assert.Equal(t, sent, h.passed())
+			for _, inv := range g.invs {
+				got := h.of(inv.id)
+				require.NotEmpty(t, got, inv.id)
+				last := got[len(got)-1]
+				assert.NotEqual(t, contract.StatusPending, strAttr(last, contract.AttrStatus), inv.id)
+			}
+		})
+	}
+}

@@ -1,0 +1,109 @@
+package invocationprocessor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// benchBatches makes n batches of 10 complete invocations (60 spans) each,
+// with distinct ids, delivered children first so obligations are tracked
+// before they are discharged.
+func benchBatches(n int) []ptrace.Traces {
+	out := make([]ptrace.Traces, n)
+	for i := range out {
+		var spans []sp
+		for j := range 10 {
+			s := scenario(fmt.Sprintf("inv-%d-%d", i, j), uint64((i*10+j)*100))
+			for k := len(s) - 1; k >= 0; k-- {
+				spans = append(spans, s[k])
+			}
+		}
+		out[i] = batch(spans...)
+	}
+	return out
+}
+
+// BenchmarkConsumeTraces measures the processor against a pass-through
+// consumer in the same run; compare with benchstat. One op is one batch
+// of 60 spans that completes 10 invocations (retention 0, so ids recur as
+// new invocations when the batches cycle).
+func BenchmarkConsumeTraces(b *testing.B) {
+	batches := benchBatches(64)
+	spans := batches[0].SpanCount()
+	ctx := context.Background()
+
+	b.Run("passthrough", func(b *testing.B) {
+		next := consumertest.NewNop()
+		pass, err := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+			return next.ConsumeTraces(ctx, td)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if err := pass.ConsumeTraces(ctx, batches[i%len(batches)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*spans), "ns/span")
+	})
+
+	// scan is a pass-through that reads every span's invocation.id: the
+	// least any attribute-reading processor pays.
+	b.Run("scan", func(b *testing.B) {
+		next := consumertest.NewNop()
+		found := 0
+		scan, err := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+			forSpans(td, func(_ pcommon.Resource, s ptrace.Span) {
+				if v, ok := s.Attributes().Get(contract.AttrInvocationID); ok && v.Str() != "" {
+					found++
+				}
+			})
+			return next.ConsumeTraces(ctx, td)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if err := scan.ConsumeTraces(ctx, batches[i%len(batches)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*spans), "ns/span")
+		if found != b.N*spans {
+			b.Fatalf("scanned %d spans, want %d", found, b.N*spans)
+		}
+	})
+
+	b.Run("invocation", func(b *testing.B) {
+		cfg := createDefaultConfig().(*Config)
+		cfg.Retention = 0
+		p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if err := p.ConsumeTraces(ctx, batches[i%len(batches)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*spans), "ns/span")
+		if err := p.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
