@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/agentledger/agentledger/instrument"
@@ -239,6 +240,9 @@ func startServer(t *testing.T) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Idle keep-alive connections of the helpers' http.Get would keep
+		// the server's shutdown waiting.
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 		if err := proc.Stop(testbin.StopTimeout); err != nil {
 			t.Logf("stop opencode: %v", err)
 		}
@@ -330,6 +334,7 @@ func TestServer(t *testing.T) {
 	t.Run("abort during the continuation", func(t *testing.T) { testAbortDuringContinuation(t, s) })
 	t.Run("transport", func(t *testing.T) { testTransport(t, s) })
 	t.Run("stream cut while the job finishes", func(t *testing.T) { testStreamCut(t, s) })
+	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, s) })
 }
 
 func testForegroundBash(t *testing.T, s *server) {
@@ -831,4 +836,117 @@ func textOfParts(ps []part) string {
 		b.WriteString(p.Text)
 	}
 	return b.String()
+}
+
+// testCollector exports the spans of a few scenarios to the real
+// collector distribution (collector-config/local.yaml) and checks that its
+// invocation summaries equal the in-process ledger's.
+func testCollector(t *testing.T, s *server) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	root, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	addrs, err := testbin.NewCollectorAddrs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	proc, err := testbin.StartCollector(ctx, bin, filepath.Join(root, "collector-config", "local.yaml"), addrs, filepath.Join(dir, "collector.log"))
+	if proc != nil {
+		t.Cleanup(func() {
+			if err := proc.Stop(testbin.StopTimeout); err != nil {
+				t.Logf("stop collector: %v", err)
+			}
+			if t.Failed() {
+				t.Logf("--- collector log, last lines:\n%s", proc.Tail(30))
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := instrument.NewSpanProcessor(sdktrace.NewBatchSpanProcessor(exp))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	c, err := New(s.url, &http.Client{}, WithTracerProvider(tp), WithLedger(sp.Ledger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Shutdown(context.Background()) }()
+
+	var ids []string
+	prompt := func(sess, text string) string {
+		res, err := c.Prompt(ctx, sess, Prompt{Text: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.InvocationID)
+		return res.InvocationID
+	}
+	// A background job with a second prompt while it runs.
+	gate := make(chan struct{})
+	s.model.reset(bgRoute(gate, nil, nil))
+	sess := s.session(t, "collector 1")
+	prompt(sess, "BG start a job")
+	prompt(sess, "hello again")
+	close(gate)
+	// An abort before the job completes.
+	gate = make(chan struct{})
+	s.model.reset(bgRoute(gate, nil, nil))
+	sess = s.session(t, "collector 2")
+	prompt(sess, "BG start a job")
+	if err := c.Abort(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+
+	local := map[string]instrument.Summary{}
+	for _, id := range ids {
+		sum, err := c.Wait(ctx, id)
+		if err != nil || sum.Status != contract.StatusFinal {
+			t.Fatalf("ledger %s: %v %+v", id, err, sum)
+		}
+		local[id] = sum
+	}
+	if err := tp.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var closed map[string]testbin.Summary
+	err = testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		sums, err := testbin.ReadSummaries(addrs.TracesFile)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		closed = testbin.Closed(sums)
+		for _, id := range ids {
+			if _, ok := closed[id]; !ok {
+				return false, "no closing summary for " + id, nil
+			}
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		l, r := local[id], closed[id]
+		u := l.Usage
+		got := []int64{r.InputTokens, r.OutputTokens, r.CacheReadTokens, r.CacheCreationTokens, r.ReasoningTokens,
+			r.AfterResultInputTokens, r.AfterResultOutputTokens, r.ModelCalls, r.BackgroundJobs, r.Continuations}
+		want := []int64{u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens, u.ReasoningOutputTokens,
+			u.AfterResultInputTokens, u.AfterResultOutputTokens, u.ModelCalls, u.BackgroundJobs, u.Continuations}
+		if fmt.Sprint(got) != fmt.Sprint(want) || r.Status != contract.StatusFinal || len(r.Anomalies) > 0 {
+			t.Errorf("invocation %s: collector %s %v anomalies %v, ledger %s %v", id, r.Status, got, r.Anomalies, l.Status, want)
+		}
+	}
 }
