@@ -20,6 +20,7 @@ const (
 	evSessionStatus      = "session.status"
 	evSessionIdle        = "session.idle"
 	evSessionError       = "session.error"
+	evSessionDeleted     = "session.deleted"
 	evMessageUpdated     = "message.updated"
 	evMessagePartUpdated = "message.part.updated"
 )
@@ -159,7 +160,7 @@ func parseEvent(data []byte) (ev event, known bool, err error) {
 	ev.Type = head.Type
 	switch head.Type {
 	case evSessionCreated, evSessionUpdated, evSessionStatus, evSessionIdle,
-		evSessionError, evMessageUpdated, evMessagePartUpdated:
+		evSessionError, evSessionDeleted, evMessageUpdated, evMessagePartUpdated:
 	default:
 		return ev, false, nil
 	}

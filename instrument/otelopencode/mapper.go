@@ -281,7 +281,59 @@ func (m *mapper) handle(ev event) {
 		if p.SessionID != "" {
 			m.idle(p.SessionID)
 		}
+	case evSessionDeleted:
+		if p.Info != nil && p.Info.ID != "" {
+			m.deleted(p.Info.ID)
+		}
 	}
+}
+
+// errDeleted is recorded on spans a session's deletion cut short.
+var errDeleted = errors.New("opencode: session deleted")
+
+// deleted handles a deleted session: what it still ran ends, and the
+// followups of the jobs it launched that no turn answered are closed with
+// reason session_closed.
+func (m *mapper) deleted(id string) {
+	s, ok := m.sessions[id]
+	if !ok {
+		return
+	}
+	if s.current != nil {
+		m.endContinuation(s, s.current)
+	}
+	for _, a := range s.assistants {
+		if a.span != nil && !a.ended {
+			a.ended = true
+			a.span.SetStatus(codes.Error, errDeleted.Error())
+			a.span.End()
+		}
+	}
+	for _, t := range s.tools {
+		if t.span != nil && !t.ended {
+			t.ended = true
+			t.span.SetStatus(codes.Error, errDeleted.Error())
+			t.span.End()
+		}
+	}
+	if s.job != nil {
+		m.endJob(s.job, false, errDeleted.Error())
+	}
+	for _, n := range s.notes {
+		if !n.resolved {
+			n.resolved, n.job.settled = true, true
+			_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonSessionClosed, "")
+		}
+	}
+	for _, jb := range s.launched {
+		if jb.settled {
+			continue
+		}
+		m.endJob(jb, false, errDeleted.Error())
+		jb.settled = true
+		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonSessionClosed, "")
+	}
+	delete(m.sessions, id)
 }
 
 // applyMessages applies the messages of one session as listed by the

@@ -1,0 +1,212 @@
+package otelopencode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// script builds events in the shapes recorded in testdata (see
+// testdata/README.md) for orders of events the recordings do not cover.
+type script struct {
+	t  *testing.T
+	m  *mapper
+	ms int64
+}
+
+func (s *script) send(format string, args ...any) {
+	s.t.Helper()
+	data := fmt.Sprintf(format, args...)
+	ev, known, err := parseEvent([]byte(data))
+	if err != nil || !known {
+		s.t.Fatalf("crafted event %s: known %v, %v", data, known, err)
+	}
+	s.m.handle(ev)
+}
+
+func (s *script) now() int64 { s.ms += 10; return s.ms }
+
+func (s *script) session(id, parent string) {
+	s.send(`{"type":"session.created","properties":{"sessionID":%q,"info":{"id":%q,"parentID":%q}}}`, id, id, parent)
+}
+
+func (s *script) user(session, id string) {
+	s.send(`{"type":"message.updated","properties":{"sessionID":%q,"info":{"id":%q,"sessionID":%q,"role":"user","time":{"created":%d}}}}`,
+		session, id, session, s.now())
+}
+
+func (s *script) notification(session, id, job string) {
+	s.user(session, id)
+	s.send(`{"type":"message.part.updated","properties":{"sessionID":%q,"part":{"type":"text","synthetic":true,"text":"<task id=\"%s\" state=\"completed\">\n<summary>done</summary>","messageID":%q,"sessionID":%q,"id":"prt_%s"}}}`,
+		session, job, id, session, id)
+}
+
+// call is one model call: an assistant message created and completed,
+// with OpenCode's token fields (input without cache, output without
+// reasoning).
+func (s *script) call(session, id, parent string, input, output, cacheRead int64) {
+	created := s.now()
+	s.send(`{"type":"message.updated","properties":{"sessionID":%q,"info":{"id":%q,"sessionID":%q,"role":"assistant","parentID":%q,"modelID":"m","providerID":"p","agent":"build","tokens":{"input":0,"output":0,"reasoning":0,"cache":{"read":0,"write":0}},"time":{"created":%d}}}}`,
+		session, id, session, parent, created)
+	s.send(`{"type":"message.updated","properties":{"sessionID":%q,"info":{"id":%q,"sessionID":%q,"role":"assistant","parentID":%q,"modelID":"m","providerID":"p","agent":"build","cost":0.5,"finish":"stop","tokens":{"input":%d,"output":%d,"reasoning":0,"cache":{"read":%d,"write":0}},"time":{"created":%d,"completed":%d}}}}`,
+		session, id, session, parent, input, output, cacheRead, created, s.now())
+}
+
+// launch is a model call whose task tool starts a background subagent
+// in session child.
+func (s *script) launch(session, id, parent, child string) {
+	created := s.now()
+	s.send(`{"type":"message.updated","properties":{"sessionID":%q,"info":{"id":%q,"sessionID":%q,"role":"assistant","parentID":%q,"modelID":"m","providerID":"p","time":{"created":%d}}}}`,
+		session, id, session, parent, created)
+	s.send(`{"type":"message.part.updated","properties":{"sessionID":%q,"part":{"type":"tool","tool":"task","callID":"call_%s","state":{"status":"pending","input":{},"raw":""},"id":"prt_%s","sessionID":%q,"messageID":%q},"time":%d}}`,
+		session, id, id, session, id, s.now())
+	s.session(child, session)
+	s.send(`{"type":"message.part.updated","properties":{"sessionID":%q,"part":{"type":"tool","tool":"task","callID":"call_%s","state":{"status":"running","input":{"background":true},"metadata":{"sessionId":%q,"background":true},"time":{"start":%d}},"id":"prt_%s","sessionID":%q,"messageID":%q},"time":%d}}`,
+		session, id, child, s.now(), id, session, id, s.now())
+	s.send(`{"type":"message.part.updated","properties":{"sessionID":%q,"part":{"type":"tool","tool":"task","callID":"call_%s","state":{"status":"completed","input":{"background":true},"metadata":{"sessionId":%q,"background":true,"jobId":%q},"time":{"start":%d,"end":%d}},"id":"prt_%s","sessionID":%q,"messageID":%q},"time":%d}}`,
+		session, id, child, child, created, s.now(), id, session, id, s.now())
+	s.send(`{"type":"message.updated","properties":{"sessionID":%q,"info":{"id":%q,"sessionID":%q,"role":"assistant","parentID":%q,"modelID":"m","providerID":"p","finish":"tool-calls","tokens":{"input":10,"output":1,"reasoning":0,"cache":{"read":0,"write":0}},"time":{"created":%d,"completed":%d}}}}`,
+		session, id, session, parent, created, s.now())
+}
+
+func (s *script) idle(session string) {
+	s.send(`{"type":"session.idle","properties":{"sessionID":%q}}`, session)
+}
+
+func (s *script) end(inv *instrument.Invocation) {
+	inv.End(trace.WithTimestamp(time.UnixMilli(s.now())))
+}
+
+// A notification that a turn of another invocation read before it got a
+// turn of its own: the job's followup is closed consumed_by that
+// invocation, whose turn links to the job; each keeps its own usage.
+func TestConsumedByAnotherInvocation(t *testing.T) {
+	p := newPipeline(t)
+	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
+	s.session("ses_A", "")
+	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+	s.m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.user("ses_A", "msg_01")
+	s.launch("ses_A", "msg_02", "msg_01", "ses_C")
+	s.call("ses_A", "msg_03", "msg_01", 20, 2, 0)
+	s.idle("ses_A")
+	s.m.promptDone("ses_A", "msg_01")
+	s.end(inv1)
+
+	s.user("ses_C", "msg_04")
+	s.call("ses_C", "msg_05", "msg_04", 30, 3, 5)
+	s.idle("ses_C")
+
+	// The notification is posted, and the caller's next prompt lands
+	// before the session's loop picks the notification up: the turn
+	// answers the newest user message, the prompt.
+	ctx2, inv2 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+	s.m.registerPrompt("ses_A", "msg_07", ctx2)
+	s.notification("ses_A", "msg_06", "ses_C")
+	s.user("ses_A", "msg_07")
+	s.call("ses_A", "msg_08", "msg_07", 40, 4, 0)
+	s.idle("ses_A")
+	s.m.promptDone("ses_A", "msg_07")
+	s.end(inv2)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sum1, err := p.sp.Ledger().Wait(ctx, inv1.ID())
+	if err != nil {
+		t.Fatalf("first: %v %+v", err, sum1)
+	}
+	sum2, err := p.sp.Ledger().Wait(ctx, inv2.ID())
+	if err != nil {
+		t.Fatalf("second: %v %+v", err, sum2)
+	}
+	if u := sum1.Usage; u.InputTokens != 10+20+35 || u.OutputTokens != 1+2+3 || u.Continuations != 0 || u.ModelCalls != 3 {
+		t.Errorf("first usage %+v", u)
+	}
+	if u := sum2.Usage; u.InputTokens != 40 || u.OutputTokens != 4 || u.ModelCalls != 1 {
+		t.Errorf("second usage %+v", u)
+	}
+	closed := spansNamed(p, contract.SpanNameFollowupClosed)
+	if len(closed) != 1 || attr(closed[0], contract.AttrFollowupReason).AsString() != contract.ReasonConsumedBy ||
+		attr(closed[0], contract.AttrFollowupConsumer).AsString() != inv2.ID() ||
+		attr(closed[0], contract.AttrInvocationID).AsString() != inv1.ID() {
+		t.Fatalf("followup_closed spans %v", closed)
+	}
+	root2 := spanOf(p, "invoke_agent build", inv2.ID())
+	var consumed bool
+	for _, l := range root2.Links() {
+		for _, kv := range l.Attributes {
+			consumed = consumed || (string(kv.Key) == contract.AttrLink && kv.Value.AsString() == contract.LinkConsumed)
+		}
+	}
+	if !consumed {
+		t.Errorf("the consuming turn has no consumed link: %v", root2.Links())
+	}
+}
+
+// Deleting the session while its job runs closes the job's followup with
+// reason session_closed; the invocation becomes final.
+func TestSessionDeletedWhileJobRuns(t *testing.T) {
+	p := newPipeline(t)
+	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
+	s.session("ses_A", "")
+	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+	s.m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.user("ses_A", "msg_01")
+	s.launch("ses_A", "msg_02", "msg_01", "ses_C")
+	s.call("ses_A", "msg_03", "msg_01", 20, 2, 0)
+	s.idle("ses_A")
+	s.m.promptDone("ses_A", "msg_01")
+	s.end(inv1)
+	if sum, _ := p.sp.Ledger().Summary(inv1.ID()); sum.Status != contract.StatusPending {
+		t.Fatalf("status %q with a job running", sum.Status)
+	}
+	s.send(`{"type":"session.deleted","properties":{"info":{"id":"ses_A"}}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sum, err := p.sp.Ledger().Wait(ctx, inv1.ID())
+	if err != nil || sum.Status != contract.StatusFinal {
+		t.Fatalf("%v %+v", err, sum)
+	}
+	closed := spansNamed(p, contract.SpanNameFollowupClosed)
+	if len(closed) != 1 || attr(closed[0], contract.AttrFollowupReason).AsString() != contract.ReasonSessionClosed {
+		t.Fatalf("followup_closed spans %v", closed)
+	}
+}
+
+// Events replayed (a reconnect reads back what the stream already
+// delivered) change nothing.
+func TestReplayedEventsChangeNothing(t *testing.T) {
+	p := newPipeline(t)
+	m := p.mapper()
+	events := readFixture(t, "background_task.sse")
+	var prompt string
+	for _, data := range events {
+		ev, known, _ := parseEvent(data)
+		if known && ev.Type == evMessageUpdated && ev.Properties.Info.Role == "user" && prompt == "" {
+			prompt = ev.Properties.Info.ID
+			ctx, inv := p.tracker.StartInvocation(context.Background(), "build", ev.Properties.Info.SessionID)
+			m.registerPrompt(ev.Properties.Info.SessionID, prompt, ctx)
+			defer inv.End()
+		}
+	}
+	for range 2 {
+		for _, data := range events {
+			ev, known, _ := parseEvent(data)
+			if known {
+				m.handle(ev)
+			}
+		}
+	}
+	if n := len(spansNamed(p, "chat scripted-model")); n != 4 {
+		t.Errorf("%d model-call spans after a replay, want 4", n)
+	}
+	if n := len(spansNamed(p, "continue_agent build")); n != 1 {
+		t.Errorf("%d continuations after a replay, want 1", n)
+	}
+}
