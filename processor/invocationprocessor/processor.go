@@ -159,12 +159,15 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 	stop, done := p.stop, p.done
 	p.stop, p.done = nil, nil
 	p.lifeMu.Unlock()
+	var errs []error
 	if stop != nil {
 		close(stop)
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return ctx.Err()
+			// Still summarise what is open: shard state is safe to use
+			// while a last tick finishes.
+			errs = append(errs, fmt.Errorf("waiting for the timer goroutine: %w", ctx.Err()))
 		}
 	}
 	now := p.clock.Now().UnixNano()
@@ -175,12 +178,15 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	p.record(ctx, &st)
-	var errs []error
 	for _, s := range p.shards {
 		errs = append(errs, p.flush(ctx, s, true))
 	}
 	p.tel.Shutdown()
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err != nil {
+		p.logger.Error("invocation summaries at shutdown were not all delivered", zap.Error(err))
+	}
+	return err
 }
 
 // indexRef is one span of the batch routed to a shard.
