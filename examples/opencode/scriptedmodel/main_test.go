@@ -14,7 +14,9 @@ func request(msgs ...map[string]any) scriptedmodel.Request {
 	return scriptedmodel.Request{Body: map[string]any{"messages": items}}
 }
 
-func msg(role string, content any) map[string]any { return map[string]any{"role": role, "content": content} }
+func msg(role string, content any) map[string]any {
+	return map[string]any{"role": role, "content": content}
+}
 
 func TestRespondRoutes(t *testing.T) {
 	sys := msg("system", "you are opencode")
