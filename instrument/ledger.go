@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -134,6 +135,11 @@ type node struct {
 	arrivedFollowups  int
 }
 
+type modelCall struct {
+	start   time.Time
+	in, out int64
+}
+
 type invocationState struct {
 	id, session, agent string
 	nodes              map[trace.SpanID]*node
@@ -145,11 +151,14 @@ type invocationState struct {
 	latestEnd   time.Time
 	settleUntil time.Time
 	usage       Usage
-	status      string
-	reasons     []string
-	anomalies   []string
-	anomalySet  map[string]struct{}
-	revision    int
+	// preRoot holds the model calls that arrived before the root, to
+	// split off their after-result part once the root's end is known.
+	preRoot    []modelCall
+	status     string
+	reasons    []string
+	anomalies  []string
+	anomalySet map[string]struct{}
+	revision   int
 
 	openJobs     map[trace.SpanID]JobInfo
 	runningConts map[trace.SpanID]struct{}
@@ -357,6 +366,13 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 			inv.rootArrived = true
 			inv.rootEnd = s.EndTime()
 			inv.open--
+			for _, c := range inv.preRoot {
+				if c.start.After(inv.rootEnd) {
+					inv.usage.AfterResultInputTokens += c.in
+					inv.usage.AfterResultOutputTokens += c.out
+				}
+			}
+			inv.preRoot = nil
 		}
 		l.setSession(inv, session, agent)
 	case contract.RoleContinuation:
@@ -420,7 +436,10 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 		inv.usage.CacheReadInputTokens += usage[2]
 		inv.usage.CacheCreationInputTokens += usage[3]
 		inv.usage.ReasoningOutputTokens += usage[4]
-		if inv.rootArrived && s.StartTime().After(inv.rootEnd) {
+		switch {
+		case !inv.rootArrived:
+			inv.preRoot = append(inv.preRoot, modelCall{start: s.StartTime(), in: usage[0], out: usage[1]})
+		case s.StartTime().After(inv.rootEnd):
 			inv.usage.AfterResultInputTokens += usage[0]
 			inv.usage.AfterResultOutputTokens += usage[1]
 		}
@@ -560,10 +579,14 @@ func (l *Ledger) openReasons(inv *invocationState) []string {
 		}
 	}
 	if inv.open == 0 && inv.rootArrived && inv.settleUntil.After(l.clock.Now()) {
-		reasons = append(reasons, contract.ReasonRemoteSettling+":"+inv.id)
+		for _, n := range inv.nodes {
+			if n.arrived && n.remote {
+				reasons = append(reasons, contract.ReasonRemoteSettling+":"+n.name)
+			}
+		}
 	}
 	sort.Strings(reasons)
-	return reasons
+	return slices.Compact(reasons)
 }
 
 func (l *Ledger) summaryLocked(inv *invocationState) Summary {

@@ -227,7 +227,7 @@ func TestLedgerRemoteSettle(t *testing.T) {
 	}
 	job.End(nil, false)
 	inv.End()
-	wantStatus(t, p.summary(t, inv.ID()), contract.StatusPending, "remote_settling:"+inv.ID())
+	wantStatus(t, p.summary(t, inv.ID()), contract.StatusPending, "remote_settling:background shell")
 
 	done := make(chan Summary)
 	go func() {
