@@ -300,7 +300,11 @@ func TestPropertyFinalTotals(t *testing.T) {
 				}
 			}
 
-			h := newHarness(t, 1+r.IntN(8), nil)
+			h := newHarness(t, 1+r.IntN(8), func(c *Config) { c.RemoteSettle = 40 * time.Millisecond })
+			// The real timer goroutine runs too (every 10ms, on the fake
+			// clock), so -race sees ticks interleaved with ingestion.
+			require.NoError(t, h.p.Start(context.Background(), nil))
+			defer h.shutdown()
 			deliver(t, r, h, spans)
 			h.advance(3 * time.Second) // remote settle
 			for _, s := range h.of(victim.id) {
