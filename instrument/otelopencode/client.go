@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,10 @@ import (
 
 	"github.com/agentledger/agentledger/instrument"
 )
+
+// ErrNotStarted is returned by Prompt before Start: without the event
+// stream the Client would miss the work the prompt leaves running.
+var ErrNotStarted = errors.New("otelopencode: client not started (call Start)")
 
 // ErrNoLedger is returned by Wait and Session of a Client made without
 // WithLedger.
@@ -153,6 +158,12 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("otelopencode: shutdown: %w", ctx.Err())
 	}
+}
+
+func (c *Client) started() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done != nil
 }
 
 func (c *Client) run(ctx context.Context, done chan struct{}) {
@@ -417,6 +428,9 @@ type Result struct {
 // and tool calls have started. Background jobs the prompt launched go on;
 // Wait tells when the invocation is final.
 func (c *Client) Prompt(ctx context.Context, session string, p Prompt) (*Result, error) {
+	if !c.started() {
+		return nil, ErrNotStarted
+	}
 	body := map[string]any{}
 	if len(p.Parts) > 0 {
 		body["parts"] = p.Parts
@@ -468,7 +482,7 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 		_ = json.Unmarshal(raw, &msgID)
 	}
 	if msgID == "" {
-		msgID = c.ids.next(time.Now())
+		msgID = c.ids.next(time.Now(), c.m.nextAfter(session))
 		fields["messageID"], _ = json.Marshal(msgID)
 	}
 	agent := c.cfg.agent
@@ -582,7 +596,7 @@ type transport struct {
 // RoundTrip implements http.RoundTripper.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	m := promptPath.FindStringSubmatch(req.URL.Path)
-	if req.Method != http.MethodPost || m == nil || req.Body == nil {
+	if req.Method != http.MethodPost || m == nil || req.Body == nil || !t.c.started() {
 		return t.base.RoundTrip(req)
 	}
 	session, err := url.PathUnescape(m[1])
@@ -646,7 +660,10 @@ type idSource struct {
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-func (s *idSource) next(now time.Time) string {
+// next returns a new id for now that sorts after the id after (when given
+// and OpenCode's: a server clock ahead of ours must not put a prompt
+// before the messages it follows).
+func (s *idSource) next(now time.Time, after string) string {
 	ms := now.UnixMilli()
 	s.mu.Lock()
 	if ms != s.lastMS {
@@ -655,6 +672,11 @@ func (s *idSource) next(now time.Time) string {
 	s.counter++
 	v := (ms*0x1000 + s.counter) & (1<<48 - 1)
 	s.mu.Unlock()
+	if len(after) >= 16 && strings.HasPrefix(after, "msg_") {
+		if prev, err := strconv.ParseInt(after[4:16], 16, 64); err == nil && prev >= v {
+			v = (prev + 1) & (1<<48 - 1)
+		}
+	}
 	var rnd [14]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails
 	for i, b := range rnd {

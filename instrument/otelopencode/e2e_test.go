@@ -326,6 +326,7 @@ const bgTask = `{"description":"child job","prompt":"CHILD please work","subagen
 func TestServer(t *testing.T) {
 	s := startServer(t)
 	t.Run("foreground bash", func(t *testing.T) { testForegroundBash(t, s) })
+	t.Run("foreground subagent", func(t *testing.T) { testForegroundSubagent(t, s) })
 	t.Run("background subagent", func(t *testing.T) { testBackgroundSubagent(t, s) })
 	t.Run("second prompt done first", func(t *testing.T) { testSecondPromptDoneFirst(t, s) })
 	t.Run("notification during the second prompt", func(t *testing.T) { testNotificationDuringSecondPrompt(t, s) })
@@ -362,6 +363,41 @@ func testForegroundBash(t *testing.T, s *server) {
 	}
 	if st, _ := s.client.Session(sess); st.OwesWork {
 		t.Errorf("session owes work: %+v", st)
+	}
+}
+
+// A foreground subagent's model calls are the invocation's, under the
+// task tool's span, and the invocation is final at its result.
+func testForegroundSubagent(t *testing.T, s *server) {
+	s.model.reset(func(q req) (string, scriptedmodel.Step) {
+		switch {
+		case strings.Contains(q.firstUser, "CHILD"):
+			return "child", scriptedmodel.Step{Text: "child result"}
+		case q.lastRole == "tool":
+			return "after-task", scriptedmodel.Step{Text: "the subagent said: child result"}
+		}
+		return "task", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "task",
+			Arguments: `{"description":"child job","prompt":"CHILD please work","subagent_type":"general"}`}}}
+	})
+	sess := s.session(t, "foreground subagent")
+	res := s.prompt(t, sess, "delegate")
+	sum, _ := s.p.sp.Ledger().Summary(res.InvocationID)
+	if sum.Status != contract.StatusFinal {
+		t.Fatalf("not final at the result: %+v", sum)
+	}
+	checkUsage(t, "invocation", sum, s.model.sum("task", "child", "after-task"))
+	if sum.Usage.BackgroundJobs != 0 || sum.Usage.AfterResultInputTokens != 0 {
+		t.Errorf("usage %+v", sum.Usage)
+	}
+	tool := spanOf(s.p, "execute_tool task", res.InvocationID)
+	var under int
+	for _, c := range spansNamed(s.p, "chat scripted-model") {
+		if tool != nil && c.Parent().SpanID() == tool.SpanContext().SpanID() {
+			under++
+		}
+	}
+	if under != 1 {
+		t.Errorf("%d model calls under the task tool's span, want the subagent's 1", under)
 	}
 }
 

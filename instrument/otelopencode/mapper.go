@@ -92,6 +92,11 @@ type sessionState struct {
 	orphans []messageWithParts
 	// launched are the jobs tool calls of this session started.
 	launched []*job
+	// maxMsg is the greatest message id seen in the session. floor is
+	// maxMsg when the session last owed nothing: everything up to it is
+	// done and forgotten, and events about it are ignored (OpenCode's
+	// message ids ascend).
+	maxMsg, floor string
 }
 
 type userMsg struct {
@@ -229,7 +234,9 @@ func (s *sessionState) busy() bool {
 func (m *mapper) registerPrompt(session, msgID string, ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.session(session).users[msgID] = &userMsg{owner: ctx}
+	s := m.session(session)
+	s.users[msgID] = &userMsg{owner: ctx}
+	s.maxMsg = max(s.maxMsg, msgID)
 }
 
 // promptDone drops the registration of a prompt whose root has ended.
@@ -240,6 +247,7 @@ func (m *mapper) promptDone(session, msgID string) {
 		if u, ok := s.users[msgID]; ok {
 			u.owner = nil
 		}
+		m.prune(s)
 	}
 }
 
@@ -395,6 +403,10 @@ func (m *mapper) message(info rawInfo) {
 		return
 	}
 	s := m.session(info.SessionID)
+	if info.ID <= s.floor {
+		return
+	}
+	s.maxMsg = max(s.maxMsg, info.ID)
 	switch info.Role {
 	case "user":
 		if _, ok := s.users[info.ID]; !ok {
@@ -561,6 +573,10 @@ func (m *mapper) part(p part, at int64) {
 		return
 	}
 	s := m.session(p.SessionID)
+	if p.MessageID <= s.floor {
+		return
+	}
+	s.maxMsg = max(s.maxMsg, p.MessageID)
 	if jobKey, _, ok := parseNotification(p); ok {
 		m.notification(s, p.MessageID, jobKey)
 		return
@@ -759,6 +775,33 @@ func (m *mapper) idle(id string) {
 			s.aborted = false
 		}
 	}
+	m.prune(s)
+}
+
+// prune forgets the messages of a session that owes nothing, so a long
+// session's state stays small.
+func (m *mapper) prune(s *sessionState) {
+	if s.busy() || len(s.orphans) > 0 || s.maxMsg == "" {
+		return
+	}
+	s.floor = s.maxMsg
+	clear(s.users)
+	clear(s.assistants)
+	clear(s.tools)
+	clear(s.conts)
+	s.notes = nil
+	s.launched = nil
+}
+
+// nextAfter returns the greatest message id seen in session ("" if none),
+// which a new prompt's id must sort after.
+func (m *mapper) nextAfter(session string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sessions[session]; ok {
+		return s.maxMsg
+	}
+	return ""
 }
 
 // completed reports whether assistant message msgID of session has
@@ -769,6 +812,9 @@ func (m *mapper) completed(session, msgID string) (bool, <-chan struct{}) {
 	defer m.mu.Unlock()
 	if s, ok := m.sessions[session]; ok {
 		if a, ok := s.assistants[msgID]; ok && (a.ended || a.span == nil) {
+			return true, nil
+		}
+		if msgID <= s.floor {
 			return true, nil
 		}
 	}

@@ -147,6 +147,19 @@ func TestStartFailsWhileServerDown(t *testing.T) {
 	}
 }
 
+func TestPromptBeforeStart(t *testing.T) {
+	c, err := New("http://127.0.0.1:1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Prompt(context.Background(), "ses_x", Prompt{Text: "hi"}); !errors.Is(err, ErrNotStarted) {
+		t.Errorf("Prompt before Start = %v", err)
+	}
+	if _, err := c.Wait(context.Background(), "x"); !errors.Is(err, ErrNoLedger) {
+		t.Errorf("Wait without ledger = %v", err)
+	}
+}
+
 func TestNewRejectsBadURL(t *testing.T) {
 	for _, u := range []string{"", "127.0.0.1:4096", "ftp://x", "http://[::1"} {
 		if _, err := New(u, nil); err == nil {
@@ -160,15 +173,21 @@ func TestMessageIDsAscend(t *testing.T) {
 	now := time.UnixMilli(1795947604000)
 	var ids []string
 	for i := 0; i < 50; i++ {
-		ids = append(ids, s.next(now.Add(time.Duration(i/10)*time.Millisecond)))
+		ids = append(ids, s.next(now.Add(time.Duration(i/10)*time.Millisecond), ""))
 	}
 	if !sort.StringsAreSorted(ids) {
 		t.Errorf("ids not ascending: %v", ids)
 	}
 	// The recorded OpenCode id msg_226d179be001... was made at
 	// 1795947604...; ours for a later time must sort after it.
-	if id := s.next(time.UnixMilli(1795947604900)); id <= "msg_226d179be001MVKRMKIt8DyqkU" || len(id) != len("msg_226d179be001MVKRMKIt8DyqkU") {
+	if id := s.next(time.UnixMilli(1795947604900), ""); id <= "msg_226d179be001MVKRMKIt8DyqkU" || len(id) != len("msg_226d179be001MVKRMKIt8DyqkU") {
 		t.Errorf("id %q does not sort after OpenCode's of the same second", id)
+	}
+	// A server clock ahead of ours: the id still sorts after the
+	// session's latest message.
+	ahead := "msg_ffff00000001MVKRMKIt8DyqkU"
+	if id := s.next(now, ahead); id <= ahead || !strings.HasPrefix(id, "msg_ffff00000002") {
+		t.Errorf("id %q does not sort after %q", id, ahead)
 	}
 }
 
