@@ -15,7 +15,7 @@ import (
 // Prometheus query must return a series with a finite value, a Jaeger search
 // at least one trace. agent and service are the reference agent's, for the
 // Jaeger searches.
-func checkDashboardQueries(t *testing.T, ctx context.Context, st liveStack, agent, service string) {
+func checkDashboardQueries(t *testing.T, st liveStack, agent, service string) {
 	panels, err := dashboards.Panels()
 	if err != nil {
 		t.Fatal(err)
@@ -23,6 +23,7 @@ func checkDashboardQueries(t *testing.T, ctx context.Context, st liveStack, agen
 	if len(panels) == 0 {
 		t.Fatal("dashboards.Panels() returned no queries")
 	}
+	t.Logf("running %d dashboard panel queries", len(panels))
 	promVars := dashboards.DefaultVars()
 	promVars["service"] = service
 	for _, p := range panels {
@@ -34,7 +35,7 @@ func checkDashboardQueries(t *testing.T, ctx context.Context, st liveStack, agen
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
-			ok, why := promHasData(ctx, st.prom, q, p.Instant)
+			ok, why := promHasData(st.prom, q, p.Instant)
 			if !ok {
 				t.Errorf("%s: %s returned no data: %s", name, q, why)
 			}
@@ -47,7 +48,9 @@ func checkDashboardQueries(t *testing.T, ctx context.Context, st liveStack, agen
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			n, err := jaegerV1Search(ctx, st.jaeger.QueryHTTP, params)
+			cancel()
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 			} else if n == 0 {
@@ -61,8 +64,8 @@ func checkDashboardQueries(t *testing.T, ctx context.Context, st liveStack, agen
 
 // promHasData polls (bounded) until the query returns a finite value: rate()
 // needs two scrapes of a series, so the first answers may be empty.
-func promHasData(ctx context.Context, prom, query string, instant bool) (bool, string) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+func promHasData(prom, query string, instant bool) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	why := ""
 	err := testbin.Poll(ctx, time.Second, func() (bool, string, error) {

@@ -87,8 +87,9 @@ func startLiveStack(t *testing.T) liveStack {
 // that every dashboard panel query returns data.
 func TestFullPath(t *testing.T) {
 	st := startLiveStack(t)
-	agentBin := testbin.BuildT(t, "./examples/shellagent")
 	started := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*waitBudget)
+	defer cancel()
 
 	// An invocation whose background job never reports back.
 	t0 := time.Now().Add(-time.Second).Truncate(time.Millisecond)
@@ -97,8 +98,25 @@ func TestFullPath(t *testing.T) {
 	const timeoutID = "e2e-timeout-1"
 	exportOTLP(t, st.collector.OTLPGRPC, batch(t0, timeoutID, troot, tchat, ttool, tjob))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 4*waitBudget)
-	defer cancel()
+	// A hand-made background invocation with known totals, under the
+	// timeout invocation's agent and service so that it stays out of the
+	// shellagent totals below.
+	root, chat1, tool, job, cont, chat2 := backgroundInvocation(0x60)
+	root.attrs[contract.AttrAgentName] = timeoutAgent
+	handMade := testbin.AgentInvocation{
+		InvocationID: "e2e-hand-made", Scenario: "hand-made", SessionID: "session-1", Status: contract.StatusFinal,
+		InputTokens: 400, OutputTokens: 70, CacheReadInputTokens: 240, ReasoningOutputTokens: 5,
+		AfterResultInputTokens: 300, AfterResultOutputTokens: 50,
+		ModelCalls: 2, BackgroundJobs: 1, Continuations: 1, TimeToFinalMS: 3000,
+	}
+	exportOTLP(t, st.collector.OTLPGRPC, batch(t0, handMade.InvocationID, cont, chat2, chat1, job, tool, root))
+	hm := waitJaegerSummaries(t, ctx, st.jaeger.QueryHTTP, t0, []testbin.AgentInvocation{handMade})[handMade.InvocationID]
+	if m := testbin.Mismatches(handMade, hm); len(m) > 0 {
+		t.Errorf("hand-made invocation: summary in Jaeger disagrees: %s", strings.Join(m, "; "))
+	}
+	checkBackgroundTraces(t, ctx, st.jaeger.QueryHTTP, handMade, hm)
+
+	agentBin := testbin.BuildT(t, "./examples/shellagent")
 	runScenario := func(name string) []testbin.AgentInvocation {
 		t.Helper()
 		res, err := testbin.RunAgent(ctx, agentBin, nil, "-scenario", name, "-otlp", st.collector.OTLPGRPC)
@@ -147,11 +165,11 @@ func TestFullPath(t *testing.T) {
 		t.Errorf("%s: status %s reasons %v, want incomplete with %s", timeoutID, timedOut.Status, timedOut.IncompleteReasons, contract.ReasonOpenTimeout)
 	}
 
-	checkPrometheusTotals(t, ctx, st.prom, results)
+	checkPrometheusTotals(t, st.prom, results)
 
 	t.Run("dashboards", func(t *testing.T) {
 		agent := closed[results[0].InvocationID]
-		checkDashboardQueries(t, ctx, st, agent.AgentName, agent.Service)
+		checkDashboardQueries(t, st, agent.AgentName, agent.Service)
 	})
 }
 
@@ -333,7 +351,7 @@ func checkFollowsFromV1(t *testing.T, ctx context.Context, query, traceID, spanI
 // checkPrometheusTotals waits for the Prometheus token totals to equal the
 // agents' own sums; the hand-made timeout invocation (another service and
 // agent) is left out of every query.
-func checkPrometheusTotals(t *testing.T, ctx context.Context, prom string, results []testbin.AgentInvocation) {
+func checkPrometheusTotals(t *testing.T, prom string, results []testbin.AgentInvocation) {
 	t.Helper()
 	var in, out, cacheRead, reasoning, afterIn, afterOut, final float64
 	for _, r := range results {
@@ -364,12 +382,16 @@ func checkPrometheusTotals(t *testing.T, ctx context.Context, prom string, resul
 		{`sum(agentledger_invocations_total{invocation_status="final",` + agentSel + `})`, final},
 		{`sum(agentledger_invocation_time_to_final_milliseconds_count{` + agentSel + `})`, final},
 		{fmt.Sprintf(`sum(agentledger_invocation_incomplete_total{gen_ai_agent_name=%q})`, timeoutAgent), 1},
+		{fmt.Sprintf(`sum(agentledger_invocation_tokens_total{gen_ai_token_type="input",gen_ai_agent_name=%q})`, timeoutAgent), 400 + 100},
 		{`sum(otelcol_processor_invocation_open_invocations)`, 0},
 	}
 	for _, c := range checks {
+		// Each check gets its own bound so that one wrong total does not
+		// starve the others of time.
+		cctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 		var got float64
-		err := testbin.Poll(ctx, 250*time.Millisecond, func() (bool, string, error) {
-			s, err := testbin.PromQuery(ctx, prom, c.query)
+		err := testbin.Poll(cctx, 250*time.Millisecond, func() (bool, string, error) {
+			s, err := testbin.PromQuery(cctx, prom, c.query)
 			if err != nil {
 				return false, "", err
 			}
@@ -379,6 +401,7 @@ func checkPrometheusTotals(t *testing.T, ctx context.Context, prom string, resul
 			got = s[0].Value
 			return got == c.want, fmt.Sprintf("value %v", got), nil
 		})
+		cancel()
 		if err != nil {
 			t.Errorf("%s: want %v: %v", c.query, c.want, err)
 		}
