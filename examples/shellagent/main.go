@@ -53,7 +53,7 @@ func main() {
 	flag.StringVar(&cfg.scenario, "scenario", "background", "scenario to run")
 	flag.BoolVar(&cfg.all, "all", false, "run every scenario")
 	flag.StringVar(&cfg.otlp, "otlp", "", "OTLP/gRPC endpoint host:port (insecure); none: in-process ledger only")
-	flag.StringVar(&cfg.model, "model", "", "OpenAI-compatible base URL; none: start the scripted model server in process")
+	flag.StringVar(&cfg.model, "model", "", "OpenAI-compatible base URL (it must answer like the scripted responder in scenario.go; the consumed and interrupt-queued scenarios hold a response only in process); none: start the scripted model server in process")
 	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "longest wait for every invocation to be final")
 	flag.DurationVar(&cfg.remoteSettle, "remote-settle", instrument.DefaultRemoteSettle, "the ledger's remote settle time")
 	flag.Parse()
