@@ -182,6 +182,11 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	step(w, "waiting for %d invocation summaries (at most %v)", len(results), o.timeout)
 	summaries, waitErr := waitSummaries(runCtx, o.view, addrs.TracesFile, jaeger.QueryHTTP, started, results)
 	bad := report(w, results, summaries)
+	if o.view && waitErr == nil {
+		if err := waitPrometheus(runCtx, promAddr, len(results), w); err != nil {
+			return err
+		}
+	}
 	if o.view {
 		printViewHelp(w, root, addrs, jaeger, promAddr, &s)
 	} else {

@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentledger/agentledger/internal/testbin"
 )
@@ -127,4 +129,37 @@ func dockerEnv(env []string) string {
 		b.WriteString("-e " + kv)
 	}
 	return b.String()
+}
+
+// waitPrometheus waits until Prometheus has scraped the closing of every
+// invocation, then prints the token totals it holds.
+func waitPrometheus(ctx context.Context, promAddr string, invocations int, w io.Writer) error {
+	step(w, "waiting for Prometheus to scrape the invocation metrics")
+	const closed = `sum(agentledger_invocations_total)`
+	err := testbin.Poll(ctx, 500*time.Millisecond, func() (bool, string, error) {
+		s, err := testbin.PromQuery(ctx, promAddr, closed)
+		if err != nil {
+			return false, "", err
+		}
+		if len(s) != 1 {
+			return false, closed + " has no data yet", nil
+		}
+		return s[0].Value >= float64(invocations), fmt.Sprintf("%s = %v", closed, s[0].Value), nil
+	})
+	if err != nil {
+		return fmt.Errorf("prometheus: %w", err)
+	}
+	s, err := testbin.PromQuery(ctx, promAddr, `sum by (gen_ai_token_type) (agentledger_invocation_tokens_total)`)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(s, func(a, b testbin.Sample) int {
+		return strings.Compare(a.Labels["gen_ai_token_type"], b.Labels["gen_ai_token_type"])
+	})
+	fmt.Fprint(w, "Prometheus token totals:")
+	for _, x := range s {
+		fmt.Fprintf(w, " %s=%v", x.Labels["gen_ai_token_type"], x.Value)
+	}
+	fmt.Fprintln(w)
+	return nil
 }
