@@ -164,6 +164,9 @@ func New(opts Options) *Server {
 	s := &Server{responder: opts.Responder, queue: append([]Step(nil), opts.Steps...)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.serveChat)
+	mux.HandleFunc("POST /v1/responses", s.serveResponses)
+	mux.HandleFunc("POST /v1/embeddings", s.serveEmbeddings)
+	mux.HandleFunc("POST /v1/messages", s.serveMessages)
 	s.handler = mux
 	return s
 }
