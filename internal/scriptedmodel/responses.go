@@ -24,7 +24,7 @@ func (st Step) responseObject(id, model, status string, output []any, withUsage 
 		"background": false, "error": nil, "incomplete_details": nil, "instructions": nil,
 		"max_output_tokens": nil, "model": model, "output": output,
 		"parallel_tool_calls": true, "previous_response_id": nil,
-		"reasoning": map[string]any{"effort": nil, "summary": nil},
+		"reasoning":    map[string]any{"effort": nil, "summary": nil},
 		"service_tier": "default", "store": true, "temperature": 1.0,
 		"text":        map[string]any{"format": map[string]any{"type": "text"}},
 		"tool_choice": "auto", "tools": []any{}, "top_p": 1.0, "truncation": "disabled",
