@@ -431,19 +431,7 @@ func (c *Client) Prompt(ctx context.Context, session string, p Prompt) (*Result,
 	if !c.started() {
 		return nil, ErrNotStarted
 	}
-	body := map[string]any{}
-	if len(p.Parts) > 0 {
-		body["parts"] = p.Parts
-	} else {
-		body["parts"] = []any{map[string]any{"type": "text", "text": p.Text}}
-	}
-	if p.Agent != "" {
-		body["agent"] = p.Agent
-	}
-	if p.ModelID != "" || p.ProviderID != "" {
-		body["model"] = map[string]string{"providerID": p.ProviderID, "modelID": p.ModelID}
-	}
-	raw, err := json.Marshal(body)
+	raw, err := json.Marshal(promptBody(p))
 	if err != nil {
 		return nil, fmt.Errorf("otelopencode: %w", err)
 	}
@@ -467,6 +455,51 @@ func (c *Client) Prompt(ctx context.Context, session string, p Prompt) (*Result,
 		}
 	})
 	return res, err
+}
+
+// PromptAsync sends a prompt without waiting for the answer (POST
+// /session/:id/prompt_async) as an invocation and returns its id. The
+// caller gets OpenCode's answer from the session later, so the root span
+// ends when the session is first idle after a turn answered the prompt;
+// work left running after that is after the result, as with Prompt.
+func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (string, error) {
+	if !c.started() {
+		return "", ErrNotStarted
+	}
+	body := promptBody(p)
+	msgID := c.ids.next(time.Now(), c.m.nextAfter(session))
+	body["messageID"] = msgID
+	agent := c.cfg.agent
+	if p.Agent != "" {
+		agent = p.Agent
+	}
+	rctx, inv := c.tracker.StartInvocation(ctx, agent, session)
+	c.m.registerAsync(session, msgID, rctx, func() { inv.End() })
+	err := c.postJSON(rctx, "/session/"+url.PathEscape(session)+"/prompt_async", body, nil)
+	if err != nil {
+		c.m.promptDone(session, msgID)
+		inv.Span().RecordError(err)
+		inv.Span().SetStatus(codes.Error, err.Error())
+		inv.End()
+		return inv.ID(), err
+	}
+	return inv.ID(), nil
+}
+
+func promptBody(p Prompt) map[string]any {
+	body := map[string]any{}
+	if len(p.Parts) > 0 {
+		body["parts"] = p.Parts
+	} else {
+		body["parts"] = []any{map[string]any{"type": "text", "text": p.Text}}
+	}
+	if p.Agent != "" {
+		body["agent"] = p.Agent
+	}
+	if p.ModelID != "" || p.ProviderID != "" {
+		body["model"] = map[string]string{"providerID": p.ProviderID, "modelID": p.ModelID}
+	}
+	return body
 }
 
 // invoke runs one prompt as an invocation: body is the JSON object of POST

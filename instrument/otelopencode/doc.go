@@ -41,9 +41,15 @@
 // are counted (Stats, metric agentledger.opencode.events.malformed),
 // logged and skipped.
 //
+// Client.PromptAsync sends a prompt with prompt_async; its root ends when
+// the session is idle after a turn answered it. Deleting a session
+// (session.deleted) ends what it ran and closes its open followups with
+// reason session_closed.
+//
 // Users of another client of the server, such as the generated Go SDK,
-// route its requests through Client.Transport: every prompt it sends then
-// becomes an invocation as with Client.Prompt. Prompts sent with
-// prompt_async, and model calls OpenCode makes without reporting them in
-// events (the title of an untitled session), are not recorded.
+// route its requests through Client.Transport: every POST
+// /session/:id/message it sends then becomes an invocation as with
+// Client.Prompt (prompt_async through the Transport is not recorded). Model
+// calls OpenCode makes without reporting them in events (the title of an
+// untitled session) cannot be recorded.
 package otelopencode // import "github.com/agentledger/agentledger/instrument/otelopencode"

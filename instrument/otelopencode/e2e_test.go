@@ -334,6 +334,7 @@ func TestServer(t *testing.T) {
 	t.Run("abort racing the completion", func(t *testing.T) { testAbortRacingCompletion(t, s, false) })
 	t.Run("abort during the continuation", func(t *testing.T) { testAbortDuringContinuation(t, s) })
 	t.Run("transport", func(t *testing.T) { testTransport(t, s) })
+	t.Run("prompt_async", func(t *testing.T) { testPromptAsync(t, s) })
 	t.Run("stream cut while the job finishes", func(t *testing.T) { testStreamCut(t, s) })
 	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, s) })
 }
@@ -984,5 +985,39 @@ func testCollector(t *testing.T, s *server) {
 		if fmt.Sprint(got) != fmt.Sprint(want) || r.Status != contract.StatusFinal || len(r.Anomalies) > 0 {
 			t.Errorf("invocation %s: collector %s %v anomalies %v, ledger %s %v", id, r.Status, got, r.Anomalies, l.Status, want)
 		}
+	}
+}
+
+// testPromptAsync: the root of a prompt sent with prompt_async ends when
+// the session goes idle after answering it; the job's work after that is
+// after the result.
+func testPromptAsync(t *testing.T, s *server) {
+	gate := make(chan struct{})
+	s.model.reset(bgRoute(gate, nil, nil))
+	sess := s.session(t, "prompt_async")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	id, err := s.client.PromptAsync(ctx, sess, Prompt{Text: "BG asynchronously"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The root ends when the session is idle after the answer; only then
+	// may the job finish, or OpenCode runs its continuation in the same
+	// loop, before that idle.
+	for i := 0; spanOf(s.p, "invoke_agent build", id) == nil; i++ {
+		if i == 1200 {
+			t.Fatalf("root never ended; model calls %v", s.model.labels())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if sum, _ := s.p.sp.Ledger().Summary(id); sum.Status != contract.StatusPending {
+		t.Errorf("status at the result %q", sum.Status)
+	}
+	close(gate)
+	sum := s.wait(t, id)
+	checkUsage(t, "invocation", sum, s.model.sum("launch", "after-launch", "child", "continuation"))
+	after := s.model.sum("continuation")
+	if sum.Usage.AfterResultInputTokens != after.InputTokens || sum.Usage.Continuations != 1 {
+		t.Errorf("usage %+v; want after-result input %d (the continuation's)", sum.Usage, after.InputTokens)
 	}
 }

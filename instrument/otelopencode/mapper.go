@@ -92,6 +92,8 @@ type sessionState struct {
 	orphans []messageWithParts
 	// launched are the jobs tool calls of this session started.
 	launched []*job
+	// answered is the greatest user message id a turn answered.
+	answered string
 	// maxMsg is the greatest message id seen in the session. floor is
 	// maxMsg when the session last owed nothing: everything up to it is
 	// done and forgotten, and events about it are ignored (OpenCode's
@@ -104,6 +106,11 @@ type userMsg struct {
 	// Client.
 	owner context.Context
 	note  *note
+	// seen is set when the server reported the message.
+	seen bool
+	// finish ends the root of a prompt sent with prompt_async, at the
+	// first idle after a turn answered it.
+	finish func()
 }
 
 type note struct {
@@ -232,10 +239,18 @@ func (s *sessionState) busy() bool {
 // registerPrompt records that user message msgID of session is the prompt
 // of the invocation whose root context is ctx.
 func (m *mapper) registerPrompt(session, msgID string, ctx context.Context) {
+	m.registerAsync(session, msgID, ctx, nil)
+}
+
+// registerAsync is registerPrompt for a prompt whose answer does not come
+// back with the request (prompt_async): finish is called, with the
+// mapper's lock held, at the session's first idle after a turn answered
+// the prompt (or a later user message), and must end the root.
+func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finish func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.session(session)
-	s.users[msgID] = &userMsg{owner: ctx}
+	s.users[msgID] = &userMsg{owner: ctx, finish: finish}
 	s.maxMsg = max(s.maxMsg, msgID)
 }
 
@@ -409,9 +424,12 @@ func (m *mapper) message(info rawInfo) {
 	s.maxMsg = max(s.maxMsg, info.ID)
 	switch info.Role {
 	case "user":
-		if _, ok := s.users[info.ID]; !ok {
-			s.users[info.ID] = &userMsg{}
+		u, ok := s.users[info.ID]
+		if !ok {
+			u = &userMsg{}
+			s.users[info.ID] = u
 		}
+		u.seen = true
 	case "assistant":
 		m.assistant(s, info)
 	}
@@ -489,6 +507,7 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 // It returns nil when the turn belongs to no invocation this Client knows.
 func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 	u := s.users[info.ParentID]
+	s.answered = max(s.answered, info.ParentID)
 	if s.current != nil && (u == nil || u.note == nil || s.conts[info.ParentID] != s.current) {
 		// The turn moved on to another user message.
 		m.endContinuation(s, s.current)
@@ -756,6 +775,13 @@ func (m *mapper) idle(id string) {
 	s := m.session(id)
 	if s.current != nil {
 		m.endContinuation(s, s.current)
+	}
+	for msgID, u := range s.users {
+		if u.finish != nil && u.seen && msgID <= s.answered {
+			finish := u.finish
+			u.finish, u.owner = nil, nil
+			finish()
+		}
 	}
 	if s.parentID != "" {
 		if s.job != nil {
