@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -223,5 +222,3 @@ func (c *call) record(at time.Time, errType string) {
 		c.m.tokens.Record(ctx, *v, metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], attribute.String(attrTokenType, "output"))...))
 	}
 }
-
-func asNetError(err error, target *net.Error) bool { return errors.As(err, target) }

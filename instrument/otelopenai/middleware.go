@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
@@ -234,13 +235,14 @@ func withIncludeUsage(body []byte) ([]byte, error) {
 	return json.Marshal(fields)
 }
 
+// errorType names a transport error for error.type, with low cardinality.
 func errorType(err error) string {
 	var ne net.Error
-	if ok := asNetError(err, &ne); ok && ne.Timeout() {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
-	}
-	if err == context.Canceled || err == context.DeadlineExceeded {
-		return err.Error()
 	}
 	return fmt.Sprintf("%T", err)
 }
