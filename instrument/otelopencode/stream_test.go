@@ -229,6 +229,10 @@ func FuzzEvents(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"message.part.updated","properties":{"part":{"id":"p","sessionID":"s","messageID":"m","type":"tool","state":{"status":"completed","input":[1],"metadata":{"sessionId":"c","background":true}}}}}`))
 	f.Add([]byte(`{"type":"message.updated","properties":{"info":{"id":"m","sessionID":"s","role":"assistant","parentID":"u","time":{"completed":-1}}}}`))
+	recorded, err := readFixtureFile("second_prompt.sse")
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ev, known, err := parseEvent(data)
 		if err != nil {
@@ -246,6 +250,17 @@ func FuzzEvents(f *testing.F) {
 		m.registerPrompt("s", "u", ctx)
 		m.handle(ev)
 		m.handle(ev)
+		// The same event in the middle of a recorded session with jobs,
+		// continuations and a second prompt.
+		at := len(data) % len(recorded)
+		for i, d := range recorded {
+			if i == at {
+				m.handle(ev)
+			}
+			if rec, ok, err := parseEvent(d); err == nil && ok {
+				m.handle(rec)
+			}
+		}
 		inv.End()
 	})
 }
