@@ -210,3 +210,41 @@ func TestReplayedEventsChangeNothing(t *testing.T) {
 		t.Errorf("%d continuations after a replay, want 1", n)
 	}
 }
+
+// A bash call with run_in_background (proposed upstream, not in opencode
+// 1.18.33) is a background shell job, ended by its notification, whose
+// turn is a continuation of the launching invocation.
+func TestBackgroundShell(t *testing.T) {
+	p := newPipeline(t)
+	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
+	s.session("ses_A", "")
+	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+	s.m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.user("ses_A", "msg_01")
+	created := s.now()
+	s.send(`{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_02","sessionID":"ses_A","role":"assistant","parentID":"msg_01","modelID":"m","providerID":"p","time":{"created":%d}}}}`, created)
+	s.send(`{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"type":"tool","tool":"bash","callID":"call_1","state":{"status":"completed","input":{"command":"make test","run_in_background":true},"metadata":{"jobId":"bash_7"},"time":{"start":%d,"end":%d}},"id":"prt_1","sessionID":"ses_A","messageID":"msg_02"}}}`, s.now(), s.now())
+	s.send(`{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_02","sessionID":"ses_A","role":"assistant","parentID":"msg_01","modelID":"m","providerID":"p","tokens":{"input":10,"output":1,"reasoning":0,"cache":{"read":0,"write":0}},"time":{"created":%d,"completed":%d}}}}`, created, s.now())
+	s.idle("ses_A")
+	s.m.promptDone("ses_A", "msg_01")
+	s.end(inv1)
+	if sum, _ := p.sp.Ledger().Summary(inv1.ID()); sum.Status != contract.StatusPending {
+		t.Fatalf("status %q with a shell job running", sum.Status)
+	}
+	s.notification("ses_A", "msg_03", "bash_7")
+	s.call("ses_A", "msg_04", "msg_03", 20, 2, 0)
+	s.idle("ses_A")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sum, err := p.sp.Ledger().Wait(ctx, inv1.ID())
+	if err != nil {
+		t.Fatalf("%v %+v", err, sum)
+	}
+	if u := sum.Usage; u.InputTokens != 30 || u.BackgroundJobs != 1 || u.Continuations != 1 || u.AfterResultInputTokens != 20 {
+		t.Errorf("usage %+v", u)
+	}
+	if n := len(spansNamed(p, "background shell")); n != 1 {
+		t.Errorf("%d background shell spans", n)
+	}
+}
