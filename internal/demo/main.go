@@ -41,6 +41,9 @@ type options struct {
 	prometheus string
 	timeout    time.Duration
 	scenario   string
+	// workDir holds logs, the traces file and Prometheus's storage; empty
+	// means a new directory under the system's temporary directory.
+	workDir string
 }
 
 func main() {
@@ -97,9 +100,11 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "agentledger-demo-")
-	if err != nil {
-		return fmt.Errorf("work directory: %w", err)
+	work := o.workDir
+	if work == "" {
+		if work, err = os.MkdirTemp("", "agentledger-demo-"); err != nil {
+			return fmt.Errorf("work directory: %w", err)
+		}
 	}
 	step(w, "work directory %s", work)
 
