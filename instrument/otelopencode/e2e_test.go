@@ -47,7 +47,14 @@ type model struct {
 	route func(req) (label string, st scriptedmodel.Step)
 	// arrived is signalled (without blocking) for every request.
 	arrived chan string
+	// stop is closed when the test ends, releasing every request a route
+	// holds (a failed test must not leave the server waiting).
+	stop     chan struct{}
+	stopOnce sync.Once
 }
+
+// release lets every held request go.
+func (m *model) release() { m.stopOnce.Do(func() { close(m.stop) }) }
 
 // req is what routing needs to know of a chat request.
 type req struct {
@@ -60,9 +67,12 @@ type req struct {
 }
 
 func newModel(t *testing.T) *model {
-	m := &model{t: t, arrived: make(chan string, 64)}
+	m := &model{t: t, arrived: make(chan string, 64), stop: make(chan struct{})}
 	m.srv = scriptedmodel.New(scriptedmodel.Options{Responder: m.respond}).Start()
-	t.Cleanup(m.srv.Close)
+	t.Cleanup(func() {
+		m.release()
+		m.srv.Close()
+	})
 	return m
 }
 
@@ -240,8 +250,9 @@ func startServer(t *testing.T) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Idle keep-alive connections of the helpers' http.Get would keep
-		// the server's shutdown waiting.
+		// Held model requests and idle keep-alive connections of the
+		// helpers' http.Get would keep the server's shutdown waiting.
+		m.release()
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 		if err := proc.Stop(testbin.StopTimeout); err != nil {
 			t.Logf("stop opencode: %v", err)
@@ -407,22 +418,28 @@ func testForegroundSubagent(t *testing.T, s *server) {
 // the child's call has arrived (so the child's call surely starts before
 // the result), and the continuation at once. Other prompts get a text
 // answer labelled "other".
-func bgRoute(childGate <-chan struct{}, contGate *gate, other func(req) (string, scriptedmodel.Step)) func(req) (string, scriptedmodel.Step) {
+func bgRoute(stop, childGate <-chan struct{}, contGate *gate, other func(req) (string, scriptedmodel.Step)) func(req) (string, scriptedmodel.Step) {
 	var once sync.Once
 	arrived := make(chan struct{})
 	return func(q req) (string, scriptedmodel.Step) {
 		switch {
 		case strings.Contains(q.firstUser, "CHILD"):
 			once.Do(func() { close(arrived) })
-			<-childGate
+			select {
+			case <-childGate:
+			case <-stop:
+			}
 			return "child", scriptedmodel.Step{Text: "child result"}
 		case strings.Contains(q.lastUser, "<task id="):
 			if contGate != nil {
-				contGate.pass()
+				contGate.pass(stop)
 			}
 			return "continuation", scriptedmodel.Step{Text: "noted"}
 		case strings.Contains(q.firstUser, "BG") && q.lastRole == "tool":
-			<-arrived
+			select {
+			case <-arrived:
+			case <-stop:
+			}
 			return "after-launch", scriptedmodel.Step{Text: "launched"}
 		case strings.Contains(q.lastUser, "BG"):
 			return "launch", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "task", Arguments: bgTask}}}
@@ -443,14 +460,17 @@ type gate struct {
 
 func newGate() *gate { return &gate{arrived: make(chan struct{}), open: make(chan struct{})} }
 
-func (g *gate) pass() {
+func (g *gate) pass(stop <-chan struct{}) {
 	g.arrivedOnce.Do(func() { close(g.arrived) })
-	<-g.open
+	select {
+	case <-g.open:
+	case <-stop:
+	}
 }
 
 func testBackgroundSubagent(t *testing.T, s *server) {
 	gate := make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "background subagent")
 	res := s.prompt(t, sess, "BG start a job")
 	sum, _ := s.p.sp.Ledger().Summary(res.InvocationID)
@@ -482,7 +502,7 @@ func testBackgroundSubagent(t *testing.T, s *server) {
 
 func testSecondPromptDoneFirst(t *testing.T, s *server) {
 	gate := make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "second prompt")
 	first := s.prompt(t, sess, "BG start a job")
 	second := s.prompt(t, sess, "hello again")
@@ -514,7 +534,7 @@ func testNotificationDuringSecondPrompt(t *testing.T, s *server) {
 		}
 		return "other", scriptedmodel.Step{Text: "slow answer"}
 	}
-	s.model.reset(bgRoute(gate, nil, slow))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, slow))
 	sess = s.session(t, "notification during turn")
 	first := s.prompt(t, sess, "BG start a job")
 	second := s.prompt(t, sess, "slow question")
@@ -626,7 +646,7 @@ func childSessions(t *testing.T, base, parent string) []string {
 
 func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
 	gate := make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "abort")
 	closedBefore := len(spansNamed(s.p, contract.SpanNameFollowupClosed))
 	contsBefore := len(spansNamed(s.p, "continue_agent build"))
@@ -667,7 +687,7 @@ func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
 func testAbortDuringContinuation(t *testing.T, s *server) {
 	child := make(chan struct{})
 	cont := newGate()
-	s.model.reset(bgRoute(child, cont, nil))
+	s.model.reset(bgRoute(s.model.stop, child, cont, nil))
 	sess := s.session(t, "abort during continuation")
 	closedBefore := len(spansNamed(s.p, contract.SpanNameFollowupClosed))
 	res := s.prompt(t, sess, "BG start a job")
@@ -702,7 +722,7 @@ func testAbortDuringContinuation(t *testing.T, s *server) {
 // Client.Transport, as a user of another OpenCode client would.
 func testTransport(t *testing.T, s *server) {
 	gate := make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "transport")
 	hc := &http.Client{Transport: s.client.Transport(nil)}
 	resp, err := hc.Post(s.url+"/session/"+sess+"/message", "application/json",
@@ -804,7 +824,7 @@ func testStreamCut(t *testing.T, s *server) {
 		}
 	}()
 	gate := make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "stream cut")
 	res, err := c.Prompt(ctx, sess, Prompt{Text: "BG while the stream breaks"})
 	if err != nil {
@@ -932,14 +952,14 @@ func testCollector(t *testing.T, s *server) {
 	}
 	// A background job with a second prompt while it runs.
 	gate := make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "collector 1")
 	prompt(sess, "BG start a job")
 	prompt(sess, "hello again")
 	close(gate)
 	// An abort before the job completes.
 	gate = make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess = s.session(t, "collector 2")
 	prompt(sess, "BG start a job")
 	if err := c.Abort(ctx, sess); err != nil {
@@ -993,7 +1013,7 @@ func testCollector(t *testing.T, s *server) {
 // after the result.
 func testPromptAsync(t *testing.T, s *server) {
 	gate := make(chan struct{})
-	s.model.reset(bgRoute(gate, nil, nil))
+	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "prompt_async")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
