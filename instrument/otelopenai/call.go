@@ -34,8 +34,9 @@ type call struct {
 	errType  string
 	err      error
 	lastEnd  time.Time
-	timer    stopper
-	stopCtx  func() bool
+	parkGen  uint64
+	timers   []stopper
+	stopCtx  []func() bool
 	res      result
 }
 
@@ -50,7 +51,6 @@ type result struct {
 	errType   string
 	errMsg    string
 	text      strings.Builder
-	toolIndex map[int]int // stream tool-call index -> position in toolCalls
 }
 
 // usage holds the usage counts a response carried; nil means absent.
@@ -101,13 +101,13 @@ func (c *call) clearError() {
 // unpark stops the timers of a parked call taken by its next attempt.
 func (c *call) unpark() {
 	c.mu.Lock()
-	t, s := c.timer, c.stopCtx
-	c.timer, c.stopCtx = nil, nil
+	ts, ss := c.timers, c.stopCtx
+	c.timers, c.stopCtx = nil, nil
 	c.mu.Unlock()
-	if t != nil {
+	for _, t := range ts {
 		t.Stop()
 	}
-	if s != nil {
+	for _, s := range ss {
 		s()
 	}
 }

@@ -62,7 +62,7 @@ type middleware struct {
 	// mu guards pending: calls whose last attempt failed in a way the SDK
 	// retries, waiting for their next attempt.
 	mu      sync.Mutex
-	pending map[callKey][]*call
+	pending map[callKey][]parked
 }
 
 // callKey ties the attempts of one logical call together: the caller's
@@ -79,7 +79,7 @@ func newMiddleware(cfg config) *middleware {
 		cfg:     cfg,
 		tracer:  cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		seed:    maphash.MakeSeed(),
-		pending: make(map[callKey][]*call),
+		pending: make(map[callKey][]parked),
 	}
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	// Instrument creation only fails on invalid names; the no-op
@@ -289,55 +289,80 @@ func (m *middleware) start(req *http.Request, op operation, info requestInfo) *c
 	return &call{m: m, span: span, op: op, start: start, requestModel: info.Model, server: host, port: p}
 }
 
+// parked is a call waiting for its next attempt; gen tells its parkings
+// apart, so that a stale timer of an earlier parking cannot end it.
+type parked struct {
+	c   *call
+	gen uint64
+}
+
+// ctxGrace is how long a parked call outlives the end of its attempt's
+// context. The SDKs cancel an attempt's own timeout context right before
+// they start the next attempt, so the end of that context alone does not
+// mean the caller gave up; when it did, no attempt comes within the grace.
+const ctxGrace = time.Second
+
 // park keeps c waiting for the SDK's next attempt, ending it at its last
-// attempt's end if none comes before ctx ends or the retry window passes.
+// attempt's end if none comes: when the retry window passes, or shortly
+// after the attempt's context ends.
 func (m *middleware) park(key callKey, c *call, ctx context.Context) {
+	c.mu.Lock()
+	c.parkGen++
+	gen := c.parkGen
+	c.mu.Unlock()
 	m.mu.Lock()
-	m.pending[key] = append(m.pending[key], c)
+	m.pending[key] = append(m.pending[key], parked{c: c, gen: gen})
 	m.mu.Unlock()
 	expire := func() {
-		if m.remove(key, c) {
+		if m.remove(key, c, gen) {
 			c.endParked()
 		}
 	}
+	timer := m.cfg.afterFunc(m.cfg.retryWindow, expire)
+	stopCtx := context.AfterFunc(ctx, func() {
+		g := m.cfg.afterFunc(ctxGrace, expire)
+		c.mu.Lock()
+		c.timers = append(c.timers, g)
+		c.mu.Unlock()
+	})
 	c.mu.Lock()
-	c.timer = m.cfg.afterFunc(m.cfg.retryWindow, expire)
-	c.stopCtx = context.AfterFunc(ctx, expire)
+	c.timers = append(c.timers, timer)
+	c.stopCtx = append(c.stopCtx, stopCtx)
 	c.mu.Unlock()
 }
 
 // take removes and returns the oldest call parked under key, if any.
 func (m *middleware) take(key callKey) *call {
 	m.mu.Lock()
-	cs := m.pending[key]
-	if len(cs) == 0 {
+	ps := m.pending[key]
+	if len(ps) == 0 {
 		m.mu.Unlock()
 		return nil
 	}
-	c := cs[0]
-	if len(cs) == 1 {
+	c := ps[0].c
+	if len(ps) == 1 {
 		delete(m.pending, key)
 	} else {
-		m.pending[key] = cs[1:]
+		m.pending[key] = ps[1:]
 	}
 	m.mu.Unlock()
 	c.unpark()
 	return c
 }
 
-// remove removes c from the calls parked under key and reports whether it
-// was there.
-func (m *middleware) remove(key callKey, c *call) bool {
+// remove removes c's parking gen from the calls parked under key and
+// reports whether it was there.
+func (m *middleware) remove(key callKey, c *call, gen uint64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cs := m.pending[key]
-	for i, x := range cs {
-		if x == c {
-			cs = append(cs[:i:i], cs[i+1:]...)
-			if len(cs) == 0 {
+	ps := m.pending[key]
+	for i, p := range ps {
+		if p.c == c && p.gen == gen {
+			ps = append(ps[:i:i], ps[i+1:]...)
+			if len(ps) == 0 {
 				delete(m.pending, key)
 			} else {
-				m.pending[key] = cs
+				m.pending[key] = ps
 			}
 			return true
 		}

@@ -15,18 +15,23 @@ import (
 
 // fakeTimers records the retry-window fallbacks instead of scheduling them.
 type fakeTimers struct {
-	mu  sync.Mutex
-	fns []func()
+	mu    sync.Mutex
+	fns   []func()
+	added chan time.Duration
 }
 
 type fakeTimer struct{}
 
 func (fakeTimer) Stop() bool { return true }
 
-func (f *fakeTimers) afterFunc(_ time.Duration, fn func()) stopper {
+func (f *fakeTimers) afterFunc(d time.Duration, fn func()) stopper {
 	f.mu.Lock()
 	f.fns = append(f.fns, fn)
 	f.mu.Unlock()
+	select {
+	case f.added <- d:
+	default:
+	}
 	return fakeTimer{}
 }
 
@@ -52,14 +57,6 @@ func closedURL(t *testing.T) string {
 	return "http://" + addr + "/v1/"
 }
 
-// endSignal tells when a span ends.
-type endSignal struct {
-	sdktrace.SpanProcessor
-	ended chan struct{}
-}
-
-func (e endSignal) OnEnd(s sdktrace.ReadOnlySpan) { e.ended <- struct{}{} }
-
 func newParkClient(t *testing.T, retries int) (openai.Client, *tracetest.SpanRecorder, *fakeTimers, *middleware) {
 	return newParkClientWith(t, retries, nil)
 }
@@ -70,7 +67,7 @@ func newParkClientWith(t *testing.T, retries int, extra sdktrace.SpanProcessor) 
 	if extra != nil {
 		tp.RegisterSpanProcessor(extra)
 	}
-	timers := &fakeTimers{}
+	timers := &fakeTimers{added: make(chan time.Duration, 16)}
 	cfg := newConfig([]Option{WithTracerProvider(tp)})
 	cfg.afterFunc = timers.afterFunc
 	m := newMiddleware(cfg)
@@ -145,22 +142,60 @@ func TestTransportErrorRetriedIsOneSpan(t *testing.T) {
 	}
 }
 
-// A cancelled context ends a parked call without waiting for the window.
+// A cancelled context ends a parked call shortly, without waiting for the
+// retry window.
 func TestParkedCallEndsWithContext(t *testing.T) {
-	sig := endSignal{SpanProcessor: tracetest.NewSpanRecorder(), ended: make(chan struct{}, 1)}
-	c, rec, _, _ := newParkClientWith(t, 0, sig)
+	c, rec, timers, _ := newParkClient(t, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, _ = c.Chat.Completions.New(ctx, chat())
-	if n := len(rec.Ended()); n != 0 {
-		t.Fatalf("ended before cancel: %d", n)
+	if d := <-timers.added; d != DefaultRetryWindow {
+		t.Fatalf("first timer %v, want the retry window", d)
 	}
 	cancel()
-	// context.AfterFunc ends the span in its own goroutine.
+	// context.AfterFunc schedules the grace in its own goroutine.
 	select {
-	case <-sig.ended:
+	case d := <-timers.added:
+		if d != ctxGrace {
+			t.Fatalf("timer %v, want the grace", d)
+		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("span not ended after cancel")
+		t.Fatal("no grace timer after cancel")
 	}
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("ended before the grace: %d", n)
+	}
+	timers.fireAll()
+	if n := len(rec.Ended()); n != 1 {
+		t.Fatalf("ended = %d", n)
+	}
+}
+
+// A stale timer of an earlier parking does not end the call parked again.
+func TestStaleTimerIgnored(t *testing.T) {
+	timers := &fakeTimers{added: make(chan time.Duration, 16)}
+	rec := tracetest.NewSpanRecorder()
+	cfg := newConfig([]Option{WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))})
+	cfg.afterFunc = timers.afterFunc
+	m := newMiddleware(cfg)
+	key := callKey{op: opChat}
+	_, span := m.tracer.Start(context.Background(), "chat m")
+	c := &call{m: m, span: span, op: opChat}
+	m.park(key, c, context.Background())
+	timers.mu.Lock()
+	stale := timers.fns[0]
+	timers.mu.Unlock()
+	if m.take(key) != c {
+		t.Fatal("take did not return the parked call")
+	}
+	m.park(key, c, context.Background())
+	stale()
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("stale timer ended the call")
+	}
+	timers.mu.Lock()
+	current := timers.fns[1]
+	timers.mu.Unlock()
+	current()
 	if n := len(rec.Ended()); n != 1 {
 		t.Fatalf("ended = %d", n)
 	}

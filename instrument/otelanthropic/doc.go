@@ -1,0 +1,32 @@
+// Package otelanthropic traces the model calls an agent makes through the
+// Anthropic Go SDK (github.com/anthropics/anthropic-sdk-go/v2), so that
+// their token usage is counted in the agentledger invocation ledger.
+//
+// ClientOptions returns the options to give anthropic.NewClient: the
+// middleware, and option.WithoutOpenTelemetry, because the SDK (v2.15 and
+// later) starts its own "chat" span with usage around every call through
+// the global TracerProvider, and two model-call spans for one call would
+// count its tokens twice. Middleware alone is for clients whose SDK spans
+// are already off.
+//
+// Each Messages call (POST /v1/messages, plain or streamed) becomes one
+// CLIENT span "chat {model}" started from the caller's context, so it is a
+// child of the caller's current span and carries the invocation's baggage.
+// It records what the response actually carries: response model and id,
+// the stop reason (gen_ai.response.finish_reasons), the tool calls the
+// model asked for (gen_ai.response.tool_calls, "name:tool_use_id"), and
+// usage by the GenAI rule: gen_ai.usage.input_tokens is input_tokens +
+// cache_read_input_tokens + cache_creation_input_tokens, with
+// gen_ai.usage.cache_read.input_tokens, cache_creation.input_tokens,
+// output_tokens and reasoning.output_tokens (output_tokens_details.
+// thinking_tokens). A stream's usage comes from message_start and the
+// cumulative counts of message_delta.
+//
+// The span ends exactly once: at message_stop, on a stream error, or when
+// the caller closes the stream early (then
+// gen_ai.response.stream_closed_early=true). Retries by the SDK are one
+// span with one "attempt" event each, and usage counted once; see the
+// otelopenai package for how attempts are tied together.
+//
+// Message content is recorded only with WithCaptureContent(true).
+package otelanthropic // import "github.com/agentledger/agentledger/instrument/otelanthropic"

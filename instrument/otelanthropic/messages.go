@@ -1,0 +1,170 @@
+package otelanthropic
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// operation is an API endpoint the middleware traces.
+type operation int
+
+const opMessages operation = 1
+
+// classify tells whether req creates a message (POST /v1/messages, not its
+// count_tokens or batches sub-resources).
+func classify(req *http.Request) (operation, bool) {
+	if req.Method != http.MethodPost || !strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/v1/messages") {
+		return 0, false
+	}
+	return opMessages, true
+}
+
+func (op operation) name() string { return contract.OpChat }
+
+// anthropicUsage is the usage object of a message or a message_delta event.
+type anthropicUsage struct {
+	InputTokens              *int64 `json:"input_tokens"`
+	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	OutputTokensDetails      *struct {
+		ThinkingTokens *int64 `json:"thinking_tokens"`
+	} `json:"output_tokens_details"`
+}
+
+// merge sets in r what u carries. Later events carry cumulative counts, so
+// a count present in u replaces the one in r.
+func (u *anthropicUsage) merge(r *result) {
+	if u == nil {
+		return
+	}
+	if u.InputTokens != nil {
+		r.rawInput = u.InputTokens
+	}
+	if u.CacheCreationInputTokens != nil {
+		r.usage.cacheCreation = u.CacheCreationInputTokens
+	}
+	if u.CacheReadInputTokens != nil {
+		r.usage.cacheRead = u.CacheReadInputTokens
+	}
+	if u.OutputTokens != nil {
+		r.usage.output = u.OutputTokens
+	}
+	if d := u.OutputTokensDetails; d != nil && d.ThinkingTokens != nil {
+		r.usage.reasoning = d.ThinkingTokens
+	}
+	// The GenAI conventions count cache reads and writes as input.
+	if r.rawInput != nil {
+		sum := *r.rawInput
+		if v := r.usage.cacheRead; v != nil {
+			sum += *v
+		}
+		if v := r.usage.cacheCreation; v != nil {
+			sum += *v
+		}
+		r.usage.input = &sum
+	}
+}
+
+type contentBlock struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Text string `json:"text"`
+}
+
+type message struct {
+	ID         string          `json:"id"`
+	Model      string          `json:"model"`
+	StopReason string          `json:"stop_reason"`
+	Content    []contentBlock  `json:"content"`
+	Usage      *anthropicUsage `json:"usage"`
+}
+
+type apiError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+type streamEvent struct {
+	Type         string        `json:"type"`
+	Message      *message      `json:"message"`
+	ContentBlock *contentBlock `json:"content_block"`
+	Delta        *struct {
+		Type       string `json:"type"`
+		Text       string `json:"text"`
+		StopReason string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *anthropicUsage `json:"usage"`
+	Error *apiError       `json:"error"`
+}
+
+func (r *result) addBlock(b contentBlock, capture bool) {
+	switch b.Type {
+	case "tool_use", "server_tool_use":
+		r.addToolCall(b.Name, b.ID)
+	case "text":
+		if capture {
+			r.text.WriteString(b.Text)
+		}
+	}
+}
+
+// parseResponse reads a message body into r.
+func parseResponse(b []byte, r *result, capture bool) {
+	var m message
+	if json.Unmarshal(b, &m) != nil {
+		return
+	}
+	r.parsed = true
+	r.id, r.model = m.ID, m.Model
+	r.addFinish(m.StopReason)
+	for _, blk := range m.Content {
+		r.addBlock(blk, capture)
+	}
+	m.Usage.merge(r)
+}
+
+// parseEvent reads one stream event's data into r. It reports whether the
+// caller gets the event (always) and whether it ends the stream.
+func parseEvent(data []byte, r *result, capture bool) (keep, terminal bool) {
+	var ev streamEvent
+	if json.Unmarshal(data, &ev) != nil {
+		return true, false
+	}
+	r.parsed = true
+	switch ev.Type {
+	case "message_start":
+		if m := ev.Message; m != nil {
+			r.id, r.model = m.ID, m.Model
+			m.Usage.merge(r)
+		}
+	case "content_block_start":
+		if ev.ContentBlock != nil {
+			r.addBlock(*ev.ContentBlock, capture)
+		}
+	case "content_block_delta":
+		if capture && ev.Delta != nil && ev.Delta.Type == "text_delta" {
+			r.text.WriteString(ev.Delta.Text)
+		}
+	case "message_delta":
+		if ev.Delta != nil {
+			r.addFinish(ev.Delta.StopReason)
+		}
+		ev.Usage.merge(r)
+	case "message_stop":
+		return true, true
+	case "error":
+		if e := ev.Error; e != nil {
+			r.errType, r.errMsg = e.Type, e.Message
+		}
+		if r.errType == "" {
+			r.errType = "api_error"
+		}
+		return true, true
+	}
+	return true, false
+}

@@ -1,0 +1,320 @@
+package otelanthropic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument/otelanthropic"
+	"github.com/agentledger/agentledger/internal/scriptedmodel"
+)
+
+type fixture struct {
+	server *scriptedmodel.Server
+	rec    *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+	client anthropic.Client
+}
+
+func newFixture(t *testing.T, maxRetries int, steps ...scriptedmodel.Step) *fixture {
+	t.Helper()
+	f := &fixture{server: scriptedmodel.New(scriptedmodel.Options{Steps: steps}).Start(), rec: tracetest.NewSpanRecorder()}
+	t.Cleanup(f.server.Close)
+	f.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.rec))
+	opts := append(otelanthropic.ClientOptions(otelanthropic.WithTracerProvider(f.tp)),
+		option.WithBaseURL(f.server.URL()), option.WithAPIKey("test"), option.WithMaxRetries(maxRetries))
+	f.client = anthropic.NewClient(opts...)
+	return f
+}
+
+func (f *fixture) only(t *testing.T) sdktrace.ReadOnlySpan {
+	t.Helper()
+	spans := f.rec.Ended()
+	if len(spans) != 1 || len(f.rec.Started()) != 1 {
+		t.Fatalf("ended spans = %d, started %d, want 1", len(spans), len(f.rec.Started()))
+	}
+	return spans[0]
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[string]attribute.Value {
+	m := map[string]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[string(kv.Key)] = kv.Value
+	}
+	return m
+}
+
+func wantInt(t *testing.T, a map[string]attribute.Value, key string, want int64) {
+	t.Helper()
+	v, ok := a[key]
+	if !ok || v.AsInt64() != want {
+		t.Errorf("%s = %v (present %v), want %d", key, v.Emit(), ok, want)
+	}
+}
+
+func wantStr(t *testing.T, a map[string]attribute.Value, key, want string) {
+	t.Helper()
+	if v, ok := a[key]; !ok || v.Emit() != want {
+		t.Errorf("%s = %q (present %v), want %q", key, v.Emit(), ok, want)
+	}
+}
+
+func wantAbsent(t *testing.T, a map[string]attribute.Value, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if v, ok := a[k]; ok {
+			t.Errorf("%s = %v, want absent", k, v.Emit())
+		}
+	}
+}
+
+var usageKeys = []string{
+	"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+	"gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.reasoning.output_tokens",
+	"gen_ai.usage.cache_creation.input_tokens",
+}
+
+// fullUsage in GenAI terms: the server sends input_tokens = 100-30-20 = 50.
+var fullUsage = scriptedmodel.Usage{InputTokens: 100, OutputTokens: 40, CacheReadTokens: 30, CacheCreationTokens: 20, ReasoningTokens: 10}
+
+func params(text string) anthropic.MessageNewParams {
+	return anthropic.MessageNewParams{Model: "claude-test", MaxTokens: 256,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(text))}}
+}
+
+func checkFull(t *testing.T, a map[string]attribute.Value) {
+	t.Helper()
+	wantStr(t, a, "gen_ai.operation.name", "chat")
+	wantStr(t, a, "gen_ai.provider.name", "anthropic")
+	wantStr(t, a, "gen_ai.request.model", "claude-test")
+	wantStr(t, a, "gen_ai.response.model", "claude-test")
+	wantStr(t, a, "gen_ai.response.finish_reasons", `["tool_use"]`)
+	wantStr(t, a, "gen_ai.response.tool_calls", `["bash:toolu_1"]`)
+	wantInt(t, a, "gen_ai.usage.input_tokens", 100)
+	wantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 30)
+	wantInt(t, a, "gen_ai.usage.cache_creation.input_tokens", 20)
+	wantInt(t, a, "gen_ai.usage.output_tokens", 40)
+	wantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 10)
+	wantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+}
+
+var toolStep = scriptedmodel.Step{Text: "let me look", Usage: fullUsage,
+	ToolCalls: []scriptedmodel.ToolCall{{ID: "toolu_1", Name: "bash", Arguments: `{"command":"ls"}`}}}
+
+func TestMessagesPlain(t *testing.T) {
+	f := newFixture(t, 0, toolStep)
+	ctx, parent := f.tp.Tracer("caller").Start(context.Background(), "turn")
+	msg, err := f.client.Messages.New(ctx, params("hi"))
+	parent.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Usage.InputTokens != 50 {
+		t.Fatalf("caller's input_tokens = %d", msg.Usage.InputTokens)
+	}
+	var s sdktrace.ReadOnlySpan
+	for _, sp := range f.rec.Ended() {
+		if sp.Name() == "chat claude-test" {
+			s = sp
+		}
+	}
+	if s == nil || len(f.rec.Ended()) != 2 {
+		t.Fatalf("spans = %d", len(f.rec.Ended()))
+	}
+	if s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Errorf("kind %v parent %v", s.SpanKind(), s.Parent().SpanID())
+	}
+	a := attrs(s)
+	checkFull(t, a)
+	wantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
+}
+
+func TestMessagesStreaming(t *testing.T) {
+	f := newFixture(t, 0, toolStep)
+	st := f.client.Messages.NewStreaming(context.Background(), params("hi"))
+	var acc anthropic.Message
+	for st.Next() {
+		_ = acc.Accumulate(st.Current())
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	if acc.Usage.OutputTokens != 40 {
+		t.Errorf("caller's output tokens = %d", acc.Usage.OutputTokens)
+	}
+	a := attrs(f.only(t))
+	checkFull(t, a)
+	wantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
+}
+
+func TestMessagesStreamClosedEarly(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Text: "a long streamed answer", Usage: fullUsage})
+	st := f.client.Messages.NewStreaming(context.Background(), params("hi"))
+	for range 3 {
+		st.Next()
+	}
+	_ = st.Close()
+	_ = st.Close()
+	a := attrs(f.only(t))
+	wantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	// message_start already carried the input usage; output is what was
+	// counted so far.
+	wantInt(t, a, "gen_ai.usage.input_tokens", 100)
+	wantInt(t, a, "gen_ai.usage.output_tokens", 1)
+}
+
+func TestMessagesStreamCut(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Text: "a long streamed answer", Usage: fullUsage, CutAfter: 4})
+	st := f.client.Messages.NewStreaming(context.Background(), params("hi"))
+	for st.Next() {
+	}
+	if st.Err() == nil {
+		t.Fatal("want a stream error")
+	}
+	s := f.only(t)
+	wantStr(t, attrs(s), "error.type", "stream_error")
+	if s.Status().Code != codes.Error {
+		t.Errorf("status %v", s.Status())
+	}
+}
+
+func TestMessagesError(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Status: http.StatusBadRequest})
+	_, err := f.client.Messages.New(context.Background(), params("hi"))
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+		t.Fatalf("err = %v", err)
+	}
+	s := f.only(t)
+	a := attrs(s)
+	wantStr(t, a, "error.type", "400")
+	wantAbsent(t, a, usageKeys...)
+	if s.Status().Code != codes.Error {
+		t.Errorf("status %v", s.Status())
+	}
+}
+
+func TestMessagesRetry(t *testing.T) {
+	now := http.Header{"Retry-After-Ms": {"1"}}
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
+			f := newFixture(t, 2, scriptedmodel.Step{Status: 429, Header: now}, scriptedmodel.Step{Status: 529, Header: now}, toolStep)
+			if stream {
+				st := f.client.Messages.NewStreaming(context.Background(), params("hi"))
+				for st.Next() {
+				}
+				if err := st.Err(); err != nil {
+					t.Fatal(err)
+				}
+				_ = st.Close()
+			} else if _, err := f.client.Messages.New(context.Background(), params("hi")); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(f.server.Requests()); n != 3 {
+				t.Fatalf("requests = %d", n)
+			}
+			s := f.only(t)
+			a := attrs(s)
+			checkFull(t, a)
+			wantInt(t, a, "http.request.resend_count", 2)
+			if s.Status().Code == codes.Error {
+				t.Errorf("status %v", s.Status())
+			}
+		})
+	}
+}
+
+func TestMessagesRetriesExhausted(t *testing.T) {
+	now := http.Header{"Retry-After-Ms": {"1"}}
+	f := newFixture(t, 1, scriptedmodel.Step{Status: 529, Header: now}, scriptedmodel.Step{Status: 529, Header: now})
+	if _, err := f.client.Messages.New(context.Background(), params("hi")); err == nil {
+		t.Fatal("want an error")
+	}
+	s := f.only(t)
+	wantStr(t, attrs(s), "error.type", "529")
+	wantInt(t, attrs(s), "http.request.resend_count", 1)
+}
+
+func TestMessagesMissingUsage(t *testing.T) {
+	f := newFixture(t, 0, scriptedmodel.Step{Text: "x", OmitUsage: true}, scriptedmodel.Step{Text: "y", OmitUsage: true})
+	if _, err := f.client.Messages.New(context.Background(), params("hi")); err != nil {
+		t.Fatal(err)
+	}
+	st := f.client.Messages.NewStreaming(context.Background(), params("hi"))
+	for st.Next() {
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.rec.Ended()); n != 2 {
+		t.Fatalf("spans = %d", n)
+	}
+	for _, s := range f.rec.Ended() {
+		a := attrs(s)
+		wantAbsent(t, a, usageKeys...)
+		wantStr(t, a, "gen_ai.response.finish_reasons", `["end_turn"]`)
+	}
+}
+
+// Without ClientOptions, the SDK's own span through the global provider
+// would be a second model-call span with the same usage.
+func TestClientOptionsTurnOffSDKSpans(t *testing.T) {
+	srv := scriptedmodel.New(scriptedmodel.Options{Steps: []scriptedmodel.Step{toolStep, toolStep}}).Start()
+	defer srv.Close()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(prev)
+
+	base := []option.RequestOption{option.WithBaseURL(srv.URL()), option.WithAPIKey("k")}
+	bare := anthropic.NewClient(append(base, option.WithMiddleware(otelanthropic.Middleware()))...)
+	if _, err := bare.Messages.New(context.Background(), params("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Ended()); n != 2 {
+		t.Fatalf("with the SDK's spans on: %d spans, want 2 (the double count ClientOptions prevents)", n)
+	}
+	wrapped := anthropic.NewClient(append(base, otelanthropic.ClientOptions()...)...)
+	if _, err := wrapped.Messages.New(context.Background(), params("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Ended()); n != 3 {
+		t.Fatalf("with ClientOptions: %d more spans, want 1", n-2)
+	}
+}
+
+func TestCaptureContent(t *testing.T) {
+	srv := scriptedmodel.New(scriptedmodel.Options{Steps: []scriptedmodel.Step{{Text: "secret answer"}, {Text: "streamed secret"}}}).Start()
+	defer srv.Close()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	opts := otelanthropic.ClientOptions(otelanthropic.WithTracerProvider(tp), otelanthropic.WithCaptureContent(true))
+	client := anthropic.NewClient(append(opts, option.WithBaseURL(srv.URL()), option.WithAPIKey("k"))...)
+	if _, err := client.Messages.New(context.Background(), params("secret question")); err != nil {
+		t.Fatal(err)
+	}
+	st := client.Messages.NewStreaming(context.Background(), params("q2"))
+	for st.Next() {
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("spans = %d", len(spans))
+	}
+	a := attrs(spans[0])
+	wantStr(t, a, "gen_ai.input.messages", `[{"content":[{"text":"secret question","type":"text"}],"role":"user"}]`)
+	wantStr(t, a, "gen_ai.output.messages", `[{"parts":[{"content":"secret answer","type":"text"}],"role":"assistant"}]`)
+	wantStr(t, attrs(spans[1]), "gen_ai.output.messages", `[{"parts":[{"content":"streamed secret","type":"text"}],"role":"assistant"}]`)
+}
