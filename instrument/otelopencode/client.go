@@ -46,8 +46,8 @@ type Client struct {
 	tracker *instrument.Tracker
 	m       *mapper
 
-	events, ignored, malformed, reconnects atomic.Int64
-	mEvents, mMalformed, mReconnects       metric.Int64Counter
+	events, ignored, malformed, reconnects, evicted atomic.Int64
+	mEvents, mMalformed, mReconnects, mEvicted      metric.Int64Counter
 
 	// mu guards cancel, done and connected.
 	mu        sync.Mutex
@@ -93,6 +93,12 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 		metric.WithDescription("Events of the OpenCode event stream that could not be decoded (skipped)."), metric.WithUnit("{event}"))
 	c.mReconnects, _ = meter.Int64Counter("agentledger.opencode.reconnects",
 		metric.WithDescription("Reconnections of the OpenCode event stream."), metric.WithUnit("{reconnect}"))
+	c.mEvicted, _ = meter.Int64Counter("agentledger.opencode.sessions.evicted",
+		metric.WithDescription("Sessions that owed nothing, forgotten beyond the session limit (WithMaxSessions)."), metric.WithUnit("{session}"))
+	c.m.onEvict = func() {
+		c.evicted.Add(1)
+		c.mEvicted.Add(context.Background(), 1)
+	}
 	return c, nil
 }
 
@@ -106,15 +112,19 @@ type Stats struct {
 	Malformed int64
 	// Reconnects counts reconnections of the stream.
 	Reconnects int64
+	// EvictedSessions counts sessions that owed nothing and were
+	// forgotten beyond WithMaxSessions.
+	EvictedSessions int64
 }
 
 // Stats returns the counts of the event stream so far.
 func (c *Client) Stats() Stats {
 	return Stats{
-		Events:     c.events.Load(),
-		Ignored:    c.ignored.Load(),
-		Malformed:  c.malformed.Load(),
-		Reconnects: c.reconnects.Load(),
+		Events:          c.events.Load(),
+		Ignored:         c.ignored.Load(),
+		Malformed:       c.malformed.Load(),
+		Reconnects:      c.reconnects.Load(),
+		EvictedSessions: c.evicted.Load(),
 	}
 }
 

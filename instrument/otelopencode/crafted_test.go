@@ -248,3 +248,43 @@ func TestBackgroundShell(t *testing.T) {
 		t.Errorf("%d background shell spans", n)
 	}
 }
+
+// Sessions that owe nothing are forgotten beyond the limit; a session with
+// a job running is kept.
+func TestSessionEviction(t *testing.T) {
+	p := newPipeline(t)
+	m := newMapper(p.tp.Tracer(ScopeName), p.tracker, 3)
+	s := &script{t: t, m: m, ms: 1_000_000}
+	s.session("ses_A", "")
+	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+	m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.user("ses_A", "msg_01")
+	s.launch("ses_A", "msg_02", "msg_01", "ses_C")
+	s.idle("ses_A")
+	m.promptDone("ses_A", "msg_01")
+	s.end(inv1)
+	for i := range 10 {
+		s.session(fmt.Sprintf("ses_other_%d", i), "")
+	}
+	m.mu.Lock()
+	_, keptA := m.sessions["ses_A"]
+	_, keptC := m.sessions["ses_C"]
+	_, keptLast := m.sessions["ses_other_9"]
+	n, evicted := len(m.sessions), m.evicted
+	m.mu.Unlock()
+	if !keptA || !keptC || !keptLast || n != 3 || evicted != 9 {
+		t.Errorf("kept A %v C %v last %v, %d sessions, %d evicted", keptA, keptC, keptLast, n, evicted)
+	}
+	// The job still finishes and the invocation becomes final.
+	s.user("ses_C", "msg_04")
+	s.call("ses_C", "msg_05", "msg_04", 30, 3, 0)
+	s.idle("ses_C")
+	s.notification("ses_A", "msg_06", "ses_C")
+	s.call("ses_A", "msg_07", "msg_06", 20, 2, 0)
+	s.idle("ses_A")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if sum, err := p.sp.Ledger().Wait(ctx, inv1.ID()); err != nil || sum.Usage.InputTokens != 10+30+20 {
+		t.Fatalf("%v %+v", err, sum)
+	}
+}

@@ -62,6 +62,10 @@ type mapper struct {
 	seen chan struct{}
 	// seq orders sessions by last use, for eviction.
 	seq uint64
+	// evicted counts sessions forgotten beyond maxSessions.
+	evicted int64
+	// onEvict, when set, is told of every eviction (internal telemetry).
+	onEvict func()
 }
 
 type sessionState struct {
@@ -175,7 +179,11 @@ func (m *mapper) session(id string) *sessionState {
 			conts:      make(map[string]*contTurn),
 		}
 		m.sessions[id] = s
+		m.seq++
+		s.lastUse = m.seq
+		// The new session is the most recently used: never its own victim.
 		m.evict()
+		return s
 	}
 	m.seq++
 	s.lastUse = m.seq
@@ -200,6 +208,10 @@ func (m *mapper) evict() {
 			return
 		}
 		delete(m.sessions, s.id)
+		m.evicted++
+		if m.onEvict != nil {
+			m.onEvict()
+		}
 	}
 }
 
