@@ -272,7 +272,7 @@ func (m *mapper) promptDone(session, msgID string) {
 	defer m.mu.Unlock()
 	if s, ok := m.sessions[session]; ok {
 		if u, ok := s.users[msgID]; ok {
-			u.owner = nil
+			u.owner, u.finish = nil, nil
 		}
 		m.prune(s)
 	}
