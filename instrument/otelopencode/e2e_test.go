@@ -341,6 +341,7 @@ func TestServer(t *testing.T) {
 	t.Run("background subagent", func(t *testing.T) { testBackgroundSubagent(t, s) })
 	t.Run("second prompt done first", func(t *testing.T) { testSecondPromptDoneFirst(t, s) })
 	t.Run("notification during the second prompt", func(t *testing.T) { testNotificationDuringSecondPrompt(t, s) })
+	t.Run("notification read by a later prompt", func(t *testing.T) { testNotificationConsumed(t, s) })
 	t.Run("abort first", func(t *testing.T) { testAbortRacingCompletion(t, s, true) })
 	t.Run("abort racing the completion", func(t *testing.T) { testAbortRacingCompletion(t, s, false) })
 	t.Run("abort during the continuation", func(t *testing.T) { testAbortDuringContinuation(t, s) })
@@ -1040,4 +1041,119 @@ func testPromptAsync(t *testing.T, s *server) {
 	if sum.Usage.AfterResultInputTokens != after.InputTokens || sum.Usage.Continuations != 1 {
 		t.Errorf("usage %+v; want after-result input %d (the continuation's)", sum.Usage, after.InputTokens)
 	}
+}
+
+// testNotificationConsumed: the notification is posted while a second
+// prompt's turn runs, and a third prompt arrives before that turn ends;
+// OpenCode's next turn answers the newest user message, the third prompt,
+// which reads the notification: the followup is closed consumed_by the
+// third invocation, and every invocation keeps its own usage.
+func testNotificationConsumed(t *testing.T, s *server) {
+	child := make(chan struct{})
+	hold := newGate()
+	var sess string
+	other := func(q req) (string, scriptedmodel.Step) {
+		switch {
+		case strings.Contains(q.lastUser, "SECOND"):
+			hold.pass(s.model.stop)
+			return "second", scriptedmodel.Step{Text: "second answer"}
+		case strings.Contains(q.lastUser, "THIRD"):
+			return "third", scriptedmodel.Step{Text: "third answer"}
+		}
+		return "other", scriptedmodel.Step{Text: "other"}
+	}
+	s.model.reset(bgRoute(s.model.stop, child, nil, other))
+	sess = s.session(t, "consumed")
+	first := s.prompt(t, sess, "BG start a job")
+	secondDone := make(chan *Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		res, err := s.client.Prompt(ctx, sess, Prompt{Text: "SECOND question"})
+		if err != nil {
+			t.Errorf("second prompt: %v", err)
+		}
+		secondDone <- res
+	}()
+	select {
+	case <-hold.arrived:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("second prompt's call never arrived; calls %v", s.model.labels())
+	}
+	close(child)
+	for i := 0; !hasNotification(s.url, sess); i++ {
+		if i == 1200 {
+			t.Fatal("no notification posted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	third, err := s.client.PromptAsync(ctx, sess, Prompt{Text: "THIRD question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !hasUserText(s.url, sess, "THIRD"); i++ {
+		if i == 1200 {
+			t.Fatal("third prompt never stored")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(hold.open)
+	second := <-secondDone
+	if second == nil {
+		t.FailNow()
+	}
+	sums := map[string]instrument.Summary{}
+	for _, id := range []string{first.InvocationID, second.InvocationID, third} {
+		sums[id] = s.wait(t, id)
+	}
+	var closed []string
+	for _, c := range spansNamed(s.p, contract.SpanNameFollowupClosed) {
+		if attr(c, contract.AttrInvocationID).AsString() == first.InvocationID {
+			closed = append(closed, attr(c, contract.AttrFollowupReason).AsString()+":"+attr(c, contract.AttrFollowupConsumer).AsString())
+		}
+	}
+	conts := sums[first.InvocationID].Usage.Continuations
+	t.Logf("outcome: followup_closed %v, continuations %d; calls %v", closed, conts, s.model.labels())
+	if int64(len(closed))+conts != 1 {
+		t.Fatalf("followup settled %d times", int64(len(closed))+conts)
+	}
+	if len(closed) == 1 && closed[0] != contract.ReasonConsumedBy+":"+third {
+		t.Errorf("closed %v, want consumed_by the third invocation %s", closed, third)
+	}
+	checkUsage(t, "second", sums[second.InvocationID], s.model.sum("second"))
+	if len(closed) == 1 {
+		checkUsage(t, "first", sums[first.InvocationID], s.model.sum("launch", "after-launch", "child"))
+		checkUsage(t, "third", sums[third], s.model.sum("third"))
+	}
+	var total instrument.Usage
+	for _, sum := range sums {
+		total.InputTokens += sum.Usage.InputTokens
+		total.OutputTokens += sum.Usage.OutputTokens
+		total.CacheReadInputTokens += sum.Usage.CacheReadInputTokens
+		total.ReasoningOutputTokens += sum.Usage.ReasoningOutputTokens
+		total.ModelCalls += sum.Usage.ModelCalls
+	}
+	want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
+	checkUsage(t, "all invocations vs OpenCode's records", instrument.Summary{Usage: total}, want)
+}
+
+// hasUserText reports whether session holds a user message with text.
+func hasUserText(base, session, text string) bool {
+	resp, err := http.Get(base + "/session/" + session + "/message")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var msgs []messageWithParts
+	if json.NewDecoder(resp.Body).Decode(&msgs) != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Info.Role == "user" && strings.Contains(textOfParts(m.Parts), text) {
+			return true
+		}
+	}
+	return false
 }
