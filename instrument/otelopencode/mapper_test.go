@@ -79,7 +79,8 @@ type replayed struct {
 // replay feeds a recorded stream through a mapper, acting as the caller
 // did: it starts an invocation when a caller's user message appears in a
 // top-level session, and ends its root at the session's next idle (when
-// the recorded POST /message returned), with the recorded clock.
+// the recorded POST /message returned, or a prompt_async prompt was
+// answered), with the recorded clock.
 func replay(t *testing.T, p *pipeline, name string) []*replayed {
 	t.Helper()
 	events := readFixture(t, name)
@@ -100,7 +101,7 @@ func replay(t *testing.T, p *pipeline, name string) []*replayed {
 	}
 	m := p.mapper()
 	var prompts []*replayed
-	open := map[string]*replayed{} // by session
+	open := map[string][]*replayed{} // by session
 	var clock int64
 	for _, data := range events {
 		ev, known, err := parseEvent(data)
@@ -113,7 +114,7 @@ func replay(t *testing.T, p *pipeline, name string) []*replayed {
 		pr := ev.Properties
 		if info := pr.Info; info != nil && ev.Type == evMessageUpdated {
 			clock = max(clock, info.Time.Created, info.Time.Completed)
-			if info.Role == "user" && !child[info.SessionID] && !synthetic[info.ID] && open[info.SessionID] == nil {
+			if info.Role == "user" && !child[info.SessionID] && !synthetic[info.ID] {
 				known := false
 				for _, r := range prompts {
 					known = known || r.msgID == info.ID
@@ -123,7 +124,7 @@ func replay(t *testing.T, p *pipeline, name string) []*replayed {
 					m.registerPrompt(info.SessionID, info.ID, ctx)
 					r := &replayed{msgID: info.ID, inv: inv}
 					prompts = append(prompts, r)
-					open[info.SessionID] = r
+					open[info.SessionID] = append(open[info.SessionID], r)
 				}
 			}
 		}
@@ -132,12 +133,12 @@ func replay(t *testing.T, p *pipeline, name string) []*replayed {
 		}
 		m.handle(ev)
 		if ev.Type == evSessionIdle {
-			if r := open[pr.SessionID]; r != nil {
+			for _, r := range open[pr.SessionID] {
 				m.promptDone(pr.SessionID, r.msgID)
 				r.inv.End(trace.WithTimestamp(time.UnixMilli(clock + 1)))
 				r.ended = true
-				delete(open, pr.SessionID)
 			}
+			delete(open, pr.SessionID)
 		}
 	}
 	return prompts
@@ -311,4 +312,23 @@ func TestReplayAbort(t *testing.T) {
 			t.Fatalf("%d followup_closed spans", n)
 		}
 	})
+}
+
+func TestReplayNotificationConsumed(t *testing.T) {
+	p := newPipeline(t)
+	prompts := replay(t, p, "notification_consumed.sse")
+	if len(prompts) != 3 {
+		t.Fatalf("prompts = %d", len(prompts))
+	}
+	in, out, cache, reasoning := reqs(1, 2, 3)
+	checkSummary(t, p, prompts[0], wantUsage{contract.StatusFinal, in, out, cache, reasoning, 0, 0, 3, 1, 0})
+	in, out, cache, reasoning = reqs(4)
+	checkSummary(t, p, prompts[1], wantUsage{contract.StatusFinal, in, out, cache, reasoning, 0, 0, 1, 0, 0})
+	in, out, cache, reasoning = reqs(5)
+	checkSummary(t, p, prompts[2], wantUsage{contract.StatusFinal, in, out, cache, reasoning, 0, 0, 1, 0, 0})
+	closed := spansNamed(p, contract.SpanNameFollowupClosed)
+	if len(closed) != 1 || attr(closed[0], contract.AttrFollowupReason).AsString() != contract.ReasonConsumedBy ||
+		attr(closed[0], contract.AttrFollowupConsumer).AsString() != prompts[2].inv.ID() {
+		t.Fatalf("followup_closed spans %v", closed)
+	}
 }
