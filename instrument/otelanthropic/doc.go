@@ -7,7 +7,8 @@
 // later) starts its own "chat" span with usage around every call through
 // the global TracerProvider, and two model-call spans for one call would
 // count its tokens twice. Middleware alone is for clients whose SDK spans
-// are already off.
+// are already off; when it sees a call inside the SDK's own span it
+// reports the double count once through otel.Handle.
 //
 // Each Messages call (POST /v1/messages, plain or streamed) becomes one
 // CLIENT span "chat {model}" started from the caller's context, so it is a

@@ -13,12 +13,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/internal/contract"
@@ -69,6 +72,8 @@ type middleware struct {
 	tokens   metric.Int64Histogram
 	duration metric.Float64Histogram
 	seed     maphash.Seed
+	// warned is set once the SDK's own spans were reported.
+	warned atomic.Bool
 
 	// mu guards pending: calls whose last attempt failed in a way the SDK
 	// retries, waiting for their next attempt.
@@ -118,6 +123,7 @@ func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*htt
 	if !ok || req.Body == nil || req.Body == http.NoBody {
 		return next(req)
 	}
+	m.checkSDKSpan(req.Context())
 	body, err := readBody(req)
 	if err != nil {
 		return nil, fmt.Errorf("otelanthropic: reading request body: %w", err)
@@ -186,6 +192,27 @@ func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*htt
 		}}
 	}
 	return res, nil
+}
+
+// sdkScopePrefix starts the instrumentation scope of the SDK's own spans
+// ("com.anthropic.sdk.go", with a platform suffix for Bedrock or Vertex).
+const sdkScopePrefix = "com.anthropic.sdk.go"
+
+// errSDKSpans is reported through the OpenTelemetry error handler when the
+// SDK's own span is the parent of a traced call.
+var errSDKSpans = errors.New("otelanthropic: the Anthropic SDK's own OpenTelemetry spans are on: each call is then two model-call spans and its usage counts twice; create the client with ClientOptions, or add option.WithoutOpenTelemetry()")
+
+// checkSDKSpan reports, once, a call whose parent is the SDK's own span.
+func (m *middleware) checkSDKSpan(ctx context.Context) {
+	if m.warned.Load() {
+		return
+	}
+	s, ok := trace.SpanFromContext(ctx).(interface {
+		InstrumentationScope() instrumentation.Scope
+	})
+	if ok && strings.HasPrefix(s.InstrumentationScope().Name, sdkScopePrefix) && m.warned.CompareAndSwap(false, true) {
+		otel.Handle(errSDKSpans)
+	}
 }
 
 // readBody returns the request body and leaves req with a body that reads

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -279,6 +280,10 @@ func TestClientOptionsTurnOffSDKSpans(t *testing.T) {
 	otel.SetTracerProvider(tp)
 	defer otel.SetTracerProvider(prev)
 
+	var reported []error
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { reported = append(reported, err) }))
+	defer otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
+
 	base := []option.RequestOption{option.WithBaseURL(srv.URL()), option.WithAPIKey("k")}
 	bare := anthropic.NewClient(append(base, option.WithMiddleware(otelanthropic.Middleware()))...)
 	if _, err := bare.Messages.New(context.Background(), params("hi")); err != nil {
@@ -286,6 +291,9 @@ func TestClientOptionsTurnOffSDKSpans(t *testing.T) {
 	}
 	if n := len(rec.Ended()); n != 2 {
 		t.Fatalf("with the SDK's spans on: %d spans, want 2 (the double count ClientOptions prevents)", n)
+	}
+	if len(reported) != 1 || !strings.Contains(reported[0].Error(), "ClientOptions") {
+		t.Errorf("reported %v, want one warning naming ClientOptions", reported)
 	}
 	wrapped := anthropic.NewClient(append(base, otelanthropic.ClientOptions()...)...)
 	if _, err := wrapped.Messages.New(context.Background(), params("hi")); err != nil {
