@@ -30,6 +30,9 @@ import (
 // Attribute keys this package records beyond the contract's.
 const (
 	attrResponseID          = "gen_ai.response.id"
+	attrRequestMaxTokens    = "gen_ai.request.max_tokens"
+	attrRequestTemperature  = "gen_ai.request.temperature"
+	attrRequestTopP         = "gen_ai.request.top_p"
 	attrFinishReasons       = "gen_ai.response.finish_reasons"
 	attrResponseToolCalls   = "gen_ai.response.tool_calls"
 	attrStreamClosedEarly   = "gen_ai.response.stream_closed_early"
@@ -113,9 +116,12 @@ func newMiddleware(cfg config) *middleware {
 
 // requestInfo is what the middleware reads from a request body.
 type requestInfo struct {
-	Model    string          `json:"model"`
-	Stream   bool            `json:"stream"`
-	Messages json.RawMessage `json:"messages"`
+	Model       string          `json:"model"`
+	Stream      bool            `json:"stream"`
+	Messages    json.RawMessage `json:"messages"`
+	MaxTokens   *int64          `json:"max_tokens"`
+	Temperature *float64        `json:"temperature"`
+	TopP        *float64        `json:"top_p"`
 }
 
 func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
@@ -260,6 +266,15 @@ func (m *middleware) start(req *http.Request, op operation, info requestInfo) *c
 	}
 	if info.Model != "" {
 		attrs = append(attrs, attribute.String(contract.AttrRequestModel, info.Model))
+	}
+	if info.MaxTokens != nil {
+		attrs = append(attrs, attribute.Int64(attrRequestMaxTokens, *info.MaxTokens))
+	}
+	if info.Temperature != nil {
+		attrs = append(attrs, attribute.Float64(attrRequestTemperature, *info.Temperature))
+	}
+	if info.TopP != nil {
+		attrs = append(attrs, attribute.Float64(attrRequestTopP, *info.TopP))
 	}
 	host := req.URL.Hostname()
 	port := req.URL.Port()

@@ -99,6 +99,7 @@ func checkFull(t *testing.T, a map[string]attribute.Value) {
 	wantStr(t, a, "gen_ai.operation.name", "chat")
 	wantStr(t, a, "gen_ai.provider.name", "anthropic")
 	wantStr(t, a, "gen_ai.request.model", "claude-test")
+	wantInt(t, a, "gen_ai.request.max_tokens", 256)
 	wantStr(t, a, "gen_ai.response.model", "claude-test")
 	wantStr(t, a, "gen_ai.response.finish_reasons", `["tool_use"]`)
 	wantStr(t, a, "gen_ai.response.tool_calls", `["bash:toolu_1"]`)

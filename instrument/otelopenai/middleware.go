@@ -27,6 +27,9 @@ import (
 // Attribute keys this package records beyond the contract's.
 const (
 	attrResponseID          = "gen_ai.response.id"
+	attrRequestMaxTokens    = "gen_ai.request.max_tokens"
+	attrRequestTemperature  = "gen_ai.request.temperature"
+	attrRequestTopP         = "gen_ai.request.top_p"
 	attrFinishReasons       = "gen_ai.response.finish_reasons"
 	attrResponseToolCalls   = "gen_ai.response.tool_calls"
 	attrStreamClosedEarly   = "gen_ai.response.stream_closed_early"
@@ -102,8 +105,13 @@ type requestInfo struct {
 	StreamOptions *struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
-	Messages json.RawMessage `json:"messages"`
-	Input    json.RawMessage `json:"input"`
+	Messages            json.RawMessage `json:"messages"`
+	Input               json.RawMessage `json:"input"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	MaxTokens           *int64          `json:"max_tokens"`
+	MaxOutputTokens     *int64          `json:"max_output_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
 }
 
 func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
@@ -255,6 +263,22 @@ func (m *middleware) start(req *http.Request, op operation, info requestInfo) *c
 	}
 	if info.Model != "" {
 		attrs = append(attrs, attribute.String(contract.AttrRequestModel, info.Model))
+	}
+	var maxTokens *int64
+	for _, v := range []*int64{info.MaxCompletionTokens, info.MaxTokens, info.MaxOutputTokens} {
+		if v != nil {
+			maxTokens = v
+			break
+		}
+	}
+	if maxTokens != nil {
+		attrs = append(attrs, attribute.Int64(attrRequestMaxTokens, *maxTokens))
+	}
+	if info.Temperature != nil {
+		attrs = append(attrs, attribute.Float64(attrRequestTemperature, *info.Temperature))
+	}
+	if info.TopP != nil {
+		attrs = append(attrs, attribute.Float64(attrRequestTopP, *info.TopP))
 	}
 	host := req.URL.Hostname()
 	port := req.URL.Port()
