@@ -26,9 +26,12 @@
 // the caller's span, the request and the SDK's X-Stainless-Retry-Count
 // header) so that a call retried after a 429 or 5xx is one span, with one
 // "attempt" event per attempt and its usage counted once. An attempt whose
-// error response the SDK discards to retry keeps the span open until the
-// next attempt; if none comes (the caller's context ends, or RetryWindow
-// passes) the span ends at the failed attempt's end time.
+// error response the SDK discards to retry, or that failed to connect,
+// keeps the span open until the next attempt; if none comes (shortly after
+// the attempt's context ends, or when the retry window of WithRetryWindow
+// passes) the span ends at the failed attempt's end time. When the caller
+// removed the SDK's X-Stainless-Retry-Count header, a request identical to
+// a parked one from the same span is taken as its retry.
 //
 // Message content is recorded only with WithCaptureContent(true).
 package otelopenai // import "github.com/agentledger/agentledger/instrument/otelopenai"
