@@ -8,18 +8,10 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
-
-// discard is a span processor that drops ended spans: the benchmark
-// measures the wrapper, not an exporter.
-type discard struct{}
-
-func (discard) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (discard) OnEnd(sdktrace.ReadOnlySpan)                     {}
-func (discard) Shutdown(context.Context) error                  { return nil }
-func (discard) ForceFlush(context.Context) error                { return nil }
 
 func benchMessages(b *testing.B, wrapped bool) {
 	srv := scriptedmodel.New(scriptedmodel.Options{Responder: func(scriptedmodel.Request) scriptedmodel.Step {
@@ -33,7 +25,7 @@ func benchMessages(b *testing.B, wrapped bool) {
 	// The SDK's own spans are off in both, so that only the wrapper differs.
 	opts := []option.RequestOption{option.WithBaseURL(srv.URL()), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithoutOpenTelemetry()}
 	if wrapped {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(discard{}))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(genaitest.Discard{}))
 		opts = append(opts, otelanthropic.ClientOptions(otelanthropic.WithTracerProvider(tp))...)
 	}
 	client := anthropic.NewClient(opts...)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
@@ -39,53 +40,6 @@ func newFixture(t *testing.T, maxRetries int, steps ...scriptedmodel.Step) *fixt
 	return f
 }
 
-func (f *fixture) only(t *testing.T) sdktrace.ReadOnlySpan {
-	t.Helper()
-	spans := f.rec.Ended()
-	if len(spans) != 1 || len(f.rec.Started()) != 1 {
-		t.Fatalf("ended spans = %d, started %d, want 1", len(spans), len(f.rec.Started()))
-	}
-	return spans[0]
-}
-
-func attrs(s sdktrace.ReadOnlySpan) map[string]attribute.Value {
-	m := map[string]attribute.Value{}
-	for _, kv := range s.Attributes() {
-		m[string(kv.Key)] = kv.Value
-	}
-	return m
-}
-
-func wantInt(t *testing.T, a map[string]attribute.Value, key string, want int64) {
-	t.Helper()
-	v, ok := a[key]
-	if !ok || v.AsInt64() != want {
-		t.Errorf("%s = %v (present %v), want %d", key, v.Emit(), ok, want)
-	}
-}
-
-func wantStr(t *testing.T, a map[string]attribute.Value, key, want string) {
-	t.Helper()
-	if v, ok := a[key]; !ok || v.Emit() != want {
-		t.Errorf("%s = %q (present %v), want %q", key, v.Emit(), ok, want)
-	}
-}
-
-func wantAbsent(t *testing.T, a map[string]attribute.Value, keys ...string) {
-	t.Helper()
-	for _, k := range keys {
-		if v, ok := a[k]; ok {
-			t.Errorf("%s = %v, want absent", k, v.Emit())
-		}
-	}
-}
-
-var usageKeys = []string{
-	"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
-	"gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.reasoning.output_tokens",
-	"gen_ai.usage.cache_creation.input_tokens",
-}
-
 // fullUsage in GenAI terms: the server sends input_tokens = 100-30-20 = 50.
 var fullUsage = scriptedmodel.Usage{InputTokens: 100, OutputTokens: 40, CacheReadTokens: 30, CacheCreationTokens: 20, ReasoningTokens: 10}
 
@@ -96,19 +50,19 @@ func params(text string) anthropic.MessageNewParams {
 
 func checkFull(t *testing.T, a map[string]attribute.Value) {
 	t.Helper()
-	wantStr(t, a, "gen_ai.operation.name", "chat")
-	wantStr(t, a, "gen_ai.provider.name", "anthropic")
-	wantStr(t, a, "gen_ai.request.model", "claude-test")
-	wantInt(t, a, "gen_ai.request.max_tokens", 256)
-	wantStr(t, a, "gen_ai.response.model", "claude-test")
-	wantStr(t, a, "gen_ai.response.finish_reasons", `["tool_use"]`)
-	wantStr(t, a, "gen_ai.response.tool_calls", `["bash:toolu_1"]`)
-	wantInt(t, a, "gen_ai.usage.input_tokens", 100)
-	wantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 30)
-	wantInt(t, a, "gen_ai.usage.cache_creation.input_tokens", 20)
-	wantInt(t, a, "gen_ai.usage.output_tokens", 40)
-	wantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 10)
-	wantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+	genaitest.WantStr(t, a, "gen_ai.operation.name", "chat")
+	genaitest.WantStr(t, a, "gen_ai.provider.name", "anthropic")
+	genaitest.WantStr(t, a, "gen_ai.request.model", "claude-test")
+	genaitest.WantInt(t, a, "gen_ai.request.max_tokens", 256)
+	genaitest.WantStr(t, a, "gen_ai.response.model", "claude-test")
+	genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["tool_use"]`)
+	genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["bash:toolu_1"]`)
+	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
+	genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 30)
+	genaitest.WantInt(t, a, "gen_ai.usage.cache_creation.input_tokens", 20)
+	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 40)
+	genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 10)
+	genaitest.WantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
 }
 
 var toolStep = scriptedmodel.Step{Text: "let me look", Usage: fullUsage,
@@ -137,9 +91,9 @@ func TestMessagesPlain(t *testing.T) {
 	if s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != parent.SpanContext().SpanID() {
 		t.Errorf("kind %v parent %v", s.SpanKind(), s.Parent().SpanID())
 	}
-	a := attrs(s)
+	a := genaitest.Attrs(s)
 	checkFull(t, a)
-	wantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
+	genaitest.WantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
 }
 
 func TestMessagesStreaming(t *testing.T) {
@@ -156,9 +110,9 @@ func TestMessagesStreaming(t *testing.T) {
 	if acc.Usage.OutputTokens != 40 {
 		t.Errorf("caller's output tokens = %d", acc.Usage.OutputTokens)
 	}
-	a := attrs(f.only(t))
+	a := genaitest.Attrs(genaitest.Only(t, f.rec))
 	checkFull(t, a)
-	wantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
+	genaitest.WantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
 }
 
 func TestMessagesStreamClosedEarly(t *testing.T) {
@@ -169,12 +123,12 @@ func TestMessagesStreamClosedEarly(t *testing.T) {
 	}
 	_ = st.Close()
 	_ = st.Close()
-	a := attrs(f.only(t))
-	wantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	a := genaitest.Attrs(genaitest.Only(t, f.rec))
+	genaitest.WantStr(t, a, "gen_ai.response.stream_closed_early", "true")
 	// message_start already carried the input usage; output is what was
 	// counted so far.
-	wantInt(t, a, "gen_ai.usage.input_tokens", 100)
-	wantInt(t, a, "gen_ai.usage.output_tokens", 1)
+	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
+	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 1)
 }
 
 func TestMessagesStreamCut(t *testing.T) {
@@ -185,8 +139,8 @@ func TestMessagesStreamCut(t *testing.T) {
 	if st.Err() == nil {
 		t.Fatal("want a stream error")
 	}
-	s := f.only(t)
-	wantStr(t, attrs(s), "error.type", "stream_error")
+	s := genaitest.Only(t, f.rec)
+	genaitest.WantStr(t, genaitest.Attrs(s), "error.type", "stream_error")
 	if s.Status().Code != codes.Error {
 		t.Errorf("status %v", s.Status())
 	}
@@ -199,10 +153,10 @@ func TestMessagesError(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
 		t.Fatalf("err = %v", err)
 	}
-	s := f.only(t)
-	a := attrs(s)
-	wantStr(t, a, "error.type", "400")
-	wantAbsent(t, a, usageKeys...)
+	s := genaitest.Only(t, f.rec)
+	a := genaitest.Attrs(s)
+	genaitest.WantStr(t, a, "error.type", "400")
+	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 	if s.Status().Code != codes.Error {
 		t.Errorf("status %v", s.Status())
 	}
@@ -227,10 +181,10 @@ func TestMessagesRetry(t *testing.T) {
 			if n := len(f.server.Requests()); n != 3 {
 				t.Fatalf("requests = %d", n)
 			}
-			s := f.only(t)
-			a := attrs(s)
+			s := genaitest.Only(t, f.rec)
+			a := genaitest.Attrs(s)
 			checkFull(t, a)
-			wantInt(t, a, "http.request.resend_count", 2)
+			genaitest.WantInt(t, a, "http.request.resend_count", 2)
 			if s.Status().Code == codes.Error {
 				t.Errorf("status %v", s.Status())
 			}
@@ -244,9 +198,9 @@ func TestMessagesRetriesExhausted(t *testing.T) {
 	if _, err := f.client.Messages.New(context.Background(), params("hi")); err == nil {
 		t.Fatal("want an error")
 	}
-	s := f.only(t)
-	wantStr(t, attrs(s), "error.type", "529")
-	wantInt(t, attrs(s), "http.request.resend_count", 1)
+	s := genaitest.Only(t, f.rec)
+	genaitest.WantStr(t, genaitest.Attrs(s), "error.type", "529")
+	genaitest.WantInt(t, genaitest.Attrs(s), "http.request.resend_count", 1)
 }
 
 func TestMessagesMissingUsage(t *testing.T) {
@@ -264,9 +218,9 @@ func TestMessagesMissingUsage(t *testing.T) {
 		t.Fatalf("spans = %d", n)
 	}
 	for _, s := range f.rec.Ended() {
-		a := attrs(s)
-		wantAbsent(t, a, usageKeys...)
-		wantStr(t, a, "gen_ai.response.finish_reasons", `["end_turn"]`)
+		a := genaitest.Attrs(s)
+		genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
+		genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["end_turn"]`)
 	}
 }
 
@@ -322,8 +276,8 @@ func TestCaptureContent(t *testing.T) {
 	if len(spans) != 2 {
 		t.Fatalf("spans = %d", len(spans))
 	}
-	a := attrs(spans[0])
-	wantStr(t, a, "gen_ai.input.messages", `[{"content":[{"text":"secret question","type":"text"}],"role":"user"}]`)
-	wantStr(t, a, "gen_ai.output.messages", `[{"parts":[{"content":"secret answer","type":"text"}],"role":"assistant"}]`)
-	wantStr(t, attrs(spans[1]), "gen_ai.output.messages", `[{"parts":[{"content":"streamed secret","type":"text"}],"role":"assistant"}]`)
+	a := genaitest.Attrs(spans[0])
+	genaitest.WantStr(t, a, "gen_ai.input.messages", `[{"content":[{"text":"secret question","type":"text"}],"role":"user"}]`)
+	genaitest.WantStr(t, a, "gen_ai.output.messages", `[{"parts":[{"content":"secret answer","type":"text"}],"role":"assistant"}]`)
+	genaitest.WantStr(t, genaitest.Attrs(spans[1]), "gen_ai.output.messages", `[{"parts":[{"content":"streamed secret","type":"text"}],"role":"assistant"}]`)
 }

@@ -8,18 +8,10 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 	"github.com/agentledger/agentledger/instrument/otelopenai"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
-
-// discard is a span processor that drops ended spans: the benchmark
-// measures the wrapper, not an exporter.
-type discard struct{}
-
-func (discard) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (discard) OnEnd(sdktrace.ReadOnlySpan)                     {}
-func (discard) Shutdown(context.Context) error                  { return nil }
-func (discard) ForceFlush(context.Context) error                { return nil }
 
 func benchChat(b *testing.B, wrapped bool) {
 	srv := scriptedmodel.New(scriptedmodel.Options{Responder: func(scriptedmodel.Request) scriptedmodel.Step {
@@ -32,7 +24,7 @@ func benchChat(b *testing.B, wrapped bool) {
 	defer srv.Close()
 	opts := []option.RequestOption{option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("k"), option.WithMaxRetries(0)}
 	if wrapped {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(discard{}))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(genaitest.Discard{}))
 		opts = append(opts, option.WithMiddleware(otelopenai.Middleware(otelopenai.WithTracerProvider(tp))))
 	}
 	client := openai.NewClient(opts...)

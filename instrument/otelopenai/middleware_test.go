@@ -10,13 +10,13 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 	"github.com/agentledger/agentledger/instrument/otelopenai"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
@@ -44,56 +44,6 @@ func newFixtureOpts(t *testing.T, maxRetries int, opts []otelopenai.Option, step
 		option.WithMiddleware(otelopenai.Middleware(append([]otelopenai.Option{otelopenai.WithTracerProvider(f.tp)}, opts...)...)),
 	)
 	return f
-}
-
-func (f *fixture) only(t *testing.T) sdktrace.ReadOnlySpan {
-	t.Helper()
-	spans := f.rec.Ended()
-	if len(spans) != 1 {
-		t.Fatalf("ended spans = %d, want 1", len(spans))
-	}
-	if n := len(f.rec.Started()); n != 1 {
-		t.Fatalf("started spans = %d, want 1", n)
-	}
-	return spans[0]
-}
-
-func attrs(s sdktrace.ReadOnlySpan) map[string]attribute.Value {
-	m := map[string]attribute.Value{}
-	for _, kv := range s.Attributes() {
-		m[string(kv.Key)] = kv.Value
-	}
-	return m
-}
-
-func wantInt(t *testing.T, a map[string]attribute.Value, key string, want int64) {
-	t.Helper()
-	v, ok := a[key]
-	if !ok || v.AsInt64() != want {
-		t.Errorf("%s = %v (present %v), want %d", key, v.Emit(), ok, want)
-	}
-}
-
-func wantStr(t *testing.T, a map[string]attribute.Value, key, want string) {
-	t.Helper()
-	if v, ok := a[key]; !ok || v.Emit() != want {
-		t.Errorf("%s = %q (present %v), want %q", key, v.Emit(), ok, want)
-	}
-}
-
-func wantAbsent(t *testing.T, a map[string]attribute.Value, keys ...string) {
-	t.Helper()
-	for _, k := range keys {
-		if v, ok := a[k]; ok {
-			t.Errorf("%s = %v, want absent", k, v.Emit())
-		}
-	}
-}
-
-var usageKeys = []string{
-	"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
-	"gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.reasoning.output_tokens",
-	"gen_ai.usage.cache_creation.input_tokens",
 }
 
 func params(text string) openai.ChatCompletionNewParams {
@@ -135,23 +85,23 @@ func TestChatPlain(t *testing.T) {
 	if s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != parent.SpanContext().SpanID() {
 		t.Errorf("kind %v parent %v, want client child of caller", s.SpanKind(), s.Parent().SpanID())
 	}
-	a := attrs(s)
-	wantStr(t, a, "gen_ai.operation.name", "chat")
-	wantStr(t, a, "gen_ai.provider.name", "openai")
-	wantStr(t, a, "gen_ai.request.model", "gpt-test")
-	wantInt(t, a, "gen_ai.request.max_tokens", 512)
-	wantStr(t, a, "gen_ai.request.temperature", "0.5")
-	wantAbsent(t, a, "gen_ai.request.top_p")
-	wantStr(t, a, "gen_ai.response.model", "gpt-test-2026")
-	wantStr(t, a, "gen_ai.response.id", "chatcmpl-1")
-	wantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
-	wantStr(t, a, "gen_ai.response.tool_calls", `["shell:call_1","read:call_2"]`)
-	wantStr(t, a, "server.address", "127.0.0.1")
-	wantInt(t, a, "gen_ai.usage.input_tokens", 100)
-	wantInt(t, a, "gen_ai.usage.output_tokens", 40)
-	wantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
-	wantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
-	wantAbsent(t, a, "gen_ai.usage.cache_creation.input_tokens", "error.type", "gen_ai.input.messages", "gen_ai.response.stream_closed_early")
+	a := genaitest.Attrs(s)
+	genaitest.WantStr(t, a, "gen_ai.operation.name", "chat")
+	genaitest.WantStr(t, a, "gen_ai.provider.name", "openai")
+	genaitest.WantStr(t, a, "gen_ai.request.model", "gpt-test")
+	genaitest.WantInt(t, a, "gen_ai.request.max_tokens", 512)
+	genaitest.WantStr(t, a, "gen_ai.request.temperature", "0.5")
+	genaitest.WantAbsent(t, a, "gen_ai.request.top_p")
+	genaitest.WantStr(t, a, "gen_ai.response.model", "gpt-test-2026")
+	genaitest.WantStr(t, a, "gen_ai.response.id", "chatcmpl-1")
+	genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
+	genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["shell:call_1","read:call_2"]`)
+	genaitest.WantStr(t, a, "server.address", "127.0.0.1")
+	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
+	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 40)
+	genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
+	genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
+	genaitest.WantAbsent(t, a, "gen_ai.usage.cache_creation.input_tokens", "error.type", "gen_ai.input.messages", "gen_ai.response.stream_closed_early")
 	if _, ok := a["server.port"]; !ok {
 		t.Error("server.port missing")
 	}
@@ -206,15 +156,15 @@ func TestChatStreaming(t *testing.T) {
 			if r := f.server.Requests()[0]; !r.IncludeUsage {
 				t.Error("request to the server did not ask for usage")
 			}
-			a := attrs(f.only(t))
-			wantInt(t, a, "gen_ai.usage.input_tokens", 100)
-			wantInt(t, a, "gen_ai.usage.output_tokens", 40)
-			wantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
-			wantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
-			wantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
-			wantStr(t, a, "gen_ai.response.tool_calls", `["grep:call_s"]`)
-			wantStr(t, a, "gen_ai.response.id", "chatcmpl-scripted-1")
-			wantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+			a := genaitest.Attrs(genaitest.Only(t, f.rec))
+			genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
+			genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 40)
+			genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
+			genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
+			genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
+			genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["grep:call_s"]`)
+			genaitest.WantStr(t, a, "gen_ai.response.id", "chatcmpl-scripted-1")
+			genaitest.WantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
 		})
 	}
 }
@@ -230,9 +180,9 @@ func TestChatStreamClosedEarly(t *testing.T) {
 	}
 	_ = st.Close()
 	_ = st.Close()
-	a := attrs(f.only(t))
-	wantStr(t, a, "gen_ai.response.stream_closed_early", "true")
-	wantAbsent(t, a, usageKeys...)
+	a := genaitest.Attrs(genaitest.Only(t, f.rec))
+	genaitest.WantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 }
 
 func TestChatStreamCut(t *testing.T) {
@@ -243,10 +193,10 @@ func TestChatStreamCut(t *testing.T) {
 	if st.Err() == nil {
 		t.Fatal("want a stream error")
 	}
-	s := f.only(t)
-	a := attrs(s)
-	wantStr(t, a, "error.type", "stream_error")
-	wantAbsent(t, a, usageKeys...)
+	s := genaitest.Only(t, f.rec)
+	a := genaitest.Attrs(s)
+	genaitest.WantStr(t, a, "error.type", "stream_error")
+	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 	if s.Status().Code != codes.Error {
 		t.Errorf("status = %v", s.Status())
 	}
@@ -259,10 +209,10 @@ func TestChatError(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
 		t.Fatalf("err = %v", err)
 	}
-	s := f.only(t)
-	a := attrs(s)
-	wantStr(t, a, "error.type", "400")
-	wantAbsent(t, a, usageKeys...)
+	s := genaitest.Only(t, f.rec)
+	a := genaitest.Attrs(s)
+	genaitest.WantStr(t, a, "error.type", "400")
+	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 	if s.Status().Code != codes.Error {
 		t.Errorf("status = %v", s.Status())
 	}
@@ -284,12 +234,12 @@ func TestChatRetry(t *testing.T) {
 	if n := len(f.server.Requests()); n != 3 {
 		t.Fatalf("server saw %d requests", n)
 	}
-	s := f.only(t)
-	a := attrs(s)
-	wantInt(t, a, "gen_ai.usage.input_tokens", 9)
-	wantInt(t, a, "gen_ai.usage.output_tokens", 3)
-	wantInt(t, a, "http.request.resend_count", 2)
-	wantAbsent(t, a, "error.type")
+	s := genaitest.Only(t, f.rec)
+	a := genaitest.Attrs(s)
+	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 9)
+	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 3)
+	genaitest.WantInt(t, a, "http.request.resend_count", 2)
+	genaitest.WantAbsent(t, a, "error.type")
 	if s.Status().Code == codes.Error {
 		t.Errorf("status = %v", s.Status())
 	}
@@ -319,10 +269,10 @@ func TestChatRetriesExhausted(t *testing.T) {
 	if _, err := f.client.Chat.Completions.New(context.Background(), params("hi")); err == nil {
 		t.Fatal("want an error")
 	}
-	s := f.only(t)
-	a := attrs(s)
-	wantStr(t, a, "error.type", "429")
-	wantInt(t, a, "http.request.resend_count", 1)
+	s := genaitest.Only(t, f.rec)
+	a := genaitest.Attrs(s)
+	genaitest.WantStr(t, a, "error.type", "429")
+	genaitest.WantInt(t, a, "http.request.resend_count", 1)
 	if s.Status().Code != codes.Error {
 		t.Errorf("status = %v", s.Status())
 	}
@@ -344,9 +294,9 @@ func TestChatMissingUsage(t *testing.T) {
 		t.Fatalf("spans = %d", len(spans))
 	}
 	for _, s := range spans {
-		a := attrs(s)
-		wantAbsent(t, a, usageKeys...)
-		wantStr(t, a, "gen_ai.response.finish_reasons", `["stop"]`)
+		a := genaitest.Attrs(s)
+		genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
+		genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["stop"]`)
 	}
 }
 
@@ -388,7 +338,7 @@ func TestConcurrentSessions(t *testing.T) {
 	}
 	var sum int64
 	for _, s := range spans {
-		sum += attrs(s)["gen_ai.usage.input_tokens"].AsInt64()
+		sum += genaitest.Attrs(s)["gen_ai.usage.input_tokens"].AsInt64()
 	}
 	if want := int64(sessions * (sessions + 1) / 2); sum != want {
 		t.Errorf("input tokens sum = %d, want %d", sum, want)
@@ -405,7 +355,7 @@ func TestCaptureContent(t *testing.T) {
 	if _, err := client.Chat.Completions.New(context.Background(), params("secret question")); err != nil {
 		t.Fatal(err)
 	}
-	a := attrs(rec.Ended()[0])
-	wantStr(t, a, "gen_ai.input.messages", `[{"content":"secret question","role":"user"}]`)
-	wantStr(t, a, "gen_ai.output.messages", `[{"parts":[{"content":"secret answer","type":"text"}],"role":"assistant"}]`)
+	a := genaitest.Attrs(rec.Ended()[0])
+	genaitest.WantStr(t, a, "gen_ai.input.messages", `[{"content":"secret question","role":"user"}]`)
+	genaitest.WantStr(t, a, "gen_ai.output.messages", `[{"parts":[{"content":"secret answer","type":"text"}],"role":"assistant"}]`)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
 
@@ -37,21 +38,21 @@ func TestResponses(t *testing.T) {
 			} else if _, err := f.client.Responses.New(context.Background(), p); err != nil {
 				t.Fatal(err)
 			}
-			s := f.only(t)
+			s := genaitest.Only(t, f.rec)
 			if s.Name() != "chat gpt-test" {
 				t.Errorf("name = %q", s.Name())
 			}
-			a := attrs(s)
-			wantStr(t, a, "gen_ai.operation.name", "chat")
-			wantStr(t, a, "gen_ai.response.id", "resp_1")
-			wantStr(t, a, "gen_ai.response.model", "gpt-test")
-			wantStr(t, a, "gen_ai.response.finish_reasons", `["completed"]`)
-			wantStr(t, a, "gen_ai.response.tool_calls", `["shell:call_r"]`)
-			wantInt(t, a, "gen_ai.usage.input_tokens", 100)
-			wantInt(t, a, "gen_ai.usage.output_tokens", 40)
-			wantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
-			wantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
-			wantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+			a := genaitest.Attrs(s)
+			genaitest.WantStr(t, a, "gen_ai.operation.name", "chat")
+			genaitest.WantStr(t, a, "gen_ai.response.id", "resp_1")
+			genaitest.WantStr(t, a, "gen_ai.response.model", "gpt-test")
+			genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["completed"]`)
+			genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["shell:call_r"]`)
+			genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
+			genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 40)
+			genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
+			genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
+			genaitest.WantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
 		})
 	}
 }
@@ -64,10 +65,10 @@ func TestResponsesStreamClosedEarly(t *testing.T) {
 		st.Next()
 	}
 	_ = st.Close()
-	a := attrs(f.only(t))
-	wantStr(t, a, "gen_ai.response.stream_closed_early", "true")
-	wantStr(t, a, "gen_ai.response.id", "resp_scripted_1")
-	wantAbsent(t, a, usageKeys...)
+	a := genaitest.Attrs(genaitest.Only(t, f.rec))
+	genaitest.WantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	genaitest.WantStr(t, a, "gen_ai.response.id", "resp_scripted_1")
+	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 }
 
 func TestEmbeddings(t *testing.T) {
@@ -78,13 +79,13 @@ func TestEmbeddings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := f.only(t)
+	s := genaitest.Only(t, f.rec)
 	if s.Name() != "embeddings text-embedding-test" {
 		t.Errorf("name = %q", s.Name())
 	}
-	a := attrs(s)
-	wantStr(t, a, "gen_ai.operation.name", "embeddings")
-	wantStr(t, a, "gen_ai.response.model", "text-embedding-test")
-	wantInt(t, a, "gen_ai.usage.input_tokens", 8)
-	wantAbsent(t, a, "gen_ai.usage.output_tokens", "error.type")
+	a := genaitest.Attrs(s)
+	genaitest.WantStr(t, a, "gen_ai.operation.name", "embeddings")
+	genaitest.WantStr(t, a, "gen_ai.response.model", "text-embedding-test")
+	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 8)
+	genaitest.WantAbsent(t, a, "gen_ai.usage.output_tokens", "error.type")
 }

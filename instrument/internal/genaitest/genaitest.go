@@ -1,0 +1,98 @@
+// Package genaitest holds the test helpers that the GenAI client wrappers
+// (otelopenai, otelanthropic) and their shared core use, so that their
+// tests read the same spans the same way.
+package genaitest
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+)
+
+// UsageKeys are the usage attributes of a model-call span.
+var UsageKeys = []string{
+	"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+	"gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.reasoning.output_tokens",
+	"gen_ai.usage.cache_creation.input_tokens",
+}
+
+// Attrs returns the attributes of s by key.
+func Attrs(s sdktrace.ReadOnlySpan) map[string]attribute.Value {
+	m := map[string]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[string(kv.Key)] = kv.Value
+	}
+	return m
+}
+
+// WantInt fails t unless a holds key with the integer want.
+func WantInt(t testing.TB, a map[string]attribute.Value, key string, want int64) {
+	t.Helper()
+	v, ok := a[key]
+	if !ok || v.AsInt64() != want {
+		t.Errorf("%s = %v (present %v), want %d", key, v.Emit(), ok, want)
+	}
+}
+
+// WantStr fails t unless a holds key and it prints as want.
+func WantStr(t testing.TB, a map[string]attribute.Value, key, want string) {
+	t.Helper()
+	if v, ok := a[key]; !ok || v.Emit() != want {
+		t.Errorf("%s = %q (present %v), want %q", key, v.Emit(), ok, want)
+	}
+}
+
+// WantAbsent fails t for each of keys that a holds.
+func WantAbsent(t testing.TB, a map[string]attribute.Value, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if v, ok := a[k]; ok {
+			t.Errorf("%s = %v, want absent", k, v.Emit())
+		}
+	}
+}
+
+// Only returns the one span rec saw, failing t unless exactly one was
+// started and ended.
+func Only(t testing.TB, rec *tracetest.SpanRecorder) sdktrace.ReadOnlySpan {
+	t.Helper()
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("ended spans = %d, want 1", len(spans))
+	}
+	if n := len(rec.Started()); n != 1 {
+		t.Fatalf("started spans = %d, want 1", n)
+	}
+	return spans[0]
+}
+
+// Discard is a span processor that drops ended spans: a benchmark then
+// measures the wrapper, not an exporter.
+type Discard struct{}
+
+// OnStart does nothing.
+func (Discard) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd drops s.
+func (Discard) OnEnd(sdktrace.ReadOnlySpan) {}
+
+// Shutdown does nothing.
+func (Discard) Shutdown(context.Context) error { return nil }
+
+// ForceFlush does nothing.
+func (Discard) ForceFlush(context.Context) error { return nil }
+
+// VerifyTestMain runs m and fails it when a test left a goroutine behind:
+// a parked call's timers and context watchers must all be stopped or
+// fired. Idle keep-alive connections of the SDK clients' shared transport
+// are not the wrappers' and are ignored.
+func VerifyTestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
