@@ -116,6 +116,33 @@ func TestFullPath(t *testing.T) {
 	}
 	checkBackgroundTraces(t, ctx, st.jaeger.QueryHTTP, handMade, hm)
 
+	// A model call that arrives after the summary: Jaeger gets a corrected
+	// summary (revision 2); the invocation metrics keep counting revision 1
+	// only, while the model-call metric counts the late span.
+	late := handSpan{trace: cont.trace, id: spanID(0x6f), parent: cont.id, name: "chat scripted-1",
+		start: 3300 * time.Millisecond, end: 3400 * time.Millisecond, attrs: map[string]any{
+			contract.AttrOperationName: contract.OpChat, contract.AttrRequestModel: "scripted-1", contract.AttrChildren: 0,
+			contract.AttrUsageInputTokens: 7, contract.AttrUsageOutputTokens: 1,
+		}}
+	exportOTLP(t, st.collector.OTLPGRPC, batch(t0, handMade.InvocationID, late))
+	revised := handMade
+	revised.InputTokens, revised.OutputTokens, revised.ModelCalls = 407, 71, 3
+	revised.AfterResultInputTokens, revised.AfterResultOutputTokens = 307, 51
+	err := testbin.Poll(ctx, 250*time.Millisecond, func() (bool, string, error) {
+		sums, err := testbin.JaegerSummaries(ctx, st.jaeger.QueryHTTP, t0.Add(-time.Minute), time.Now().Add(time.Minute))
+		if err != nil {
+			return false, "", err
+		}
+		hm = testbin.Closed(sums)[handMade.InvocationID]
+		return hm.Revision >= 2, fmt.Sprintf("latest summary of %s has revision %d", handMade.InvocationID, hm.Revision), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := testbin.Mismatches(revised, hm); len(m) > 0 || hm.Revision != 2 || !hasReason(hm.Anomalies, contract.AnomalyLateSpan) {
+		t.Errorf("corrected summary: revision %d, anomalies %v, mismatches %v", hm.Revision, hm.Anomalies, m)
+	}
+
 	agentBin := testbin.BuildT(t, "./examples/shellagent")
 	runScenario := func(name string) []testbin.AgentInvocation {
 		t.Helper()
@@ -133,6 +160,8 @@ func TestFullPath(t *testing.T) {
 	// Let Prometheus scrape the first counters before the next scenarios
 	// raise them, so that rate() and increase() over the run see growth.
 	waitProm(t, ctx, st.prom, `sum(agentledger_invocations_total)`, func(v float64) bool { return v >= 1 })
+	// The timeout invocation is still open: the processor's gauge shows it.
+	waitProm(t, ctx, st.prom, `sum(otelcol_processor_invocation_open_invocations)`, func(v float64) bool { return v >= 1 })
 	background := runScenario("background")
 	results = append(results, background...)
 	results = append(results, runScenario("warm-second")...)
@@ -149,7 +178,7 @@ func TestFullPath(t *testing.T) {
 
 	// The hand-made invocation closes as incomplete on open_timeout.
 	var timedOut testbin.Summary
-	err := testbin.Poll(ctx, 250*time.Millisecond, func() (bool, string, error) {
+	err = testbin.Poll(ctx, 250*time.Millisecond, func() (bool, string, error) {
 		sums, err := testbin.JaegerSummaries(ctx, st.jaeger.QueryHTTP, t0.Add(-time.Minute), time.Now().Add(time.Minute))
 		if err != nil {
 			return false, "", err
@@ -382,7 +411,10 @@ func checkPrometheusTotals(t *testing.T, prom string, results []testbin.AgentInv
 		{`sum(agentledger_invocations_total{invocation_status="final",` + agentSel + `})`, final},
 		{`sum(agentledger_invocation_time_to_final_milliseconds_count{` + agentSel + `})`, final},
 		{fmt.Sprintf(`sum(agentledger_invocation_incomplete_total{gen_ai_agent_name=%q})`, timeoutAgent), 1},
+		// Revision 1 of the hand-made invocation (400) and the timeout
+		// invocation (100); the late span's 7 only in the model-call metric.
 		{fmt.Sprintf(`sum(agentledger_invocation_tokens_total{gen_ai_token_type="input",gen_ai_agent_name=%q})`, timeoutAgent), 400 + 100},
+		{fmt.Sprintf(`sum(agentledger_model_tokens_total{gen_ai_token_type="input",job=%q})`, timeoutService), 400 + 100 + 7},
 		{`sum(otelcol_processor_invocation_open_invocations)`, 0},
 	}
 	for _, c := range checks {
