@@ -83,9 +83,11 @@ vet:
 	$(GO) vet ./...
 
 # VIEW=1 also starts Jaeger and Prometheus and leaves them running.
-demo: build $(if $(VIEW),jaeger prometheus)
+VIEW ?=
+view := $(filter 1 true yes,$(VIEW))
+demo: build $(if $(view),jaeger prometheus)
 	$(GO) run ./internal/demo -collector $(COLLECTOR_BIN) \
-		$(if $(VIEW),-view -jaeger $(JAEGER_BIN) -prometheus $(PROMETHEUS_BIN))
+		$(if $(view),-view -jaeger $(JAEGER_BIN) -prometheus $(PROMETHEUS_BIN))
 
 dashboards:
 	$(GO) generate ./dashboards/...
