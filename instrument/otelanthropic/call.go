@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
@@ -35,7 +36,7 @@ type call struct {
 	err      error
 	lastEnd  time.Time
 	parkGen  uint64
-	timers   []stopper
+	timers   []genaicall.Stopper
 	stopCtx  []func() bool
 	res      result
 }
@@ -175,7 +176,7 @@ func (c *call) end(at time.Time, err error, early bool) {
 	if early {
 		attrs = append(attrs, attribute.Bool(attrStreamClosedEarly, true))
 	}
-	if c.m.cfg.captureContent && r.text.Len() > 0 {
+	if c.m.cfg.CaptureContent && r.text.Len() > 0 {
 		out, _ := json.Marshal([]map[string]any{{
 			"role": "assistant", "parts": []map[string]string{{"type": "text", "content": r.text.String()}},
 		}})

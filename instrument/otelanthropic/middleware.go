@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
@@ -70,7 +71,7 @@ func ClientOptions(opts ...Option) []option.RequestOption {
 }
 
 type middleware struct {
-	cfg      config
+	cfg      genaicall.Config
 	tracer   trace.Tracer
 	tokens   metric.Int64Histogram
 	duration metric.Float64Histogram
@@ -93,14 +94,14 @@ type callKey struct {
 	body  uint64
 }
 
-func newMiddleware(cfg config) *middleware {
+func newMiddleware(cfg genaicall.Config) *middleware {
 	m := &middleware{
 		cfg:     cfg,
-		tracer:  cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
+		tracer:  cfg.TracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		seed:    maphash.MakeSeed(),
 		pending: make(map[callKey][]parked),
 	}
-	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
+	meter := cfg.MeterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	// Instrument creation only fails on invalid names; the no-op
 	// instruments returned alongside the error are still usable.
 	m.tokens, _ = meter.Int64Histogram("gen_ai.client.token.usage",
@@ -160,7 +161,7 @@ func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*htt
 
 	ctx := trace.ContextWithSpan(req.Context(), c.span)
 	req = req.WithContext(ctx)
-	m.cfg.propagators.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	m.cfg.Propagators.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
 	res, err := next(req)
 	now := time.Now()
@@ -185,14 +186,14 @@ func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*htt
 	c.clearError()
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		res.Body = newSSEBody(res.Body, func(data []byte) (bool, bool) {
-			return parseEvent(data, &c.res, c.m.cfg.captureContent)
+			return parseEvent(data, &c.res, c.m.cfg.CaptureContent)
 		}, func(err error, early bool) {
 			c.end(time.Now(), err, early)
 		})
 	} else {
 		res.Body = &plainBody{rc: res.Body, done: func(b []byte, complete bool, err error) {
 			if b != nil && (complete || err == nil) {
-				parseResponse(b, &c.res, c.m.cfg.captureContent)
+				parseResponse(b, &c.res, c.m.cfg.CaptureContent)
 			}
 			c.end(time.Now(), err, !complete && err == nil && !c.res.parsed)
 		}}
@@ -288,7 +289,7 @@ func (m *middleware) start(req *http.Request, op operation, info requestInfo) *c
 	if perr == nil {
 		attrs = append(attrs, attribute.Int(attrServerPort, p))
 	}
-	if m.cfg.captureContent && len(info.Messages) > 0 {
+	if m.cfg.CaptureContent && len(info.Messages) > 0 {
 		attrs = append(attrs, attribute.String(attrInputMessages, string(info.Messages)))
 	}
 	name := op.name()
@@ -332,9 +333,9 @@ func (m *middleware) park(key callKey, c *call, ctx context.Context) {
 			c.endParked()
 		}
 	}
-	timer := m.cfg.afterFunc(m.cfg.retryWindow, expire)
+	timer := m.cfg.AfterFunc(m.cfg.RetryWindow, expire)
 	stopCtx := context.AfterFunc(ctx, func() {
-		g := m.cfg.afterFunc(ctxGrace, expire)
+		g := m.cfg.AfterFunc(ctxGrace, expire)
 		c.mu.Lock()
 		c.timers = append(c.timers, g)
 		c.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 )
 
 // fakeTimers records the retry-window fallbacks instead of scheduling them.
@@ -24,7 +26,7 @@ type fakeTimer struct{}
 
 func (fakeTimer) Stop() bool { return true }
 
-func (f *fakeTimers) afterFunc(d time.Duration, fn func()) stopper {
+func (f *fakeTimers) afterFunc(d time.Duration, fn func()) genaicall.Stopper {
 	f.mu.Lock()
 	f.fns = append(f.fns, fn)
 	f.mu.Unlock()
@@ -69,7 +71,7 @@ func newParkClientWith(t *testing.T, retries int, extra sdktrace.SpanProcessor) 
 	}
 	timers := &fakeTimers{added: make(chan time.Duration, 16)}
 	cfg := newConfig([]Option{WithTracerProvider(tp)})
-	cfg.afterFunc = timers.afterFunc
+	cfg.AfterFunc = timers.afterFunc
 	m := newMiddleware(cfg)
 	c := openai.NewClient(option.WithBaseURL(closedURL(t)), option.WithAPIKey("k"),
 		option.WithMaxRetries(retries), option.WithMaxRetryDelay(time.Millisecond), option.WithMiddleware(m.handle))
@@ -175,7 +177,7 @@ func TestStaleTimerIgnored(t *testing.T) {
 	timers := &fakeTimers{added: make(chan time.Duration, 16)}
 	rec := tracetest.NewSpanRecorder()
 	cfg := newConfig([]Option{WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))})
-	cfg.afterFunc = timers.afterFunc
+	cfg.AfterFunc = timers.afterFunc
 	m := newMiddleware(cfg)
 	key := callKey{op: opChat}
 	_, span := m.tracer.Start(context.Background(), "chat m")
