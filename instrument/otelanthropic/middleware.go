@@ -173,30 +173,30 @@ func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*htt
 	if res.StatusCode >= 400 {
 		typ := strconv.Itoa(res.StatusCode)
 		c.attempt(resend, now, res.StatusCode, typ, fmt.Errorf("HTTP %d", res.StatusCode))
-		res.Body = &errorBody{rc: res.Body, done: func(read bool) {
+		res.Body = genaicall.NewErrorBody(res.Body, func(read bool) {
 			if read {
 				c.end(time.Now(), nil, false)
 			} else {
 				m.park(key, c, ctx)
 			}
-		}}
+		})
 		return res, nil
 	}
 	c.attempt(resend, now, res.StatusCode, "", nil)
 	c.clearError()
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-		res.Body = newSSEBody(res.Body, func(data []byte) (bool, bool) {
+		res.Body = genaicall.NewSSEBody(res.Body, func(data []byte) (bool, bool) {
 			return parseEvent(data, &c.res, c.m.cfg.CaptureContent)
 		}, func(err error, early bool) {
 			c.end(time.Now(), err, early)
 		})
 	} else {
-		res.Body = &plainBody{rc: res.Body, done: func(b []byte, complete bool, err error) {
+		res.Body = genaicall.NewPlainBody(res.Body, func(b []byte, complete bool, err error) {
 			if b != nil && (complete || err == nil) {
 				parseResponse(b, &c.res, c.m.cfg.CaptureContent)
 			}
 			c.end(time.Now(), err, !complete && err == nil && !c.res.parsed)
-		}}
+		})
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package otelopenai
+package genaicall
 
 import (
 	"bufio"
@@ -12,10 +12,10 @@ import (
 // parsing; the body the caller reads is never cut.
 const maxPlainBody = 16 << 20
 
-// plainBody keeps a copy of a JSON response body as the caller reads it and
+// PlainBody keeps a copy of a JSON response body as the caller reads it and
 // calls done once: at EOF, on a read error, or on Close (complete=false
 // when the body was not read to its end).
-type plainBody struct {
+type PlainBody struct {
 	rc   io.ReadCloser
 	done func(b []byte, complete bool, err error)
 
@@ -27,7 +27,12 @@ type plainBody struct {
 	finished bool
 }
 
-func (b *plainBody) Read(p []byte) (int, error) {
+// NewPlainBody returns rc watched by a PlainBody calling done.
+func NewPlainBody(rc io.ReadCloser, done func(b []byte, complete bool, err error)) *PlainBody {
+	return &PlainBody{rc: rc, done: done}
+}
+
+func (b *PlainBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -48,7 +53,7 @@ func (b *plainBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *plainBody) Close() error {
+func (b *PlainBody) Close() error {
 	err := b.rc.Close()
 	b.mu.Lock()
 	b.finishLocked(false, nil)
@@ -56,7 +61,7 @@ func (b *plainBody) Close() error {
 	return err
 }
 
-func (b *plainBody) finishLocked(complete bool, err error) {
+func (b *PlainBody) finishLocked(complete bool, err error) {
 	if b.finished {
 		return
 	}
@@ -69,12 +74,12 @@ func (b *plainBody) finishLocked(complete bool, err error) {
 	b.buf = bytes.Buffer{}
 }
 
-// sseBody passes a server-sent-event stream through to the caller event by
+// SSEBody passes a server-sent-event stream through to the caller event by
 // event. Each event's data is shown to onEvent, which says whether the
 // caller gets the event and whether it is the stream's terminal event. done
 // is called once: at the terminal event or EOF (err nil, early false), on a
 // read error, or when the caller closes the body before either (early).
-type sseBody struct {
+type SSEBody struct {
 	rc      io.ReadCloser
 	br      *bufio.Reader
 	onEvent func(data []byte) (keep, terminal bool)
@@ -91,11 +96,12 @@ type sseBody struct {
 	finished bool
 }
 
-func newSSEBody(rc io.ReadCloser, onEvent func([]byte) (bool, bool), done func(error, bool)) *sseBody {
-	return &sseBody{rc: rc, br: bufio.NewReaderSize(rc, 16<<10), onEvent: onEvent, done: done}
+// NewSSEBody returns rc watched by an SSEBody.
+func NewSSEBody(rc io.ReadCloser, onEvent func([]byte) (bool, bool), done func(error, bool)) *SSEBody {
+	return &SSEBody{rc: rc, br: bufio.NewReaderSize(rc, 16<<10), onEvent: onEvent, done: done}
 }
 
-func (b *sseBody) Read(p []byte) (int, error) {
+func (b *SSEBody) Read(p []byte) (int, error) {
 	for len(b.out) == 0 {
 		if b.readErr != nil {
 			return 0, b.readErr
@@ -134,7 +140,7 @@ func isBlankLine(line []byte) bool {
 
 // dispatch hands the buffered event to onEvent and queues it for the
 // caller when kept.
-func (b *sseBody) dispatch() {
+func (b *SSEBody) dispatch() {
 	data := eventData(b.ev)
 	keep := true
 	b.mu.Lock()
@@ -185,7 +191,7 @@ func eventData(ev []byte) []byte {
 	return first
 }
 
-func (b *sseBody) Close() error {
+func (b *SSEBody) Close() error {
 	err := b.rc.Close()
 	b.mu.Lock()
 	b.finishLocked(nil, true)
@@ -193,7 +199,7 @@ func (b *sseBody) Close() error {
 	return err
 }
 
-func (b *sseBody) finishLocked(err error, early bool) {
+func (b *SSEBody) finishLocked(err error, early bool) {
 	if b.finished {
 		return
 	}
@@ -201,10 +207,10 @@ func (b *sseBody) finishLocked(err error, early bool) {
 	b.done(err, early)
 }
 
-// errorBody watches an error response's body to learn whether the SDK
+// ErrorBody watches an error response's body to learn whether the SDK
 // retries: it reads an error body it returns to the caller, and closes
 // unread the body of an attempt it is about to retry.
-type errorBody struct {
+type ErrorBody struct {
 	rc   io.ReadCloser
 	done func(read bool)
 
@@ -214,7 +220,12 @@ type errorBody struct {
 	finished bool
 }
 
-func (b *errorBody) Read(p []byte) (int, error) {
+// NewErrorBody returns rc watched by an ErrorBody calling done.
+func NewErrorBody(rc io.ReadCloser, done func(read bool)) *ErrorBody {
+	return &ErrorBody{rc: rc, done: done}
+}
+
+func (b *ErrorBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	if n > 0 || err != nil {
@@ -230,7 +241,7 @@ func (b *errorBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *errorBody) Close() error {
+func (b *ErrorBody) Close() error {
 	err := b.rc.Close()
 	b.mu.Lock()
 	if b.finished {
