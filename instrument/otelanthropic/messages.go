@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
@@ -35,37 +36,43 @@ type anthropicUsage struct {
 	} `json:"output_tokens_details"`
 }
 
+// parser reads the responses of one Messages call.
+type parser struct {
+	// rawInput is Anthropic's input_tokens, without cache tokens.
+	rawInput *int64
+}
+
 // merge sets in r what u carries. Later events carry cumulative counts, so
 // a count present in u replaces the one in r.
-func (u *anthropicUsage) merge(r *result) {
+func (p *parser) merge(u *anthropicUsage, r *genaicall.Result) {
 	if u == nil {
 		return
 	}
 	if u.InputTokens != nil {
-		r.rawInput = u.InputTokens
+		p.rawInput = u.InputTokens
 	}
 	if u.CacheCreationInputTokens != nil {
-		r.usage.cacheCreation = u.CacheCreationInputTokens
+		r.Usage.CacheCreation = u.CacheCreationInputTokens
 	}
 	if u.CacheReadInputTokens != nil {
-		r.usage.cacheRead = u.CacheReadInputTokens
+		r.Usage.CacheRead = u.CacheReadInputTokens
 	}
 	if u.OutputTokens != nil {
-		r.usage.output = u.OutputTokens
+		r.Usage.Output = u.OutputTokens
 	}
 	if d := u.OutputTokensDetails; d != nil && d.ThinkingTokens != nil {
-		r.usage.reasoning = d.ThinkingTokens
+		r.Usage.Reasoning = d.ThinkingTokens
 	}
 	// The GenAI conventions count cache reads and writes as input.
-	if r.rawInput != nil {
-		sum := *r.rawInput
-		if v := r.usage.cacheRead; v != nil {
+	if p.rawInput != nil {
+		sum := *p.rawInput
+		if v := r.Usage.CacheRead; v != nil {
 			sum += *v
 		}
-		if v := r.usage.cacheCreation; v != nil {
+		if v := r.Usage.CacheCreation; v != nil {
 			sum += *v
 		}
-		r.usage.input = &sum
+		r.Usage.Input = &sum
 	}
 }
 
@@ -102,67 +109,67 @@ type streamEvent struct {
 	Error *apiError       `json:"error"`
 }
 
-func (r *result) addBlock(b contentBlock, capture bool) {
+func addBlock(r *genaicall.Result, b contentBlock, capture bool) {
 	switch b.Type {
 	case "tool_use", "server_tool_use":
-		r.addToolCall(b.Name, b.ID)
+		r.AddToolCall(b.Name, b.ID)
 	case "text":
 		if capture {
-			r.text.WriteString(b.Text)
+			r.Text.WriteString(b.Text)
 		}
 	}
 }
 
-// parseResponse reads a message body into r.
-func parseResponse(b []byte, r *result, capture bool) {
+// ParseResponse reads a message body into r.
+func (p *parser) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
 	var m message
 	if json.Unmarshal(b, &m) != nil {
 		return
 	}
-	r.parsed = true
-	r.id, r.model = m.ID, m.Model
-	r.addFinish(m.StopReason)
+	r.Parsed = true
+	r.ID, r.Model = m.ID, m.Model
+	r.AddFinish(m.StopReason)
 	for _, blk := range m.Content {
-		r.addBlock(blk, capture)
+		addBlock(r, blk, capture)
 	}
-	m.Usage.merge(r)
+	p.merge(m.Usage, r)
 }
 
-// parseEvent reads one stream event's data into r. It reports whether the
+// ParseEvent reads one stream event's data into r. It reports whether the
 // caller gets the event (always) and whether it ends the stream.
-func parseEvent(data []byte, r *result, capture bool) (keep, terminal bool) {
+func (p *parser) ParseEvent(data []byte, r *genaicall.Result, capture bool) (keep, terminal bool) {
 	var ev streamEvent
 	if json.Unmarshal(data, &ev) != nil {
 		return true, false
 	}
-	r.parsed = true
+	r.Parsed = true
 	switch ev.Type {
 	case "message_start":
 		if m := ev.Message; m != nil {
-			r.id, r.model = m.ID, m.Model
-			m.Usage.merge(r)
+			r.ID, r.Model = m.ID, m.Model
+			p.merge(m.Usage, r)
 		}
 	case "content_block_start":
 		if ev.ContentBlock != nil {
-			r.addBlock(*ev.ContentBlock, capture)
+			addBlock(r, *ev.ContentBlock, capture)
 		}
 	case "content_block_delta":
 		if capture && ev.Delta != nil && ev.Delta.Type == "text_delta" {
-			r.text.WriteString(ev.Delta.Text)
+			r.Text.WriteString(ev.Delta.Text)
 		}
 	case "message_delta":
 		if ev.Delta != nil {
-			r.addFinish(ev.Delta.StopReason)
+			r.AddFinish(ev.Delta.StopReason)
 		}
-		ev.Usage.merge(r)
+		p.merge(ev.Usage, r)
 	case "message_stop":
 		return true, true
 	case "error":
 		if e := ev.Error; e != nil {
-			r.errType, r.errMsg = e.Type, e.Message
+			r.ErrType, r.ErrMsg = e.Type, e.Message
 		}
-		if r.errType == "" {
-			r.errType = "api_error"
+		if r.ErrType == "" {
+			r.ErrType = "api_error"
 		}
 		return true, true
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
@@ -54,16 +55,16 @@ type openAIUsage struct {
 	} `json:"completion_tokens_details"`
 }
 
-func (u *openAIUsage) into(dst *usage) {
+func (u *openAIUsage) into(dst *genaicall.Usage) {
 	if u == nil {
 		return
 	}
-	dst.input, dst.output = u.PromptTokens, u.CompletionTokens
+	dst.Input, dst.Output = u.PromptTokens, u.CompletionTokens
 	if d := u.PromptTokensDetails; d != nil {
-		dst.cacheRead = d.CachedTokens
+		dst.CacheRead = d.CachedTokens
 	}
 	if d := u.CompletionTokensDetails; d != nil {
-		dst.reasoning = d.ReasoningTokens
+		dst.Reasoning = d.ReasoningTokens
 	}
 }
 
@@ -79,16 +80,16 @@ type responsesUsage struct {
 	} `json:"output_tokens_details"`
 }
 
-func (u *responsesUsage) into(dst *usage) {
+func (u *responsesUsage) into(dst *genaicall.Usage) {
 	if u == nil {
 		return
 	}
-	dst.input, dst.output = u.InputTokens, u.OutputTokens
+	dst.Input, dst.Output = u.InputTokens, u.OutputTokens
 	if d := u.InputTokensDetails; d != nil {
-		dst.cacheRead = d.CachedTokens
+		dst.CacheRead = d.CachedTokens
 	}
 	if d := u.OutputTokensDetails; d != nil {
-		dst.reasoning = d.ReasoningTokens
+		dst.Reasoning = d.ReasoningTokens
 	}
 }
 
@@ -99,18 +100,18 @@ type apiError struct {
 	Code    any    `json:"code"`
 }
 
-func (e *apiError) into(r *result) {
+func (e *apiError) into(r *genaicall.Result) {
 	if e == nil {
 		return
 	}
-	r.errType = e.Type
+	r.ErrType = e.Type
 	if s, ok := e.Code.(string); ok && s != "" {
-		r.errType = s
+		r.ErrType = s
 	}
-	if r.errType == "" {
-		r.errType = "api_error"
+	if r.ErrType == "" {
+		r.ErrType = "api_error"
 	}
-	r.errMsg = e.Message
+	r.ErrMsg = e.Message
 }
 
 type chatResponse struct {
@@ -187,78 +188,85 @@ type embeddingsResponse struct {
 	Usage *openAIUsage `json:"usage"`
 }
 
-// parseResponse reads a non-streamed response body into r.
-func (op operation) parseResponse(b []byte, r *result, capture bool) {
-	switch op {
+// parser reads the responses of one endpoint; injected tells that the
+// request was sent asking for the usage chunk the caller did not ask for.
+type parser struct {
+	op       operation
+	injected bool
+}
+
+// ParseResponse reads a non-streamed response body into r.
+func (p parser) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
+	switch p.op {
 	case opChat:
 		var resp chatResponse
 		if json.Unmarshal(b, &resp) != nil {
 			return
 		}
-		r.parsed = true
-		r.id, r.model = resp.ID, resp.Model
+		r.Parsed = true
+		r.ID, r.Model = resp.ID, resp.Model
 		for _, ch := range resp.Choices {
-			r.addFinish(ch.FinishReason)
+			r.AddFinish(ch.FinishReason)
 			for _, tc := range ch.Message.ToolCalls {
-				r.addToolCall(tc.Function.Name, tc.ID)
+				r.AddToolCall(tc.Function.Name, tc.ID)
 			}
 			if capture && ch.Message.Content != nil {
-				r.text.WriteString(*ch.Message.Content)
+				r.Text.WriteString(*ch.Message.Content)
 			}
 		}
-		resp.Usage.into(&r.usage)
+		resp.Usage.into(&r.Usage)
 	case opResponses:
 		var resp responsesObject
 		if json.Unmarshal(b, &resp) != nil {
 			return
 		}
-		r.parsed = true
-		r.fromResponses(&resp, capture)
+		r.Parsed = true
+		fromResponses(r, &resp, capture)
 	case opEmbeddings:
 		var resp embeddingsResponse
 		if json.Unmarshal(b, &resp) != nil {
 			return
 		}
-		r.parsed = true
-		r.model = resp.Model
+		r.Parsed = true
+		r.Model = resp.Model
 		if resp.Usage != nil {
-			r.usage.input = resp.Usage.PromptTokens
+			r.Usage.Input = resp.Usage.PromptTokens
 		}
 	}
 }
 
-func (r *result) fromResponses(resp *responsesObject, capture bool) {
-	r.id, r.model = resp.ID, resp.Model
-	r.finish = r.finish[:0]
+func fromResponses(r *genaicall.Result, resp *responsesObject, capture bool) {
+	r.ID, r.Model = resp.ID, resp.Model
+	r.Finish = r.Finish[:0]
 	if d := resp.IncompleteDetails; d != nil && d.Reason != "" {
-		r.addFinish(d.Reason)
+		r.AddFinish(d.Reason)
 	} else {
-		r.addFinish(resp.Status)
+		r.AddFinish(resp.Status)
 	}
-	r.toolCalls = r.toolCalls[:0]
-	r.text.Reset()
+	r.ToolCalls = r.ToolCalls[:0]
+	r.Text.Reset()
 	for _, it := range resp.Output {
 		switch it.Type {
 		case "function_call", "custom_tool_call":
-			r.addToolCall(it.Name, it.CallID)
+			r.AddToolCall(it.Name, it.CallID)
 		case "message":
 			if capture {
 				for _, c := range it.Content {
-					r.text.WriteString(c.Text)
+					r.Text.WriteString(c.Text)
 				}
 			}
 		}
 	}
-	resp.Usage.into(&r.usage)
+	resp.Usage.into(&r.Usage)
 	resp.Error.into(r)
 }
 
 var doneData = []byte("[DONE]")
 
-// parseEvent reads one stream event's data into r. It reports whether the
+// ParseEvent reads one stream event's data into r. It reports whether the
 // caller gets the event and whether it ends the stream.
-func (op operation) parseEvent(data []byte, r *result, injected, capture bool) (keep, terminal bool) {
-	switch op {
+func (p parser) ParseEvent(data []byte, r *genaicall.Result, capture bool) (keep, terminal bool) {
+	switch p.op {
 	case opChat:
 		if bytes.HasPrefix(data, doneData) {
 			return true, true
@@ -267,35 +275,35 @@ func (op operation) parseEvent(data []byte, r *result, injected, capture bool) (
 		if json.Unmarshal(data, &ch) != nil {
 			return true, false
 		}
-		r.parsed = true
+		r.Parsed = true
 		if ch.Error != nil {
 			ch.Error.into(r)
 			return true, false
 		}
 		if ch.ID != "" {
-			r.id = ch.ID
+			r.ID = ch.ID
 		}
 		if ch.Model != "" {
-			r.model = ch.Model
+			r.Model = ch.Model
 		}
 		for _, c := range ch.Choices {
 			if c.FinishReason != nil {
-				r.addFinish(*c.FinishReason)
+				r.AddFinish(*c.FinishReason)
 			}
 			if capture && c.Delta.Content != nil {
-				r.text.WriteString(*c.Delta.Content)
+				r.Text.WriteString(*c.Delta.Content)
 			}
 			for _, tc := range c.Delta.ToolCalls {
 				if tc.ID != "" {
-					r.addToolCall(tc.Function.Name, tc.ID)
+					r.AddToolCall(tc.Function.Name, tc.ID)
 				}
 			}
 		}
 		if ch.Usage != nil {
-			ch.Usage.into(&r.usage)
+			ch.Usage.into(&r.Usage)
 			// The caller did not ask for this usage-only chunk; it may
 			// index Choices[0], so it never sees it.
-			if injected && len(ch.Choices) == 0 {
+			if p.injected && len(ch.Choices) == 0 {
 				return false, false
 			}
 		}
@@ -305,19 +313,19 @@ func (op operation) parseEvent(data []byte, r *result, injected, capture bool) (
 		if json.Unmarshal(data, &ev) != nil {
 			return true, false
 		}
-		r.parsed = true
+		r.Parsed = true
 		switch ev.Type {
 		case "response.created", "response.in_progress":
 			if ev.Response != nil {
-				r.id, r.model = ev.Response.ID, ev.Response.Model
+				r.ID, r.Model = ev.Response.ID, ev.Response.Model
 			}
 		case "response.output_text.delta":
 			if capture {
-				r.text.WriteString(ev.Delta)
+				r.Text.WriteString(ev.Delta)
 			}
 		case "response.completed", "response.incomplete", "response.failed":
 			if ev.Response != nil {
-				r.fromResponses(ev.Response, capture)
+				fromResponses(r, ev.Response, capture)
 			}
 			return true, true
 		case "error":

@@ -2,8 +2,6 @@ package otelopenai
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,67 +11,24 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 )
 
-// fakeTimers records the retry-window fallbacks instead of scheduling them.
-type fakeTimers struct {
-	mu    sync.Mutex
-	fns   []func()
-	added chan time.Duration
-}
-
-type fakeTimer struct{}
-
-func (fakeTimer) Stop() bool { return true }
-
-func (f *fakeTimers) afterFunc(d time.Duration, fn func()) genaicall.Stopper {
-	f.mu.Lock()
-	f.fns = append(f.fns, fn)
-	f.mu.Unlock()
-	select {
-	case f.added <- d:
-	default:
-	}
-	return fakeTimer{}
-}
-
-func (f *fakeTimers) fireAll() {
-	f.mu.Lock()
-	fns := f.fns
-	f.fns = nil
-	f.mu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
-}
-
-// closedURL returns a loopback URL nothing listens on.
-func closedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return "http://" + addr + "/v1/"
-}
-
-func newParkClient(t *testing.T, retries int) (openai.Client, *tracetest.SpanRecorder, *fakeTimers, *middleware) {
+func newParkClient(t *testing.T, retries int) (openai.Client, *tracetest.SpanRecorder, *genaitest.FakeTimers, middleware) {
 	return newParkClientWith(t, retries, nil)
 }
 
-func newParkClientWith(t *testing.T, retries int, extra sdktrace.SpanProcessor) (openai.Client, *tracetest.SpanRecorder, *fakeTimers, *middleware) {
+func newParkClientWith(t *testing.T, retries int, extra sdktrace.SpanProcessor) (openai.Client, *tracetest.SpanRecorder, *genaitest.FakeTimers, middleware) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	if extra != nil {
 		tp.RegisterSpanProcessor(extra)
 	}
-	timers := &fakeTimers{added: make(chan time.Duration, 16)}
+	timers := genaitest.NewFakeTimers()
 	cfg := newConfig([]Option{WithTracerProvider(tp)})
-	cfg.AfterFunc = timers.afterFunc
+	cfg.AfterFunc = timers.AfterFunc
 	m := newMiddleware(cfg)
-	c := openai.NewClient(option.WithBaseURL(closedURL(t)), option.WithAPIKey("k"),
+	c := openai.NewClient(option.WithBaseURL(genaitest.ClosedURL(t)), option.WithAPIKey("k"),
 		option.WithMaxRetries(retries), option.WithMaxRetryDelay(time.Millisecond), option.WithMiddleware(m.handle))
 	return c, rec, timers, m
 }
@@ -94,7 +49,7 @@ func TestTransportErrorEndsAfterRetryWindow(t *testing.T) {
 	if n := len(rec.Ended()); n != 0 {
 		t.Fatalf("ended before the window: %d", n)
 	}
-	timers.fireAll()
+	timers.FireAll()
 	spans := rec.Ended()
 	if len(spans) != 1 {
 		t.Fatalf("ended = %d", len(spans))
@@ -103,12 +58,12 @@ func TestTransportErrorEndsAfterRetryWindow(t *testing.T) {
 	if s.EndTime().Before(before) || s.EndTime().After(after) {
 		t.Errorf("end %v not within the call [%v, %v]", s.EndTime(), before, after)
 	}
-	if len(m.pending) != 0 {
-		t.Errorf("pending = %d", len(m.pending))
+	if n := m.Parked(); n != 0 {
+		t.Errorf("pending = %d", n)
 	}
 	found := false
 	for _, kv := range s.Attributes() {
-		if kv.Key == attrErrorType {
+		if kv.Key == "error.type" {
 			found = true
 		}
 	}
@@ -131,14 +86,14 @@ func TestTransportErrorRetriedIsOneSpan(t *testing.T) {
 	}
 	attempts := 0
 	for _, e := range rec.Ended()[0].Events() {
-		if e.Name == eventAttempt {
+		if e.Name == "attempt" {
 			attempts++
 		}
 	}
 	if attempts != 3 {
 		t.Errorf("attempt events = %d, want 3", attempts)
 	}
-	timers.fireAll()
+	timers.FireAll()
 	if n := len(rec.Ended()); n != 2 {
 		t.Fatalf("ended = %d", n)
 	}
@@ -150,14 +105,14 @@ func TestParkedCallEndsWithContext(t *testing.T) {
 	c, rec, timers, _ := newParkClient(t, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, _ = c.Chat.Completions.New(ctx, chat())
-	if d := <-timers.added; d != DefaultRetryWindow {
+	if d := <-timers.Added; d != DefaultRetryWindow {
 		t.Fatalf("first timer %v, want the retry window", d)
 	}
 	cancel()
 	// context.AfterFunc schedules the grace in its own goroutine.
 	select {
-	case d := <-timers.added:
-		if d != ctxGrace {
+	case d := <-timers.Added:
+		if d != genaicall.ContextGrace {
 			t.Fatalf("timer %v, want the grace", d)
 		}
 	case <-time.After(10 * time.Second):
@@ -166,38 +121,7 @@ func TestParkedCallEndsWithContext(t *testing.T) {
 	if n := len(rec.Ended()); n != 0 {
 		t.Fatalf("ended before the grace: %d", n)
 	}
-	timers.fireAll()
-	if n := len(rec.Ended()); n != 1 {
-		t.Fatalf("ended = %d", n)
-	}
-}
-
-// A stale timer of an earlier parking does not end the call parked again.
-func TestStaleTimerIgnored(t *testing.T) {
-	timers := &fakeTimers{added: make(chan time.Duration, 16)}
-	rec := tracetest.NewSpanRecorder()
-	cfg := newConfig([]Option{WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))})
-	cfg.AfterFunc = timers.afterFunc
-	m := newMiddleware(cfg)
-	key := callKey{op: opChat}
-	_, span := m.tracer.Start(context.Background(), "chat m")
-	c := &call{m: m, span: span, op: opChat}
-	m.park(key, c, context.Background())
-	timers.mu.Lock()
-	stale := timers.fns[0]
-	timers.mu.Unlock()
-	if m.take(key) != c {
-		t.Fatal("take did not return the parked call")
-	}
-	m.park(key, c, context.Background())
-	stale()
-	if n := len(rec.Ended()); n != 0 {
-		t.Fatalf("stale timer ended the call")
-	}
-	timers.mu.Lock()
-	current := timers.fns[1]
-	timers.mu.Unlock()
-	current()
+	timers.FireAll()
 	if n := len(rec.Ended()); n != 1 {
 		t.Fatalf("ended = %d", n)
 	}

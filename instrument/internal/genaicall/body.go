@@ -12,10 +12,10 @@ import (
 // parsing; the body the caller reads is never cut.
 const maxPlainBody = 16 << 20
 
-// PlainBody keeps a copy of a JSON response body as the caller reads it and
+// plainBody keeps a copy of a JSON response body as the caller reads it and
 // calls done once: at EOF, on a read error, or on Close (complete=false
 // when the body was not read to its end).
-type PlainBody struct {
+type plainBody struct {
 	rc   io.ReadCloser
 	done func(b []byte, complete bool, err error)
 
@@ -27,12 +27,12 @@ type PlainBody struct {
 	finished bool
 }
 
-// NewPlainBody returns rc watched by a PlainBody calling done.
-func NewPlainBody(rc io.ReadCloser, done func(b []byte, complete bool, err error)) *PlainBody {
-	return &PlainBody{rc: rc, done: done}
+// newPlainBody returns rc watched by a plainBody calling done.
+func newPlainBody(rc io.ReadCloser, done func(b []byte, complete bool, err error)) *plainBody {
+	return &plainBody{rc: rc, done: done}
 }
 
-func (b *PlainBody) Read(p []byte) (int, error) {
+func (b *plainBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -53,7 +53,7 @@ func (b *PlainBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *PlainBody) Close() error {
+func (b *plainBody) Close() error {
 	err := b.rc.Close()
 	b.mu.Lock()
 	b.finishLocked(false, nil)
@@ -61,7 +61,7 @@ func (b *PlainBody) Close() error {
 	return err
 }
 
-func (b *PlainBody) finishLocked(complete bool, err error) {
+func (b *plainBody) finishLocked(complete bool, err error) {
 	if b.finished {
 		return
 	}
@@ -74,12 +74,12 @@ func (b *PlainBody) finishLocked(complete bool, err error) {
 	b.buf = bytes.Buffer{}
 }
 
-// SSEBody passes a server-sent-event stream through to the caller event by
+// sseBody passes a server-sent-event stream through to the caller event by
 // event. Each event's data is shown to onEvent, which says whether the
 // caller gets the event and whether it is the stream's terminal event. done
 // is called once: at the terminal event or EOF (err nil, early false), on a
 // read error, or when the caller closes the body before either (early).
-type SSEBody struct {
+type sseBody struct {
 	rc      io.ReadCloser
 	br      *bufio.Reader
 	onEvent func(data []byte) (keep, terminal bool)
@@ -96,12 +96,12 @@ type SSEBody struct {
 	finished bool
 }
 
-// NewSSEBody returns rc watched by an SSEBody.
-func NewSSEBody(rc io.ReadCloser, onEvent func([]byte) (bool, bool), done func(error, bool)) *SSEBody {
-	return &SSEBody{rc: rc, br: bufio.NewReaderSize(rc, 16<<10), onEvent: onEvent, done: done}
+// newSSEBody returns rc watched by an sseBody.
+func newSSEBody(rc io.ReadCloser, onEvent func([]byte) (bool, bool), done func(error, bool)) *sseBody {
+	return &sseBody{rc: rc, br: bufio.NewReaderSize(rc, 16<<10), onEvent: onEvent, done: done}
 }
 
-func (b *SSEBody) Read(p []byte) (int, error) {
+func (b *sseBody) Read(p []byte) (int, error) {
 	for len(b.out) == 0 {
 		if b.readErr != nil {
 			return 0, b.readErr
@@ -140,7 +140,7 @@ func isBlankLine(line []byte) bool {
 
 // dispatch hands the buffered event to onEvent and queues it for the
 // caller when kept.
-func (b *SSEBody) dispatch() {
+func (b *sseBody) dispatch() {
 	data := eventData(b.ev)
 	keep := true
 	b.mu.Lock()
@@ -191,7 +191,7 @@ func eventData(ev []byte) []byte {
 	return first
 }
 
-func (b *SSEBody) Close() error {
+func (b *sseBody) Close() error {
 	err := b.rc.Close()
 	b.mu.Lock()
 	b.finishLocked(nil, true)
@@ -199,7 +199,7 @@ func (b *SSEBody) Close() error {
 	return err
 }
 
-func (b *SSEBody) finishLocked(err error, early bool) {
+func (b *sseBody) finishLocked(err error, early bool) {
 	if b.finished {
 		return
 	}
@@ -207,10 +207,10 @@ func (b *SSEBody) finishLocked(err error, early bool) {
 	b.done(err, early)
 }
 
-// ErrorBody watches an error response's body to learn whether the SDK
+// errorBody watches an error response's body to learn whether the SDK
 // retries: it reads an error body it returns to the caller, and closes
 // unread the body of an attempt it is about to retry.
-type ErrorBody struct {
+type errorBody struct {
 	rc   io.ReadCloser
 	done func(read bool)
 
@@ -220,12 +220,12 @@ type ErrorBody struct {
 	finished bool
 }
 
-// NewErrorBody returns rc watched by an ErrorBody calling done.
-func NewErrorBody(rc io.ReadCloser, done func(read bool)) *ErrorBody {
-	return &ErrorBody{rc: rc, done: done}
+// newErrorBody returns rc watched by an errorBody calling done.
+func newErrorBody(rc io.ReadCloser, done func(read bool)) *errorBody {
+	return &errorBody{rc: rc, done: done}
 }
 
-func (b *ErrorBody) Read(p []byte) (int, error) {
+func (b *errorBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.mu.Lock()
 	if n > 0 || err != nil {
@@ -241,7 +241,7 @@ func (b *ErrorBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *ErrorBody) Close() error {
+func (b *errorBody) Close() error {
 	err := b.rc.Close()
 	b.mu.Lock()
 	if b.finished {

@@ -53,7 +53,7 @@ func TestSSEBodyPassThrough(t *testing.T) {
 		if seed == 0 {
 			src = iotest.OneByteReader(strings.NewReader(upstream))
 		}
-		b := NewSSEBody(io.NopCloser(src), func(data []byte) (bool, bool) {
+		b := newSSEBody(io.NopCloser(src), func(data []byte) (bool, bool) {
 			seen = append(seen, string(data))
 			return !bytes.Contains(data, []byte("drop")), bytes.Equal(data, []byte("[DONE]"))
 		}, func(err error, early bool) {
@@ -82,13 +82,13 @@ func TestSSEBodyPassThrough(t *testing.T) {
 func TestSSEBodyEarlyAndError(t *testing.T) {
 	var ends []string
 	done := func(err error, early bool) { ends = append(ends, fmt.Sprint(err, early)) }
-	b := NewSSEBody(io.NopCloser(strings.NewReader("data: 1\n\ndata: 2\n\n")), func([]byte) (bool, bool) { return true, false }, done)
+	b := newSSEBody(io.NopCloser(strings.NewReader("data: 1\n\ndata: 2\n\n")), func([]byte) (bool, bool) { return true, false }, done)
 	buf := make([]byte, 4)
 	_, _ = b.Read(buf)
 	_ = b.Close()
 	_ = b.Close()
 	boom := errors.New("boom")
-	b = NewSSEBody(io.NopCloser(io.MultiReader(strings.NewReader("data: 1\n\n"), iotest.ErrReader(boom))), func([]byte) (bool, bool) { return true, false }, done)
+	b = newSSEBody(io.NopCloser(io.MultiReader(strings.NewReader("data: 1\n\n"), iotest.ErrReader(boom))), func([]byte) (bool, bool) { return true, false }, done)
 	if _, err := io.ReadAll(b); !errors.Is(err, boom) {
 		t.Fatalf("err = %v", err)
 	}
@@ -102,7 +102,7 @@ func TestSSEBodyEarlyAndError(t *testing.T) {
 func TestSSEBodyLongLine(t *testing.T) {
 	long := "data: " + strings.Repeat("x", 100<<10) + "\n\n"
 	var n int
-	b := NewSSEBody(io.NopCloser(strings.NewReader(long)), func(d []byte) (bool, bool) { n = len(d); return true, false }, func(error, bool) {})
+	b := newSSEBody(io.NopCloser(strings.NewReader(long)), func(d []byte) (bool, bool) { n = len(d); return true, false }, func(error, bool) {})
 	got, err := io.ReadAll(b)
 	if err != nil || string(got) != long || n != 100<<10 {
 		t.Fatalf("err %v, len %d, data %d", err, len(got), n)

@@ -28,7 +28,7 @@ type Config struct {
 }
 
 // Stopper is the part of *time.Timer the middleware uses.
-type Stopper interface{ Stop() bool }
+type Stopper = interface{ Stop() bool }
 
 // Setting changes a Config; each wrapper's Option carries one.
 type Setting func(*Config)

@@ -5,7 +5,10 @@ package genaitest
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -95,4 +98,66 @@ func VerifyTestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 	)
+}
+
+// FakeTimers records the functions a middleware schedules instead of
+// scheduling them; a test fires them when it chooses.
+type FakeTimers struct {
+	// Added receives each scheduled delay when it has room.
+	Added chan time.Duration
+
+	// mu guards fns.
+	mu  sync.Mutex
+	fns []func()
+}
+
+// NewFakeTimers returns FakeTimers whose Added holds up to 16 delays.
+func NewFakeTimers() *FakeTimers {
+	return &FakeTimers{Added: make(chan time.Duration, 16)}
+}
+
+type fakeTimer struct{}
+
+func (fakeTimer) Stop() bool { return true }
+
+// AfterFunc records fn; the timer it returns does nothing when stopped.
+func (f *FakeTimers) AfterFunc(d time.Duration, fn func()) interface{ Stop() bool } {
+	f.mu.Lock()
+	f.fns = append(f.fns, fn)
+	f.mu.Unlock()
+	select {
+	case f.Added <- d:
+	default:
+	}
+	return fakeTimer{}
+}
+
+// Scheduled returns the i-th function scheduled so far.
+func (f *FakeTimers) Scheduled(i int) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fns[i]
+}
+
+// FireAll runs and forgets every function scheduled so far.
+func (f *FakeTimers) FireAll() {
+	f.mu.Lock()
+	fns := f.fns
+	f.fns = nil
+	f.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// ClosedURL returns a loopback base URL nothing listens on.
+func ClosedURL(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return "http://" + addr + "/v1/"
 }

@@ -1,4 +1,4 @@
-package otelopenai
+package genaicall
 
 import (
 	"context"
@@ -13,15 +13,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
 // call is one logical model call: one span over all its attempts.
 type call struct {
-	m            *middleware
+	m            *Middleware
 	span         trace.Span
-	op           operation
+	operation    string
 	start        time.Time
 	requestModel string
 	server       string
@@ -36,43 +35,53 @@ type call struct {
 	err      error
 	lastEnd  time.Time
 	parkGen  uint64
-	timers   []genaicall.Stopper
+	timers   []Stopper
 	stopCtx  []func() bool
-	res      result
+	res      Result
 }
 
-// result is what the response told about the call.
-type result struct {
-	parsed    bool
-	id        string
-	model     string
-	finish    []string
-	toolCalls []string
-	usage     usage
-	errType   string
-	errMsg    string
-	text      strings.Builder
+// Result is what the response told about a call. A wrapper's Parser fills
+// it; the span is ended with it.
+type Result struct {
+	// Parsed is set once any of the response could be read.
+	Parsed bool
+	// ID and Model are gen_ai.response.id and gen_ai.response.model.
+	ID, Model string
+	// Finish holds the gen_ai.response.finish_reasons, each once.
+	Finish []string
+	// ToolCalls holds the tool calls the model asked for, "name:id".
+	ToolCalls []string
+	// Usage holds the usage in GenAI terms.
+	Usage Usage
+	// ErrType and ErrMsg describe an error the response body carried.
+	ErrType, ErrMsg string
+	// Text is the response text, kept only when content is captured.
+	Text strings.Builder
 }
 
-// usage holds the usage counts a response carried; nil means absent.
-type usage struct {
-	input, output, cacheRead, cacheCreation, reasoning *int64
+// Usage holds the usage counts a response carried, in the GenAI
+// conventions' terms (cache tokens in Input, reasoning in Output); nil
+// means absent.
+type Usage struct {
+	Input, Output, CacheRead, CacheCreation, Reasoning *int64
 }
 
-func (r *result) addFinish(reason string) {
+// AddFinish adds a finish reason unless it is empty or already there.
+func (r *Result) AddFinish(reason string) {
 	if reason == "" {
 		return
 	}
-	for _, f := range r.finish {
+	for _, f := range r.Finish {
 		if f == reason {
 			return
 		}
 	}
-	r.finish = append(r.finish, reason)
+	r.Finish = append(r.Finish, reason)
 }
 
-func (r *result) addToolCall(name, id string) {
-	r.toolCalls = append(r.toolCalls, name+":"+id)
+// AddToolCall adds a tool call the model asked for.
+func (r *Result) AddToolCall(name, id string) {
+	r.ToolCalls = append(r.ToolCalls, name+":"+id)
 }
 
 // attempt records the end of one attempt.
@@ -132,8 +141,8 @@ func (c *call) end(at time.Time, err error, early bool) {
 	c.ended = true
 	r := &c.res
 	errType, callErr := c.errType, c.err
-	if r.errType != "" {
-		errType, callErr = r.errType, errors.New(r.errMsg)
+	if r.ErrType != "" {
+		errType, callErr = r.ErrType, errors.New(r.ErrMsg)
 	}
 	if err != nil {
 		errType, callErr = errTypeStreamClosed, err
@@ -142,28 +151,28 @@ func (c *call) end(at time.Time, err error, early bool) {
 	c.mu.Unlock()
 
 	attrs := make([]attribute.KeyValue, 0, 16)
-	if r.model != "" {
-		attrs = append(attrs, attribute.String(contract.AttrResponseModel, r.model))
+	if r.Model != "" {
+		attrs = append(attrs, attribute.String(contract.AttrResponseModel, r.Model))
 	}
-	if r.id != "" {
-		attrs = append(attrs, attribute.String(attrResponseID, r.id))
+	if r.ID != "" {
+		attrs = append(attrs, attribute.String(attrResponseID, r.ID))
 	}
-	if len(r.finish) > 0 {
-		attrs = append(attrs, attribute.StringSlice(attrFinishReasons, r.finish))
+	if len(r.Finish) > 0 {
+		attrs = append(attrs, attribute.StringSlice(attrFinishReasons, r.Finish))
 	}
-	if len(r.toolCalls) > 0 {
-		attrs = append(attrs, attribute.StringSlice(attrResponseToolCalls, r.toolCalls))
+	if len(r.ToolCalls) > 0 {
+		attrs = append(attrs, attribute.StringSlice(attrResponseToolCalls, r.ToolCalls))
 	}
-	u := r.usage
+	u := r.Usage
 	for _, f := range []struct {
 		key string
 		v   *int64
 	}{
-		{contract.AttrUsageInputTokens, u.input},
-		{contract.AttrUsageOutputTokens, u.output},
-		{contract.AttrUsageCacheReadTokens, u.cacheRead},
-		{contract.AttrUsageCacheCreateTokens, u.cacheCreation},
-		{contract.AttrUsageReasoningTokens, u.reasoning},
+		{contract.AttrUsageInputTokens, u.Input},
+		{contract.AttrUsageOutputTokens, u.Output},
+		{contract.AttrUsageCacheReadTokens, u.CacheRead},
+		{contract.AttrUsageCacheCreateTokens, u.CacheCreation},
+		{contract.AttrUsageReasoningTokens, u.Reasoning},
 	} {
 		if f.v != nil {
 			attrs = append(attrs, attribute.Int64(f.key, *f.v))
@@ -175,9 +184,9 @@ func (c *call) end(at time.Time, err error, early bool) {
 	if early {
 		attrs = append(attrs, attribute.Bool(attrStreamClosedEarly, true))
 	}
-	if c.m.cfg.CaptureContent && r.text.Len() > 0 {
+	if c.m.cfg.CaptureContent && r.Text.Len() > 0 {
 		out, _ := json.Marshal([]map[string]any{{
-			"role": "assistant", "parts": []map[string]string{{"type": "text", "content": r.text.String()}},
+			"role": "assistant", "parts": []map[string]string{{"type": "text", "content": r.Text.String()}},
 		}})
 		attrs = append(attrs, attribute.String(attrOutputMessages, string(out)))
 	}
@@ -198,14 +207,14 @@ func (c *call) end(at time.Time, err error, early bool) {
 // record adds the call to the GenAI client metrics.
 func (c *call) record(at time.Time, errType string) {
 	attrs := []attribute.KeyValue{
-		attribute.String(contract.AttrOperationName, c.op.name()),
-		attribute.String(contract.AttrProviderName, providerOpenAI),
+		attribute.String(contract.AttrOperationName, c.operation),
+		attribute.String(contract.AttrProviderName, c.m.provider),
 	}
 	if c.requestModel != "" {
 		attrs = append(attrs, attribute.String(contract.AttrRequestModel, c.requestModel))
 	}
-	if c.res.model != "" {
-		attrs = append(attrs, attribute.String(contract.AttrResponseModel, c.res.model))
+	if c.res.Model != "" {
+		attrs = append(attrs, attribute.String(contract.AttrResponseModel, c.res.Model))
 	}
 	if c.server != "" {
 		attrs = append(attrs, attribute.String(attrServerAddress, c.server), attribute.Int(attrServerPort, c.port))
@@ -216,10 +225,10 @@ func (c *call) record(at time.Time, errType string) {
 		durAttrs = append(durAttrs[:len(durAttrs):len(durAttrs)], attribute.String(attrErrorType, errType))
 	}
 	c.m.duration.Record(ctx, at.Sub(c.start).Seconds(), metric.WithAttributes(durAttrs...))
-	if v := c.res.usage.input; v != nil {
+	if v := c.res.Usage.Input; v != nil {
 		c.m.tokens.Record(ctx, *v, metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], attribute.String(attrTokenType, "input"))...))
 	}
-	if v := c.res.usage.output; v != nil {
+	if v := c.res.Usage.Output; v != nil {
 		c.m.tokens.Record(ctx, *v, metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], attribute.String(attrTokenType, "output"))...))
 	}
 }

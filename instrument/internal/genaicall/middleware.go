@@ -1,0 +1,395 @@
+package genaicall
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"net"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// Attribute keys recorded beyond the contract's.
+const (
+	attrResponseID         = "gen_ai.response.id"
+	attrRequestMaxTokens   = "gen_ai.request.max_tokens"
+	attrRequestTemperature = "gen_ai.request.temperature"
+	attrRequestTopP        = "gen_ai.request.top_p"
+	attrFinishReasons      = "gen_ai.response.finish_reasons"
+	attrResponseToolCalls  = "gen_ai.response.tool_calls"
+	attrStreamClosedEarly  = "gen_ai.response.stream_closed_early"
+	attrInputMessages      = "gen_ai.input.messages"
+	attrOutputMessages     = "gen_ai.output.messages"
+	attrTokenType          = "gen_ai.token.type"
+	attrServerAddress      = "server.address"
+	attrServerPort         = "server.port"
+	attrErrorType          = "error.type"
+	attrHTTPStatusCode     = "http.response.status_code"
+	attrResendCount        = "http.request.resend_count"
+	// headerRetryCount is the attempt number the Stainless-generated SDKs
+	// (OpenAI's and Anthropic's) send with every request.
+	headerRetryCount    = "X-Stainless-Retry-Count"
+	eventAttempt        = "attempt"
+	errTypeStreamClosed = "stream_error"
+)
+
+// Scope names the wrapper a Middleware traces for.
+type Scope struct {
+	// Name is the instrumentation scope: the wrapper's import path.
+	Name string
+	// Version is the wrapper's version.
+	Version string
+	// Provider is gen_ai.provider.name.
+	Provider string
+}
+
+// Request is what a wrapper read from the body of a request it traces.
+type Request struct {
+	// Endpoint tells the wrapper's endpoints apart; only attempts to the
+	// same endpoint are tied into one call.
+	Endpoint int
+	// Operation is gen_ai.operation.name.
+	Operation string
+	// Model is gen_ai.request.model; empty when the body has none.
+	Model string
+	// MaxTokens, Temperature and TopP are the request parameters of the
+	// same names; nil when the body has none.
+	MaxTokens         *int64
+	Temperature, TopP *float64
+	// Input is the request's messages, recorded as gen_ai.input.messages
+	// when content is captured.
+	Input json.RawMessage
+	// Body, when not nil, is sent upstream instead of the caller's body.
+	// Attempts are still tied together by the caller's body.
+	Body []byte
+	// Parser reads the response.
+	Parser Parser
+}
+
+// Parser reads a traced call's response into its Result. Its methods are
+// called under the body watcher's lock, never concurrently.
+type Parser interface {
+	// ParseResponse reads a whole non-streamed response body.
+	ParseResponse(body []byte, r *Result, capture bool)
+	// ParseEvent reads the data of one server-sent event. It reports
+	// whether the caller gets the event and whether it ends the stream.
+	ParseEvent(data []byte, r *Result, capture bool) (keep, terminal bool)
+}
+
+// Middleware traces the model calls a wrapper hands it: one span per
+// logical call over all its attempts, with the GenAI client metrics.
+type Middleware struct {
+	cfg      Config
+	provider string
+	// pkg prefixes errors: the wrapper's package name.
+	pkg      string
+	tracer   trace.Tracer
+	tokens   metric.Int64Histogram
+	duration metric.Float64Histogram
+	seed     maphash.Seed
+
+	// mu guards pending: calls whose last attempt failed in a way the SDK
+	// retries, waiting for their next attempt.
+	mu      sync.Mutex
+	pending map[callKey][]parked
+}
+
+// callKey ties the attempts of one logical call together: the caller's
+// span, the endpoint and the request body are the same on every attempt.
+type callKey struct {
+	trace    trace.TraceID
+	span     trace.SpanID
+	endpoint int
+	body     uint64
+}
+
+// New returns a Middleware with cfg, which should have its defaults.
+func New(cfg Config, s Scope) *Middleware {
+	m := &Middleware{
+		cfg:      cfg,
+		provider: s.Provider,
+		pkg:      path.Base(s.Name),
+		tracer:   cfg.TracerProvider.Tracer(s.Name, trace.WithInstrumentationVersion(s.Version)),
+		seed:     maphash.MakeSeed(),
+		pending:  make(map[callKey][]parked),
+	}
+	meter := cfg.MeterProvider.Meter(s.Name, metric.WithInstrumentationVersion(s.Version))
+	// Instrument creation only fails on invalid names; the no-op
+	// instruments returned alongside the error are still usable.
+	m.tokens, _ = meter.Int64Histogram("gen_ai.client.token.usage",
+		metric.WithDescription("Number of input and output tokens used."),
+		metric.WithUnit("{token}"),
+		metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864))
+	m.duration, _ = meter.Float64Histogram("gen_ai.client.operation.duration",
+		metric.WithDescription("GenAI operation duration."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92))
+	return m
+}
+
+// Handle traces req, one attempt of a call the wrapper chose to trace,
+// sent on by next; describe reads the request body. The response body the
+// caller gets is watched so that the span ends when the caller is done
+// with it.
+func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.Response, error), describe func(body []byte) Request) (*http.Response, error) {
+	body, err := readBody(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading request body: %w", m.pkg, err)
+	}
+	info := describe(body)
+	key := callKey{endpoint: info.Endpoint, body: maphash.Bytes(m.seed, body)}
+	if sc := trace.SpanContextFromContext(req.Context()); sc.IsValid() {
+		key.trace, key.span = sc.TraceID(), sc.SpanID()
+	}
+	if info.Body != nil {
+		setBody(req, info.Body)
+	}
+
+	resend := 0
+	hdr := req.Header.Get(headerRetryCount)
+	if hdr != "" {
+		resend, _ = strconv.Atoi(hdr)
+	}
+	var c *call
+	if hdr == "" || resend > 0 {
+		c = m.take(key)
+	} else if old := m.take(key); old != nil {
+		// A first attempt of the same request: the old call's last
+		// failure was final after all.
+		old.endParked()
+	}
+	if c == nil {
+		c = m.start(req, info)
+	}
+
+	ctx := trace.ContextWithSpan(req.Context(), c.span)
+	req = req.WithContext(ctx)
+	m.cfg.Propagators.Inject(ctx, propagation.HeaderCarrier(req.Header))
+
+	res, err := next(req)
+	now := time.Now()
+	if err != nil {
+		c.attempt(resend, now, 0, errorType(err), err)
+		m.park(key, c, ctx)
+		return res, err
+	}
+	if res.StatusCode >= 400 {
+		typ := strconv.Itoa(res.StatusCode)
+		c.attempt(resend, now, res.StatusCode, typ, fmt.Errorf("HTTP %d", res.StatusCode))
+		res.Body = newErrorBody(res.Body, func(read bool) {
+			if read {
+				c.end(time.Now(), nil, false)
+			} else {
+				m.park(key, c, ctx)
+			}
+		})
+		return res, nil
+	}
+	c.attempt(resend, now, res.StatusCode, "", nil)
+	c.clearError()
+	p, capture := info.Parser, m.cfg.CaptureContent
+	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		res.Body = newSSEBody(res.Body, func(data []byte) (bool, bool) {
+			return p.ParseEvent(data, &c.res, capture)
+		}, func(err error, early bool) {
+			c.end(time.Now(), err, early)
+		})
+	} else {
+		res.Body = newPlainBody(res.Body, func(b []byte, complete bool, err error) {
+			if b != nil && (complete || err == nil) {
+				p.ParseResponse(b, &c.res, capture)
+			}
+			c.end(time.Now(), err, !complete && err == nil && !c.res.Parsed)
+		})
+	}
+	return res, nil
+}
+
+// readBody returns the request body and leaves req with a body that reads
+// the same bytes.
+func readBody(req *http.Request) ([]byte, error) {
+	if req.GetBody != nil {
+		rc, err := req.GetBody()
+		if err == nil {
+			defer rc.Close()
+			return io.ReadAll(rc)
+		}
+	}
+	b, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	setBody(req, b)
+	return b, nil
+}
+
+func setBody(req *http.Request, b []byte) {
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	req.ContentLength = int64(len(b))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+}
+
+// errorType names a transport error for error.type, with low cardinality.
+func errorType(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	}
+	return fmt.Sprintf("%T", err)
+}
+
+// start begins the span of a new logical call.
+func (m *Middleware) start(req *http.Request, info Request) *call {
+	attrs := []attribute.KeyValue{
+		attribute.String(contract.AttrOperationName, info.Operation),
+		attribute.String(contract.AttrProviderName, m.provider),
+	}
+	if info.Model != "" {
+		attrs = append(attrs, attribute.String(contract.AttrRequestModel, info.Model))
+	}
+	if info.MaxTokens != nil {
+		attrs = append(attrs, attribute.Int64(attrRequestMaxTokens, *info.MaxTokens))
+	}
+	if info.Temperature != nil {
+		attrs = append(attrs, attribute.Float64(attrRequestTemperature, *info.Temperature))
+	}
+	if info.TopP != nil {
+		attrs = append(attrs, attribute.Float64(attrRequestTopP, *info.TopP))
+	}
+	host := req.URL.Hostname()
+	port := req.URL.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[req.URL.Scheme]
+	}
+	if host != "" {
+		attrs = append(attrs, attribute.String(attrServerAddress, host))
+	}
+	p, perr := strconv.Atoi(port)
+	if perr == nil {
+		attrs = append(attrs, attribute.Int(attrServerPort, p))
+	}
+	if m.cfg.CaptureContent && len(info.Input) > 0 {
+		attrs = append(attrs, attribute.String(attrInputMessages, string(info.Input)))
+	}
+	name := info.Operation
+	if info.Model != "" {
+		name += " " + info.Model
+	}
+	start := time.Now()
+	_, span := m.tracer.Start(req.Context(), name,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(start),
+		trace.WithAttributes(attrs...))
+	return &call{m: m, span: span, operation: info.Operation, start: start, requestModel: info.Model, server: host, port: p}
+}
+
+// parked is a call waiting for its next attempt; gen tells its parkings
+// apart, so that a stale timer of an earlier parking cannot end it.
+type parked struct {
+	c   *call
+	gen uint64
+}
+
+// ContextGrace is how long a parked call outlives the end of its attempt's
+// context. The SDKs cancel an attempt's own timeout context right before
+// they start the next attempt, so the end of that context alone does not
+// mean the caller gave up; when it did, no attempt comes within the grace.
+const ContextGrace = time.Second
+
+// park keeps c waiting for the SDK's next attempt, ending it at its last
+// attempt's end if none comes: when the retry window passes, or shortly
+// after the attempt's context ends.
+func (m *Middleware) park(key callKey, c *call, ctx context.Context) {
+	c.mu.Lock()
+	c.parkGen++
+	gen := c.parkGen
+	c.mu.Unlock()
+	m.mu.Lock()
+	m.pending[key] = append(m.pending[key], parked{c: c, gen: gen})
+	m.mu.Unlock()
+	expire := func() {
+		if m.remove(key, c, gen) {
+			c.endParked()
+		}
+	}
+	timer := m.cfg.AfterFunc(m.cfg.RetryWindow, expire)
+	stopCtx := context.AfterFunc(ctx, func() {
+		g := m.cfg.AfterFunc(ContextGrace, expire)
+		c.mu.Lock()
+		c.timers = append(c.timers, g)
+		c.mu.Unlock()
+	})
+	c.mu.Lock()
+	c.timers = append(c.timers, timer)
+	c.stopCtx = append(c.stopCtx, stopCtx)
+	c.mu.Unlock()
+}
+
+// take removes and returns the oldest call parked under key, if any.
+func (m *Middleware) take(key callKey) *call {
+	m.mu.Lock()
+	ps := m.pending[key]
+	if len(ps) == 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	c := ps[0].c
+	if len(ps) == 1 {
+		delete(m.pending, key)
+	} else {
+		m.pending[key] = ps[1:]
+	}
+	m.mu.Unlock()
+	c.unpark()
+	return c
+}
+
+// remove removes c's parking gen from the calls parked under key and
+// reports whether it was there.
+func (m *Middleware) remove(key callKey, c *call, gen uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ps := m.pending[key]
+	for i, p := range ps {
+		if p.c == c && p.gen == gen {
+			ps = append(ps[:i:i], ps[i+1:]...)
+			if len(ps) == 0 {
+				delete(m.pending, key)
+			} else {
+				m.pending[key] = ps
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// Parked returns how many parkings of calls wait for a next attempt.
+func (m *Middleware) Parked() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, ps := range m.pending {
+		n += len(ps)
+	}
+	return n
+}
