@@ -79,12 +79,7 @@ func TestMessagesPlain(t *testing.T) {
 	if msg.Usage.InputTokens != 50 {
 		t.Fatalf("caller's input_tokens = %d", msg.Usage.InputTokens)
 	}
-	var s sdktrace.ReadOnlySpan
-	for _, sp := range f.rec.Ended() {
-		if sp.Name() == "chat claude-test" {
-			s = sp
-		}
-	}
+	s := genaitest.Find(f.rec.Ended(), "chat claude-test")
 	if s == nil || len(f.rec.Ended()) != 2 {
 		t.Fatalf("spans = %d", len(f.rec.Ended()))
 	}

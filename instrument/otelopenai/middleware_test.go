@@ -73,12 +73,7 @@ func TestChatPlain(t *testing.T) {
 	if res.Usage.PromptTokens != 100 {
 		t.Fatalf("caller's usage = %d", res.Usage.PromptTokens)
 	}
-	var s sdktrace.ReadOnlySpan
-	for _, sp := range f.rec.Ended() {
-		if sp.Name() == "chat gpt-test" {
-			s = sp
-		}
-	}
+	s := genaitest.Find(f.rec.Ended(), "chat gpt-test")
 	if s == nil {
 		t.Fatalf("no chat span among %d", len(f.rec.Ended()))
 	}

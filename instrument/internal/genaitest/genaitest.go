@@ -14,6 +14,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
+
+	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
 
 // UsageKeys are the usage attributes of a model-call span.
@@ -160,4 +162,71 @@ func ClosedURL(t testing.TB) string {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return "http://" + addr + "/v1/"
+}
+
+// Find returns the span named name among spans, or nil.
+func Find(spans []sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
+	var found sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == name {
+			found = s
+		}
+	}
+	return found
+}
+
+// Stream is the part of an SDK's server-sent-event stream a test reads.
+type Stream interface {
+	Next() bool
+	Err() error
+	Close() error
+}
+
+// Drain reads st to its end, closes it and returns its error.
+func Drain(st Stream) error {
+	for st.Next() {
+	}
+	err := st.Err()
+	_ = st.Close()
+	return err
+}
+
+// BenchServer starts a scripted model that answers every request like a
+// real agent turn: a paragraph of text in small deltas, the tool call
+// toolID/toolName with args, and cached input.
+func BenchServer(toolID, toolName, args string) *scriptedmodel.Server {
+	return scriptedmodel.New(scriptedmodel.Options{Responder: func(scriptedmodel.Request) scriptedmodel.Step {
+		return scriptedmodel.Step{
+			Text:      "The answer is a paragraph of moderate length, streamed in small deltas like a real model does.",
+			ToolCalls: []scriptedmodel.ToolCall{{ID: toolID, Name: toolName, Arguments: args}},
+			Usage:     scriptedmodel.Usage{InputTokens: 1200, OutputTokens: 80, CacheReadTokens: 1000},
+		}
+	}}).Start()
+}
+
+// BenchTracerProvider returns a TracerProvider that drops every span.
+func BenchTracerProvider() *sdktrace.TracerProvider {
+	return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(Discard{}))
+}
+
+// BenchCalls runs the sub-benchmarks "plain", of one call, and "stream",
+// of one streamed call read to its end.
+func BenchCalls(b *testing.B, plain func(context.Context) error, stream func(context.Context) Stream) {
+	ctx := context.Background()
+	b.Run("plain", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := plain(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("stream", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := Drain(stream(ctx)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
