@@ -5,5 +5,8 @@
 // make test and CI), which makes a missing binary a failure.
 //
 // Binaries are found through AGENTLEDGER_COLLECTOR_BIN, JAEGER_BIN and
-// PROMETHEUS_BIN, falling back to .bin/ and /usr/bin.
+// PROMETHEUS_BIN, falling back to .bin/ and /usr/bin. make test rebuilds the
+// collector first; a plain go test runs whatever .bin/ holds, so rebuild it
+// (make build) after changing the processor. The reference agent is built
+// from source by the tests themselves.
 package e2e
