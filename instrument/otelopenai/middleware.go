@@ -22,11 +22,11 @@ type middleware struct {
 	*genaicall.Middleware
 }
 
-func newMiddleware(cfg genaicall.Config) middleware {
-	return middleware{genaicall.New(cfg, genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerOpenAI})}
+func newMiddleware(cfg genaicall.Config) *middleware {
+	return &middleware{genaicall.New(cfg, genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerOpenAI})}
 }
 
-func (m middleware) handle(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	op, ok := classify(req)
 	if !ok || req.Body == nil || req.Body == http.NoBody {
 		return next(req)

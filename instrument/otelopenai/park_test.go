@@ -14,11 +14,11 @@ import (
 	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 )
 
-func newParkClient(t *testing.T, retries int) (openai.Client, *tracetest.SpanRecorder, *genaitest.FakeTimers, middleware) {
+func newParkClient(t *testing.T, retries int) (openai.Client, *tracetest.SpanRecorder, *genaitest.FakeTimers, *middleware) {
 	return newParkClientWith(t, retries, nil)
 }
 
-func newParkClientWith(t *testing.T, retries int, extra sdktrace.SpanProcessor) (openai.Client, *tracetest.SpanRecorder, *genaitest.FakeTimers, middleware) {
+func newParkClientWith(t *testing.T, retries int, extra sdktrace.SpanProcessor) (openai.Client, *tracetest.SpanRecorder, *genaitest.FakeTimers, *middleware) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	if extra != nil {
