@@ -36,6 +36,9 @@ func TestTransportErrorParked(t *testing.T) {
 		t.Fatal("want a connection error")
 	}
 	after := time.Now()
+	if d := <-timers.Added; d != DefaultRetryWindow {
+		t.Fatalf("first timer %v, want the retry window", d)
+	}
 	if n := len(rec.Ended()); n != 0 || m.Parked() != 1 {
 		t.Fatalf("ended %d, parked %d before the window", n, m.Parked())
 	}

@@ -13,7 +13,7 @@ import (
 // DefaultRetryWindow is how long a call whose last attempt failed in a way
 // the SDK retries waits for the next attempt before its span is ended. It
 // exceeds the SDK's longest retry delay (a two-minute Retry-After).
-const DefaultRetryWindow = genaicall.DefaultRetryWindow
+const DefaultRetryWindow = 3 * time.Minute
 
 func newConfig(opts []Option) genaicall.Config {
 	return genaicall.NewConfig(opts, Option.apply)

@@ -11,7 +11,8 @@ import (
 
 // DefaultRetryWindow is how long a call whose last attempt failed in a way
 // the SDK retries waits for the next attempt before its span is ended. It
-// exceeds the SDKs' longest retry delay (a two-minute Retry-After).
+// exceeds the SDKs' longest retry delay (a two-minute Retry-After). The
+// wrappers' DefaultRetryWindow constants equal it; their tests check.
 const DefaultRetryWindow = 3 * time.Minute
 
 // Config holds the settings of a Middleware. The wrappers' sealed options
