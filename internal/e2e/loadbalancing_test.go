@@ -1,0 +1,373 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/internal/testbin"
+)
+
+// The tier-1 config is validated with the others by
+// TestCollectorConfigsValidate. Tier 2 is local.yaml itself.
+func init() {
+	collectorConfigs = append(collectorConfigs, lbConfig)
+}
+
+const (
+	lbConfig      = "loadbalancing.yaml"
+	backendConfig = "local.yaml"
+	lbInvocations = 20
+)
+
+// lbSpan is one span of the load-balancing test with the invocation it
+// belongs to.
+type lbSpan struct {
+	span handSpan
+	inv  string
+}
+
+// lbInvocation is one hand-made invocation of the load-balancing test and
+// what its summary must say.
+type lbInvocation struct {
+	id                             string
+	root, chat1, tool, job, cont   handSpan
+	chat2                          handSpan
+	input, output, afterOut, dupes int64
+}
+
+func (iv *lbInvocation) spans() []handSpan {
+	return []handSpan{iv.root, iv.chat1, iv.tool, iv.job, iv.cont, iv.chat2}
+}
+
+// newLBInvocation is backgroundInvocation with usage that differs per
+// invocation, so that a span counted in the wrong invocation changes a sum.
+func newLBInvocation(i int) *lbInvocation {
+	iv := &lbInvocation{id: fmt.Sprintf("e2e-lb-%02d", i)}
+	iv.root, iv.chat1, iv.tool, iv.job, iv.cont, iv.chat2 = backgroundInvocation(byte(0x10 + 8*i))
+	iv.chat1.attrs[contract.AttrUsageInputTokens] = 100 + i
+	iv.chat2.attrs[contract.AttrUsageOutputTokens] = 50 + i
+	iv.input = 100 + int64(i) + 300
+	iv.output = 20 + 50 + int64(i)
+	iv.afterOut = 50 + int64(i)
+	return iv
+}
+
+func (iv *lbInvocation) want() testbin.Summary {
+	return testbin.Summary{
+		TraceID: iv.root.trace.String(), InvocationID: iv.id, ConversationID: "session-1", AgentName: "e2e",
+		Status: contract.StatusFinal, Revision: 1,
+		InputTokens: iv.input, OutputTokens: iv.output, CacheReadTokens: 240, CacheCreationTokens: 10, ReasoningTokens: 5,
+		AfterResultInputTokens: 300, AfterResultOutputTokens: iv.afterOut,
+		ModelCalls: 2, BackgroundJobs: 1, Continuations: 1, Spans: 6, Traces: 2, DuplicateSpans: iv.dupes,
+		TimeToFinalMS: 3000, HasTimeToFinal: true,
+		Links: []string{iv.cont.trace.String() + "/" + iv.cont.id.String()},
+	}
+}
+
+// mixedBatch puts spans of any invocations and traces into one OTLP request,
+// in the given order, model calls under a second instrumentation scope as a
+// client wrapper would export them.
+func mixedBatch(t0 time.Time, items []lbSpan) ptrace.Traces {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("service.name", "e2e-agent")
+	agent := rs.ScopeSpans().AppendEmpty()
+	agent.Scope().SetName("github.com/agentledger/agentledger/internal/e2e")
+	model := rs.ScopeSpans().AppendEmpty()
+	model.Scope().SetName("github.com/agentledger/agentledger/internal/e2e/model")
+	for _, it := range items {
+		ss := agent
+		if it.span.attrs[contract.AttrOperationName] == contract.OpChat {
+			ss = model
+		}
+		it.span.appendTo(ss.Spans(), t0, it.inv)
+	}
+	return td
+}
+
+// chunk cuts items into mixed batches of at most n spans.
+func chunk(t0 time.Time, items []lbSpan, n int) []ptrace.Traces {
+	var out []ptrace.Traces
+	for len(items) > 0 {
+		k := min(n, len(items))
+		out = append(out, mixedBatch(t0, items[:k]))
+		items = items[k:]
+	}
+	return out
+}
+
+// lbBackend is one tier-2 collector (local.yaml).
+type lbBackend struct {
+	addrs testbin.CollectorAddrs
+	proc  *testbin.Process
+}
+
+// TestLoadBalancingByInvocation runs the scale-out layout with the real
+// distribution: collector-config/loadbalancing.yaml in front of two
+// collectors running collector-config/local.yaml. Twenty invocations, each
+// with a root trace holding a background job and a continuation in a
+// second trace, are sent to the load-balancing tier shuffled across mixed
+// batches, children before parents, continuations before roots, with
+// duplicates. Every invocation must close exactly once, final with its exact
+// totals, on the one backend that received all of its spans.
+func TestLoadBalancingByInvocation(t *testing.T) {
+	bin := collectorBin(t)
+
+	backends := make([]lbBackend, 2)
+	hostnames := make([]string, len(backends))
+	for i := range backends {
+		addrs, err := testbin.NewCollectorAddrs(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends[i] = lbBackend{addrs: addrs,
+			proc: startCollector(t, bin, backendConfig, addrs, "AGENTLEDGER_DEBUG_VERBOSITY=basic")}
+		hostnames[i] = addrs.OTLPGRPC
+	}
+	lbAddrs, err := testbin.NewCollectorAddrs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Started last, so its cleanup runs first and its queues drain into
+	// running backends.
+	lb := startCollector(t, bin, lbConfig, lbAddrs,
+		"AGENTLEDGER_BACKENDS=["+strings.Join(hostnames, ", ")+"]")
+
+	invs := make([]*lbInvocation, lbInvocations)
+	byID := map[string]*lbInvocation{}
+	owner := map[pcommon.SpanID]string{}
+	for i := range invs {
+		invs[i] = newLBInvocation(i)
+		byID[invs[i].id] = invs[i]
+		for _, s := range invs[i].spans() {
+			owner[s.id] = invs[i].id
+		}
+	}
+
+	// Phase 1: everything but the roots, with a duplicate of one span of
+	// every other invocation, shuffled over batches of 7 spans. Nothing can
+	// be final yet (no root), so the duplicates are all counted whatever
+	// order the load balancer's per-backend queues deliver them in.
+	rng := rand.New(rand.NewPCG(0x5ca1e, 0x0a7))
+	var phase1 []lbSpan
+	for i, iv := range invs {
+		rest := []handSpan{iv.chat1, iv.tool, iv.job, iv.cont, iv.chat2}
+		for _, s := range rest {
+			phase1 = append(phase1, lbSpan{s, iv.id})
+		}
+		if i%2 == 0 {
+			phase1 = append(phase1, lbSpan{rest[i%len(rest)], iv.id})
+			iv.dupes++
+		}
+	}
+	rng.Shuffle(len(phase1), func(i, j int) { phase1[i], phase1[j] = phase1[j], phase1[i] })
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	exportOTLP(t, lbAddrs.OTLPGRPC, chunk(t0, phase1, 7)...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	defer cancel()
+	// Every phase-1 span has passed the invocation processor of some
+	// backend before a root is sent.
+	err = testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		seen, err := lbPassedThrough(backends)
+		if err != nil {
+			return false, "", err
+		}
+		missing := 0
+		for _, it := range phase1 {
+			if _, ok := seen[it.span.id]; !ok {
+				missing++
+			}
+		}
+		return missing == 0, fmt.Sprintf("%d phase-1 spans not yet written by a backend", missing), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Phase 2: the roots, four invocations per batch in shuffled order;
+	// every third root twice in its batch (a batch is evaluated as a whole,
+	// so that duplicate is counted too).
+	order := rng.Perm(len(invs))
+	var batches []ptrace.Traces
+	for len(order) > 0 {
+		k := min(4, len(order))
+		var roots []lbSpan
+		for _, i := range order[:k] {
+			iv := invs[i]
+			roots = append(roots, lbSpan{iv.root, iv.id})
+			if i%3 == 0 {
+				roots = append(roots, lbSpan{iv.root, iv.id})
+				iv.dupes++
+			}
+		}
+		rng.Shuffle(len(roots), func(i, j int) { roots[i], roots[j] = roots[j], roots[i] })
+		batches = append(batches, mixedBatch(t0, roots))
+		order = order[k:]
+	}
+	exportOTLP(t, lbAddrs.OTLPGRPC, batches...)
+
+	var perBackend [][]testbin.Summary
+	err = testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		perBackend = perBackend[:0]
+		closed := 0
+		for _, b := range backends {
+			sums, err := testbin.ReadSummaries(b.addrs.TracesFile)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return false, "", err
+			}
+			perBackend = append(perBackend, sums)
+			closed += len(testbin.Closed(sums))
+		}
+		return closed >= len(invs), fmt.Sprintf("%d of %d invocations closed", closed, len(invs)), nil
+	})
+	if err != nil {
+		// Go on: where the spans went says why.
+		t.Error(err)
+	}
+
+	// Where every span went.
+	seen, err := lbPassedThrough(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := map[string]int{} // invocation -> backend holding its spans
+	for _, iv := range invs {
+		where := map[int]int{}
+		for _, s := range iv.spans() {
+			bs, ok := seen[s.id]
+			if !ok {
+				t.Errorf("%s: span %s %s reached no backend", iv.id, s.name, s.id)
+				continue
+			}
+			for b := range bs {
+				where[b]++
+			}
+		}
+		if len(where) != 1 {
+			t.Errorf("%s: spans split over backends %v (backend -> spans), want all on one", iv.id, where)
+			continue
+		}
+		for b := range where {
+			home[iv.id] = b
+		}
+	}
+	for id, bs := range seen {
+		if _, ok := owner[id]; !ok {
+			t.Errorf("backends %v wrote span %s that was never sent", bs, id)
+		}
+	}
+
+	checkLBSummaries(t, invs, byID, perBackend, home)
+
+	split := make([]int, len(backends))
+	for _, b := range home {
+		split[b]++
+	}
+	t.Logf("invocations per backend: %v", split)
+	for b, n := range split {
+		if n == 0 {
+			t.Errorf("backend %d (%s) received no invocation; split %v", b, backends[b].addrs.OTLPGRPC, split)
+		}
+	}
+
+	if t.Failed() {
+		return
+	}
+	// Stopping the tiers (the load balancer first, so its queues drain)
+	// closes nothing more: no invocation was left open anywhere, and no
+	// late duplicate caused a revision.
+	if err := lb.Stop(testbin.StopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends {
+		if err := b.proc.Stop(testbin.StopTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, b := range backends {
+		sums, err := testbin.ReadSummaries(b.addrs.TracesFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sums) != len(perBackend[i]) {
+			for _, s := range sums[len(perBackend[i]):] {
+				t.Errorf("backend %d wrote a summary after the invocations closed: %s %s revision %d reasons %v",
+					i, s.InvocationID, s.Status, s.Revision, s.IncompleteReasons)
+			}
+		}
+	}
+}
+
+// checkLBSummaries requires, across all backends, exactly one summary per
+// invocation, final at revision 1 with its exact totals, written by the
+// backend that holds the invocation's spans.
+func checkLBSummaries(t *testing.T, invs []*lbInvocation, byID map[string]*lbInvocation, perBackend [][]testbin.Summary, home map[string]int) {
+	t.Helper()
+	got := map[string][]int{} // invocation -> backends that wrote a summary
+	for b, sums := range perBackend {
+		for _, s := range sums {
+			iv, ok := byID[s.InvocationID]
+			if !ok {
+				t.Errorf("backend %d: summary for unknown invocation %q: %+v", b, s.InvocationID, s)
+				continue
+			}
+			got[s.InvocationID] = append(got[s.InvocationID], b)
+			want := iv.want()
+			s.SpanID, s.Service = "", ""
+			if !summaryEqual(s, want) {
+				t.Errorf("backend %d: summary of %s\n got %+v\nwant %+v", b, iv.id, s, want)
+			}
+		}
+	}
+	for _, iv := range invs {
+		bs := got[iv.id]
+		switch {
+		case len(bs) != 1:
+			t.Errorf("%s: %d summaries (from backends %v), want exactly one", iv.id, len(bs), bs)
+		case bs[0] != home[iv.id]:
+			t.Errorf("%s: summary from backend %d, spans on backend %d", iv.id, bs[0], home[iv.id])
+		}
+	}
+}
+
+// lbPassedThrough returns, per span ID of a non-summary span, the indexes
+// of the backends whose file exporter wrote it.
+func lbPassedThrough(backends []lbBackend) (map[pcommon.SpanID]map[int]bool, error) {
+	out := map[pcommon.SpanID]map[int]bool{}
+	for b, be := range backends {
+		tds, err := testbin.ReadTraces(be.addrs.TracesFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, td := range tds {
+			for _, rs := range td.ResourceSpans().All() {
+				for _, ss := range rs.ScopeSpans().All() {
+					for _, sp := range ss.Spans().All() {
+						if sp.Name() == contract.SpanNameSummary {
+							continue
+						}
+						if out[sp.SpanID()] == nil {
+							out[sp.SpanID()] = map[int]bool{}
+						}
+						out[sp.SpanID()][b] = true
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
