@@ -85,10 +85,14 @@ type sseBody struct {
 	onEvent func(data []byte) (keep, terminal bool)
 	done    func(err error, early bool)
 
-	// Only Read touches ev, out and readErr.
-	ev      []byte
-	out     []byte
-	readErr error
+	// Only Read touches ev, lineStart, inLine, out and readErr.
+	ev []byte
+	// lineStart is where the line being read starts in ev; inLine is set
+	// while a line longer than br's buffer is read in pieces.
+	lineStart int
+	inLine    bool
+	out       []byte
+	readErr   error
 
 	// mu guards finished and serializes onEvent with done, since Close
 	// may come from another goroutine than Read.
@@ -107,12 +111,18 @@ func (b *sseBody) Read(p []byte) (int, error) {
 			return 0, b.readErr
 		}
 		line, err := b.br.ReadSlice('\n')
+		if !b.inLine {
+			b.lineStart = len(b.ev)
+		}
 		b.ev = append(b.ev, line...)
-		if errors.Is(err, bufio.ErrBufferFull) {
+		// A line longer than the reader's buffer comes in pieces; only the
+		// whole line can be blank, not its last piece.
+		b.inLine = errors.Is(err, bufio.ErrBufferFull)
+		if b.inLine {
 			continue
 		}
 		if err == nil {
-			if isBlankLine(line) {
+			if isBlankLine(b.ev[b.lineStart:]) {
 				b.dispatch()
 			}
 			continue
