@@ -112,19 +112,15 @@ type lbBackend struct {
 	proc  *testbin.Process
 }
 
-// TestLoadBalancingByInvocation runs the scale-out layout with the real
-// distribution: collector-config/loadbalancing.yaml in front of two
-// collectors running collector-config/local.yaml. Twenty invocations, each
-// with a root trace holding a background job and a continuation in a
-// second trace, are sent to the load-balancing tier shuffled across mixed
-// batches, children before parents, continuations before roots, with
-// duplicates. Every invocation must close exactly once, final with its exact
-// totals, on the one backend that received all of its spans.
-func TestLoadBalancingByInvocation(t *testing.T) {
+// startLBTier starts n backends running local.yaml and, last (so that its
+// cleanup runs first and its queues drain into running backends), the
+// load-balancing tier in front of them. Every process is stopped by PID
+// when the test ends.
+func startLBTier(t *testing.T, n int) ([]lbBackend, *testbin.Process, testbin.CollectorAddrs) {
+	t.Helper()
 	bin := collectorBin(t)
-
-	backends := make([]lbBackend, 2)
-	hostnames := make([]string, len(backends))
+	backends := make([]lbBackend, n)
+	hostnames := make([]string, n)
 	for i := range backends {
 		addrs, err := testbin.NewCollectorAddrs(t.TempDir())
 		if err != nil {
@@ -138,10 +134,21 @@ func TestLoadBalancingByInvocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Started last, so its cleanup runs first and its queues drain into
-	// running backends.
 	lb := startCollector(t, bin, lbConfig, lbAddrs,
 		"AGENTLEDGER_BACKENDS=["+strings.Join(hostnames, ", ")+"]")
+	return backends, lb, lbAddrs
+}
+
+// TestLoadBalancingByInvocation runs the scale-out layout with the real
+// distribution: collector-config/loadbalancing.yaml in front of two
+// collectors running collector-config/local.yaml. Twenty invocations, each
+// with a root trace holding a background job and a continuation in a
+// second trace, are sent to the load-balancing tier shuffled across mixed
+// batches, children before parents, continuations before roots, with
+// duplicates. Every invocation must close exactly once, final with its exact
+// totals, on the one backend that received all of its spans.
+func TestLoadBalancingByInvocation(t *testing.T) {
+	backends, lb, lbAddrs := startLBTier(t, 2)
 
 	invs := make([]*lbInvocation, lbInvocations)
 	byID := map[string]*lbInvocation{}
@@ -178,7 +185,7 @@ func TestLoadBalancingByInvocation(t *testing.T) {
 	defer cancel()
 	// Every phase-1 span has passed the invocation processor of some
 	// backend before a root is sent.
-	err = testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+	err := testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
 		seen, err := lbPassedThrough(backends)
 		if err != nil {
 			return false, "", err
@@ -364,6 +371,126 @@ func lbPassedThrough(backends []lbBackend) (map[pcommon.SpanID]map[int]bool, err
 							out[sp.SpanID()] = map[int]bool{}
 						}
 						out[sp.SpanID()][b] = true
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// TestLoadBalancingReferenceAgent runs every scenario of the reference agent
+// (examples/shellagent: background jobs in subprocesses that export their
+// own spans, continuations, consumed and interrupted notifications) against
+// the load-balancing tier. Each invocation must close exactly once, on the
+// backend that holds all of its spans, agreeing with what the agent counted
+// in process.
+func TestLoadBalancingReferenceAgent(t *testing.T) {
+	backends, _, lbAddrs := startLBTier(t, 2)
+	agentBin := testbin.BuildT(t, "./examples/shellagent")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	results, err := testbin.RunAgent(ctx, agentBin, nil, "-all", "-otlp", lbAddrs.OTLPGRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) == 0 {
+		t.Fatal("shellagent -all reported no invocation")
+	}
+
+	wctx, wcancel := context.WithTimeout(context.Background(), waitBudget)
+	defer wcancel()
+	var perBackend [][]testbin.Summary
+	err = testbin.Poll(wctx, 100*time.Millisecond, func() (bool, string, error) {
+		perBackend = perBackend[:0]
+		closed := map[string]bool{}
+		for _, b := range backends {
+			sums, err := testbin.ReadSummaries(b.addrs.TracesFile)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return false, "", err
+			}
+			perBackend = append(perBackend, sums)
+			for id := range testbin.Closed(sums) {
+				closed[id] = true
+			}
+		}
+		missing := 0
+		for _, r := range results {
+			if !closed[r.InvocationID] {
+				missing++
+			}
+		}
+		return missing == 0, fmt.Sprintf("%d of %d invocations not closed", missing, len(results)), nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+
+	spans, err := lbSpansByInvocation(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := make([]int, len(backends))
+	for _, r := range results {
+		where := spans[r.InvocationID]
+		if len(where) != 1 {
+			t.Errorf("%s (%s): spans on backends %v (backend -> spans), want all on one", r.InvocationID, r.Scenario, where)
+			continue
+		}
+		var home int
+		for b := range where {
+			home = b
+		}
+		split[home]++
+		var closing []testbin.Summary
+		for b, sums := range perBackend {
+			for _, s := range sums {
+				if s.InvocationID != r.InvocationID || s.Status == contract.StatusPending {
+					continue
+				}
+				if b != home {
+					t.Errorf("%s: summary from backend %d, spans on backend %d", r.InvocationID, b, home)
+				}
+				closing = append(closing, s)
+			}
+		}
+		if len(closing) != 1 {
+			t.Errorf("%s (%s): %d closing summaries, want exactly one: %+v", r.InvocationID, r.Scenario, len(closing), closing)
+			continue
+		}
+		if m := testbin.Mismatches(r, closing[0]); len(m) > 0 || closing[0].Revision != 1 {
+			t.Errorf("%s (%s): revision %d; summary disagrees with the agent: %s",
+				r.InvocationID, r.Scenario, closing[0].Revision, strings.Join(m, "; "))
+		}
+	}
+	t.Logf("%d invocations, per backend: %v", len(results), split)
+}
+
+// lbSpansByInvocation counts, per invocation.id and backend, the
+// non-summary spans each backend's file exporter wrote.
+func lbSpansByInvocation(backends []lbBackend) (map[string]map[int]int, error) {
+	out := map[string]map[int]int{}
+	for b, be := range backends {
+		tds, err := testbin.ReadTraces(be.addrs.TracesFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, td := range tds {
+			for _, rs := range td.ResourceSpans().All() {
+				for _, ss := range rs.ScopeSpans().All() {
+					for _, sp := range ss.Spans().All() {
+						v, ok := sp.Attributes().Get(contract.AttrInvocationID)
+						if !ok || sp.Name() == contract.SpanNameSummary {
+							continue
+						}
+						id := v.AsString()
+						if out[id] == nil {
+							out[id] = map[int]int{}
+						}
+						out[id][b]++
 					}
 				}
 			}
