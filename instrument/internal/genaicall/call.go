@@ -61,9 +61,21 @@ type Result struct {
 
 // Usage holds the usage counts a response carried, in the GenAI
 // conventions' terms (cache tokens in Input, reasoning in Output); nil
-// means absent.
+// means absent. Negative counts are dropped when the span ends.
 type Usage struct {
 	Input, Output, CacheRead, CacheCreation, Reasoning *int64
+}
+
+// valid returns u without the counts that are not token counts: a
+// negative number in a response is dropped rather than recorded, so that
+// no span or metric carries it.
+func (u Usage) valid() Usage {
+	for _, p := range []**int64{&u.Input, &u.Output, &u.CacheRead, &u.CacheCreation, &u.Reasoning} {
+		if *p != nil && **p < 0 {
+			*p = nil
+		}
+	}
+	return u
 }
 
 // AddFinish adds a finish reason unless it is empty or already there.
@@ -163,7 +175,7 @@ func (c *call) end(at time.Time, err error, early bool) {
 	if len(r.ToolCalls) > 0 {
 		attrs = append(attrs, attribute.StringSlice(attrResponseToolCalls, r.ToolCalls))
 	}
-	u := r.Usage
+	u := r.Usage.valid()
 	for _, f := range []struct {
 		key string
 		v   *int64
@@ -201,11 +213,11 @@ func (c *call) end(at time.Time, err error, early bool) {
 	}
 	c.span.SetAttributes(attrs...)
 	c.span.End(trace.WithTimestamp(at))
-	c.record(at, errType)
+	c.record(at, errType, u)
 }
 
 // record adds the call to the GenAI client metrics.
-func (c *call) record(at time.Time, errType string) {
+func (c *call) record(at time.Time, errType string, u Usage) {
 	attrs := []attribute.KeyValue{
 		attribute.String(contract.AttrOperationName, c.operation),
 		attribute.String(contract.AttrProviderName, c.m.provider),
@@ -225,10 +237,10 @@ func (c *call) record(at time.Time, errType string) {
 		durAttrs = append(durAttrs[:len(durAttrs):len(durAttrs)], attribute.String(attrErrorType, errType))
 	}
 	c.m.duration.Record(ctx, at.Sub(c.start).Seconds(), metric.WithAttributes(durAttrs...))
-	if v := c.res.Usage.Input; v != nil {
+	if v := u.Input; v != nil {
 		c.m.tokens.Record(ctx, *v, metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], attribute.String(attrTokenType, "input"))...))
 	}
-	if v := c.res.Usage.Output; v != nil {
+	if v := u.Output; v != nil {
 		c.m.tokens.Record(ctx, *v, metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], attribute.String(attrTokenType, "output"))...))
 	}
 }

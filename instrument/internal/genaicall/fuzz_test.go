@@ -2,6 +2,7 @@ package genaicall
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -215,4 +216,22 @@ func TestSSEBodyLineAtBufferBoundary(t *testing.T) {
 			t.Fatalf("eol %q: %d events (first %d bytes), want one of %d bytes", eol, len(seen), len(seen[0]), len(want))
 		}
 	}
+}
+
+// Regression (found by the wrappers' fuzz targets): a negative count in a
+// response was recorded as usage on the span and in the token histogram.
+// It is not a token count, so it is dropped; the valid counts stay.
+func TestEndDropsNegativeUsage(t *testing.T) {
+	h := newHarness(false)
+	res, err := h.attempt(context.Background(), `{"model":"m"}`, -1, response(200, "application/json", `{"in":-3,"out":2}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(res.Body); err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	a := genaitest.Attrs(genaitest.Only(t, h.rec))
+	genaitest.WantAbsent(t, a, "gen_ai.usage.input_tokens")
+	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 2)
 }
