@@ -2,6 +2,7 @@ package otelanthropic
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 
@@ -43,37 +44,53 @@ type parser struct {
 }
 
 // merge sets in r what u carries. Later events carry cumulative counts, so
-// a count present in u replaces the one in r.
+// a count present in u replaces the one in r. A negative count is no count
+// and is ignored.
 func (p *parser) merge(u *anthropicUsage, r *genaicall.Result) {
 	if u == nil {
 		return
 	}
-	if u.InputTokens != nil {
-		p.rawInput = u.InputTokens
+	if v := count(u.InputTokens); v != nil {
+		p.rawInput = v
 	}
-	if u.CacheCreationInputTokens != nil {
-		r.Usage.CacheCreation = u.CacheCreationInputTokens
+	if v := count(u.CacheCreationInputTokens); v != nil {
+		r.Usage.CacheCreation = v
 	}
-	if u.CacheReadInputTokens != nil {
-		r.Usage.CacheRead = u.CacheReadInputTokens
+	if v := count(u.CacheReadInputTokens); v != nil {
+		r.Usage.CacheRead = v
 	}
-	if u.OutputTokens != nil {
-		r.Usage.Output = u.OutputTokens
+	if v := count(u.OutputTokens); v != nil {
+		r.Usage.Output = v
 	}
-	if d := u.OutputTokensDetails; d != nil && d.ThinkingTokens != nil {
-		r.Usage.Reasoning = d.ThinkingTokens
+	if d := u.OutputTokensDetails; d != nil {
+		if v := count(d.ThinkingTokens); v != nil {
+			r.Usage.Reasoning = v
+		}
 	}
-	// The GenAI conventions count cache reads and writes as input.
+	// The GenAI conventions count cache reads and writes as input. A sum
+	// beyond int64 is no count either: input is then left out.
 	if p.rawInput != nil {
 		sum := *p.rawInput
-		if v := r.Usage.CacheRead; v != nil {
-			sum += *v
-		}
-		if v := r.Usage.CacheCreation; v != nil {
+		for _, v := range []*int64{r.Usage.CacheRead, r.Usage.CacheCreation} {
+			if v == nil {
+				continue
+			}
+			if *v > math.MaxInt64-sum {
+				r.Usage.Input = nil
+				return
+			}
 			sum += *v
 		}
 		r.Usage.Input = &sum
 	}
+}
+
+// count returns v when it is a token count, nil when absent or negative.
+func count(v *int64) *int64 {
+	if v == nil || *v < 0 {
+		return nil
+	}
+	return v
 }
 
 type contentBlock struct {
