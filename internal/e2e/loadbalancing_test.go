@@ -498,3 +498,183 @@ func lbSpansByInvocation(backends []lbBackend) (map[string]map[int]int, error) {
 	}
 	return out, nil
 }
+
+// lbProbeRoutes learns where the load-balancing tier sends each routing
+// key: for every candidate invocation ID one span in a resource that carries
+// invocation.id (the exporter reads the resource first; the invocation
+// processor reads span attributes only, so a probe is never indexed), and
+// one span with no invocation.id at all, whose backend is returned as
+// empty.
+func lbProbeRoutes(t *testing.T, ctx context.Context, backends []lbBackend, lbOTLP string, candidates []string) (route map[string]int, empty int) {
+	t.Helper()
+	td := ptrace.NewTraces()
+	probes := map[pcommon.SpanID]string{}
+	for i, id := range append([]string{""}, candidates...) {
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.name", "e2e-probe")
+		if id != "" {
+			rs.Resource().Attributes().PutStr(contract.AttrInvocationID, id)
+		}
+		sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetTraceID(pcommon.TraceID{0xe2, 0xbb, byte(i), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
+		sid := pcommon.SpanID{0xe2, 0xbb, byte(i), 1, 2, 3, 4, 5}
+		sp.SetSpanID(sid)
+		sp.SetName("probe")
+		now := time.Now()
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(now))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now))
+		probes[sid] = id
+	}
+	exportOTLP(t, lbOTLP, td)
+	route = map[string]int{}
+	err := testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		seen, err := lbPassedThrough(backends)
+		if err != nil {
+			return false, "", err
+		}
+		clear(route)
+		for sid, id := range probes {
+			bs := seen[sid]
+			if len(bs) > 1 {
+				return false, "", fmt.Errorf("probe for %q written by backends %v", id, bs)
+			}
+			for b := range bs {
+				route[id] = b
+			}
+		}
+		return len(route) == len(probes), fmt.Sprintf("%d of %d probes written", len(route), len(probes)), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty = route[""]
+	delete(route, "")
+	return route, empty
+}
+
+// TestLoadBalancingSplitInvocationNeverFinal shows the first-span caveat of
+// docs/scale-out.md and what it costs. The invocation's root is the child
+// of a caller's span that has no invocation.id, and that span comes first
+// in its scope and trace: the exporter routes that piece of the root trace
+// by the empty key, while the model call (another scope) and the
+// continuation trace go by the invocation's own key. The
+// invocation ID is chosen (by probing the tier) so that the two keys hash
+// to different backends. Neither backend may call it final: the root side
+// waits for its followup, the continuation side has no root, and both close
+// incomplete, each with the usage it saw.
+func TestLoadBalancingSplitInvocationNeverFinal(t *testing.T) {
+	backends, lb, lbAddrs := startLBTier(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	defer cancel()
+
+	candidates := make([]string, 32)
+	for i := range candidates {
+		candidates[i] = fmt.Sprintf("e2e-split-%02d", i)
+	}
+	route, emptyRoute := lbProbeRoutes(t, ctx, backends, lbAddrs.OTLPGRPC, candidates)
+	id := ""
+	for _, c := range candidates {
+		if route[c] != emptyRoute {
+			id = c
+			break
+		}
+	}
+	if id == "" {
+		t.Fatalf("all %d candidate invocation IDs hash to backend %d, like the empty key", len(candidates), emptyRoute)
+	}
+	rootSide, contSide := emptyRoute, route[id]
+	t.Logf("empty key -> backend %d, %s -> backend %d", rootSide, id, contSide)
+
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	root, chat1, tool, job, cont, chat2 := backgroundInvocation(0x10)
+	caller := pcommon.SpanID{0xe2, 0xca, 1, 2, 3, 4, 5, 6}
+	root.parent = caller
+	first := mixedBatch(t0, []lbSpan{{root, id}, {chat1, id}, {tool, id}, {job, id}})
+	// The caller's span, without invocation.id, first in the root trace.
+	spans := first.ResourceSpans().At(0).ScopeSpans().At(0).Spans()
+	sp := ptrace.NewSpan()
+	sp.SetTraceID(root.trace)
+	sp.SetSpanID(caller)
+	sp.SetName("POST /prompt")
+	sp.SetStartTimestamp(pcommon.NewTimestampFromTime(t0.Add(-time.Millisecond)))
+	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(t0.Add(time.Second + time.Millisecond)))
+	moved := ptrace.NewSpanSlice()
+	sp.CopyTo(moved.AppendEmpty())
+	spans.MoveAndAppendTo(moved)
+	moved.MoveAndAppendTo(spans)
+	exportOTLP(t, lbAddrs.OTLPGRPC, first, mixedBatch(t0, []lbSpan{{cont, id}, {chat2, id}}))
+
+	// The exporter splits per resource, scope and trace: chat1, under the
+	// model-call scope, is a piece of its own whose first span carries the
+	// invocation's key.
+	want := map[pcommon.SpanID]int{caller: rootSide, root.id: rootSide, tool.id: rootSide, job.id: rootSide,
+		chat1.id: contSide, cont.id: contSide, chat2.id: contSide}
+	err := testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		seen, err := lbPassedThrough(backends)
+		if err != nil {
+			return false, "", err
+		}
+		for sid, b := range want {
+			if !seen[sid][b] {
+				return false, fmt.Sprintf("span %s not yet on backend %d (seen on %v)", sid, b, seen[sid]), nil
+			}
+		}
+		sums, err := testbin.ReadSummaries(backends[rootSide].addrs.TracesFile)
+		if err != nil {
+			return false, "", err
+		}
+		for _, s := range sums {
+			if s.InvocationID == id && s.Status == contract.StatusPending {
+				return true, "", nil
+			}
+		}
+		return false, "no pending summary yet on the root's backend", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Stopping the backends closes what they hold open.
+	if err := lb.Stop(testbin.StopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends {
+		if err := b.proc.Stop(testbin.StopTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type side struct {
+		backend       int
+		reason        string
+		input, output int64
+	}
+	for _, s := range []side{{rootSide, contract.ReasonOpenFollowup, 0, 0}, {contSide, contract.ReasonRootMissing, 400, 70}} {
+		sums, err := testbin.ReadSummaries(backends[s.backend].addrs.TracesFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var closing []testbin.Summary
+		for _, x := range sums {
+			if x.InvocationID != id {
+				continue
+			}
+			if x.Status == contract.StatusFinal {
+				t.Errorf("backend %d called the split invocation final: %+v", s.backend, x)
+			}
+			if x.Status == contract.StatusIncomplete {
+				closing = append(closing, x)
+			}
+		}
+		if len(closing) != 1 {
+			t.Errorf("backend %d: %d incomplete summaries for %s, want 1: %+v", s.backend, len(closing), id, closing)
+			continue
+		}
+		c := closing[0]
+		t.Logf("backend %d: %s incomplete, reasons %v, tokens %d/%d", s.backend, id, c.IncompleteReasons, c.InputTokens, c.OutputTokens)
+		if !hasReason(c.IncompleteReasons, s.reason) || !hasReason(c.IncompleteReasons, contract.ReasonShutdown) ||
+			c.InputTokens != s.input || c.OutputTokens != s.output {
+			t.Errorf("backend %d: %s closed with reasons %v, tokens %d/%d; want %s and %s, tokens %d/%d",
+				s.backend, id, c.IncompleteReasons, c.InputTokens, c.OutputTokens, s.reason, contract.ReasonShutdown, s.input, s.output)
+		}
+	}
+}
