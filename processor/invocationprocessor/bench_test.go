@@ -32,15 +32,17 @@ func benchBatches(n int) []ptrace.Traces {
 }
 
 // BenchmarkConsumeTraces measures the processor against a pass-through
-// consumer in the same run; compare with benchstat. One op is one batch
-// of 60 spans that completes 10 invocations (retention 0, so ids recur as
-// new invocations when the batches cycle).
+// consumer in the same run: mode=passthrough (the baseline) hands each
+// batch on, mode=scan also reads every span's invocation.id, and
+// mode=invocation is the processor. Compare the modes with benchstat -col
+// /mode. One op is one batch of 60 spans that completes 10 invocations
+// (retention 0, so ids recur as new invocations when the batches cycle).
 func BenchmarkConsumeTraces(b *testing.B) {
 	batches := benchBatches(64)
 	spans := batches[0].SpanCount()
 	ctx := context.Background()
 
-	b.Run("passthrough", func(b *testing.B) {
+	b.Run("mode=passthrough", func(b *testing.B) {
 		next := consumertest.NewNop()
 		pass, err := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
 			return next.ConsumeTraces(ctx, td)
@@ -60,7 +62,7 @@ func BenchmarkConsumeTraces(b *testing.B) {
 
 	// scan is a pass-through that reads every span's invocation.id: the
 	// least any attribute-reading processor pays.
-	b.Run("scan", func(b *testing.B) {
+	b.Run("mode=scan", func(b *testing.B) {
 		next := consumertest.NewNop()
 		found := 0
 		scan, err := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
@@ -87,7 +89,7 @@ func BenchmarkConsumeTraces(b *testing.B) {
 		}
 	})
 
-	b.Run("invocation", func(b *testing.B) {
+	b.Run("mode=invocation", func(b *testing.B) {
 		cfg := createDefaultConfig().(*Config)
 		cfg.Retention = 0
 		p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
