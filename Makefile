@@ -41,7 +41,7 @@ help:
 	@echo "make opencode      npm install opencode-ai@$(OPENCODE_VERSION) into .cache/opencode"
 	@echo "make dashboards    regenerate the Grafana dashboards"
 	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
-	@echo "make bench         benchmarks, $(BENCHCOUNT) runs each, for benchstat"
+	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) runs each, into out/bench.txt; benchstat compares modes (-col /mode)"
 
 # The Go build cache makes this a no-op when nothing changed; the first build
 # compiles the collector (several minutes), so -v lists packages as they go.
@@ -102,10 +102,18 @@ fuzz:
 		done; \
 	done
 
+# Each benchmark runs its baseline and variants as sub-benchmarks keyed by
+# mode (mode=unwrapped|wrapped, sdk|ledger, passthrough|scan|invocation) in
+# the same run; benchstat (pinned in tools/benchstat) puts the modes side by
+# side, the first as the base. See docs/performance.md.
 bench:
 	@mkdir -p out
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./... | tee out/bench.txt
-	@echo ">> results in out/bench.txt; compare two runs with benchstat (golang.org/x/perf/cmd/benchstat)"
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) \
+		./instrument ./instrument/otelopenai ./instrument/otelanthropic ./processor/invocationprocessor | tee out/bench.txt
+	@echo ">> modes side by side (first column is the base)"
+	$(GO) -C tools/benchstat tool benchstat -col /mode -filter '/mode:/./' $(CURDIR)/out/bench.txt
+	@echo ">> benchmarks without a mode"
+	$(GO) -C tools/benchstat tool benchstat -filter '-/mode:/./' $(CURDIR)/out/bench.txt
 
 clean:
 	rm -rf $(BIN)/otelcol-agentledger out
