@@ -118,9 +118,16 @@ type lbBackend struct {
 // when the test ends.
 func startLBTier(t *testing.T, n int) ([]lbBackend, *testbin.Process, testbin.CollectorAddrs) {
 	t.Helper()
+	backends := startLBBackends(t, n)
+	lb, lbAddrs := startLB(t, backends...)
+	return backends, lb, lbAddrs
+}
+
+// startLBBackends starts n collectors running local.yaml on free ports.
+func startLBBackends(t *testing.T, n int) []lbBackend {
+	t.Helper()
 	bin := collectorBin(t)
 	backends := make([]lbBackend, n)
-	hostnames := make([]string, n)
 	for i := range backends {
 		addrs, err := testbin.NewCollectorAddrs(t.TempDir())
 		if err != nil {
@@ -128,15 +135,25 @@ func startLBTier(t *testing.T, n int) ([]lbBackend, *testbin.Process, testbin.Co
 		}
 		backends[i] = lbBackend{addrs: addrs,
 			proc: startCollector(t, bin, backendConfig, addrs, "AGENTLEDGER_DEBUG_VERBOSITY=basic")}
-		hostnames[i] = addrs.OTLPGRPC
 	}
-	lbAddrs, err := testbin.NewCollectorAddrs(t.TempDir())
+	return backends
+}
+
+// startLB starts loadbalancing.yaml on free ports with backends as its
+// static list.
+func startLB(t *testing.T, backends ...lbBackend) (*testbin.Process, testbin.CollectorAddrs) {
+	t.Helper()
+	hostnames := make([]string, len(backends))
+	for i, b := range backends {
+		hostnames[i] = b.addrs.OTLPGRPC
+	}
+	addrs, err := testbin.NewCollectorAddrs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := startCollector(t, bin, lbConfig, lbAddrs,
+	lb := startCollector(t, collectorBin(t), lbConfig, addrs,
 		"AGENTLEDGER_BACKENDS=["+strings.Join(hostnames, ", ")+"]")
-	return backends, lb, lbAddrs
+	return lb, addrs
 }
 
 // TestLoadBalancingByInvocation runs the scale-out layout with the real
@@ -676,5 +693,147 @@ func TestLoadBalancingSplitInvocationNeverFinal(t *testing.T) {
 			t.Errorf("backend %d: %s closed with reasons %v, tokens %d/%d; want %s and %s, tokens %d/%d",
 				s.backend, id, c.IncompleteReasons, c.InputTokens, c.OutputTokens, s.reason, contract.ReasonShutdown, s.input, s.output)
 		}
+	}
+}
+
+// TestLoadBalancingReshardNeverWrongFinal adds a backend while invocations
+// are open. The root traces of 20 invocations go through a tier that knows
+// one backend; then a tier that knows two takes over and the continuations
+// follow. Invocations the ring keeps on the first backend close final with
+// exact totals; those it moves (found by probing the new tier) are split:
+// neither backend may call them final, and both close them incomplete with
+// the usage each saw (docs/scale-out.md, "Resharding").
+func TestLoadBalancingReshardNeverWrongFinal(t *testing.T) {
+	backends := startLBBackends(t, 2)
+	lb1, addrs1 := startLB(t, backends[0])
+	ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	defer cancel()
+
+	invs := make([]*lbInvocation, lbInvocations)
+	var before, after []lbSpan
+	ids := make([]string, len(invs))
+	for i := range invs {
+		iv := newLBInvocation(i)
+		invs[i], ids[i] = iv, iv.id
+		for _, s := range []handSpan{iv.root, iv.chat1, iv.tool, iv.job} {
+			before = append(before, lbSpan{s, iv.id})
+		}
+		after = append(after, lbSpan{iv.cont, iv.id}, lbSpan{iv.chat2, iv.id})
+	}
+	rng := rand.New(rand.NewPCG(0x2e5, 0x4a2d))
+	rng.Shuffle(len(before), func(i, j int) { before[i], before[j] = before[j], before[i] })
+	rng.Shuffle(len(after), func(i, j int) { after[i], after[j] = after[j], after[i] })
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+
+	exportOTLP(t, addrs1.OTLPGRPC, chunk(t0, before, 7)...)
+	pendingOn0 := func() (bool, string, error) {
+		sums, err := testbin.ReadSummaries(backends[0].addrs.TracesFile)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, "", err
+		}
+		pending := map[string]bool{}
+		for _, s := range sums {
+			if s.Status == contract.StatusPending {
+				pending[s.InvocationID] = true
+			}
+		}
+		return len(pending) == len(invs), fmt.Sprintf("%d of %d pending on backend 0", len(pending), len(invs)), nil
+	}
+	if err := testbin.Poll(ctx, 100*time.Millisecond, pendingOn0); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb1.Stop(testbin.StopTimeout); err != nil {
+		t.Fatal(err)
+	}
+
+	lb2, addrs2 := startLB(t, backends...)
+	route, _ := lbProbeRoutes(t, ctx, backends, addrs2.OTLPGRPC, ids)
+	moved := 0
+	for _, id := range ids {
+		if route[id] != 0 {
+			moved++
+		}
+	}
+	t.Logf("adding backend 1 moved %d of %d open invocations", moved, len(ids))
+	if moved == 0 || moved == len(ids) {
+		t.Fatalf("the new ring moved %d of %d invocations; the test needs some of each", moved, len(ids))
+	}
+	exportOTLP(t, addrs2.OTLPGRPC, chunk(t0, after, 7)...)
+
+	err := testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		seen, err := lbPassedThrough(backends)
+		if err != nil {
+			return false, "", err
+		}
+		sums, err := testbin.ReadSummaries(backends[0].addrs.TracesFile)
+		if err != nil {
+			return false, "", err
+		}
+		closed := testbin.Closed(sums)
+		for _, iv := range invs {
+			b := route[iv.id]
+			if !seen[iv.cont.id][b] || !seen[iv.chat2.id][b] {
+				return false, fmt.Sprintf("%s: continuation not yet on backend %d", iv.id, b), nil
+			}
+			if _, ok := closed[iv.id]; b == 0 && !ok {
+				return false, fmt.Sprintf("%s: not yet closed on backend 0", iv.id), nil
+			}
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := lb2.Stop(testbin.StopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends {
+		if err := b.proc.Stop(testbin.StopTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closing := make([]map[string][]testbin.Summary, len(backends))
+	for b, be := range backends {
+		sums, err := testbin.ReadSummaries(be.addrs.TracesFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closing[b] = map[string][]testbin.Summary{}
+		for _, s := range sums {
+			if s.Status != contract.StatusPending {
+				s.SpanID, s.Service = "", ""
+				closing[b][s.InvocationID] = append(closing[b][s.InvocationID], s)
+			}
+		}
+	}
+	for i, iv := range invs {
+		on0, on1 := closing[0][iv.id], closing[1][iv.id]
+		if route[iv.id] == 0 {
+			if len(on0) != 1 || len(on1) != 0 || !summaryEqual(on0[0], iv.want()) {
+				t.Errorf("%s stayed on backend 0: closing summaries %+v on 0 and %+v on 1, want only %+v", iv.id, on0, on1, iv.want())
+			}
+			continue
+		}
+		checkSplitHalf(t, 0, iv.id, on0, contract.ReasonOpenFollowup, 100+int64(i), 20)
+		checkSplitHalf(t, 1, iv.id, on1, contract.ReasonRootMissing, 300, 50+int64(i))
+	}
+}
+
+// checkSplitHalf requires one closing summary of a split invocation on a
+// backend: incomplete with reason and shutdown, carrying the usage that
+// backend saw.
+func checkSplitHalf(t *testing.T, backend int, id string, sums []testbin.Summary, reason string, input, output int64) {
+	t.Helper()
+	if len(sums) != 1 {
+		t.Errorf("split %s on backend %d: %d closing summaries %+v, want one incomplete", id, backend, len(sums), sums)
+		return
+	}
+	s := sums[0]
+	if s.Status != contract.StatusIncomplete || s.Revision != 1 || !hasReason(s.IncompleteReasons, reason) ||
+		!hasReason(s.IncompleteReasons, contract.ReasonShutdown) || s.InputTokens != input || s.OutputTokens != output {
+		t.Errorf("split %s on backend %d: %s revision %d reasons %v tokens %d/%d; want incomplete revision 1 with %s and %s, tokens %d/%d",
+			id, backend, s.Status, s.Revision, s.IncompleteReasons, s.InputTokens, s.OutputTokens,
+			reason, contract.ReasonShutdown, input, output)
 	}
 }
