@@ -22,7 +22,7 @@ import (
 // Every file in collector-config is checked by the tool that reads it; a new
 // file without a check fails TestConfigsAreKnown.
 var (
-	collectorConfigs = []string{"local.yaml", "jaeger.yaml"}
+	collectorConfigs = []string{"local.yaml", "jaeger.yaml", "loadbalancing.yaml"}
 	jaegerConfigs    = []string{"jaeger-v2.yaml"}
 	prometheusConfig = "prometheus.yml"
 	builderManifest  = "builder-config.yaml"

@@ -19,10 +19,6 @@ import (
 
 // The tier-1 config is validated with the others by
 // TestCollectorConfigsValidate. Tier 2 is local.yaml itself.
-func init() {
-	collectorConfigs = append(collectorConfigs, lbConfig)
-}
-
 const (
 	lbConfig      = "loadbalancing.yaml"
 	backendConfig = "local.yaml"
