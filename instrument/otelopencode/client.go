@@ -490,7 +490,7 @@ func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (str
 		c.m.promptDone(session, msgID)
 		inv.Span().RecordError(err)
 		inv.Span().SetStatus(codes.Error, err.Error())
-		inv.End()
+		c.m.endSpan(func() { inv.End() })
 		return inv.ID(), err
 	}
 	return inv.ID(), nil
@@ -551,7 +551,7 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 	if done != nil {
 		done(inv.ID(), answer)
 	}
-	inv.End()
+	c.m.endSpan(func() { inv.End() })
 	return inv.ID(), err
 }
 
@@ -592,12 +592,17 @@ func (c *Client) sync(ctx context.Context, session string, answer []byte, sendEr
 }
 
 // Wait blocks until invocation id is final (or incomplete) in the ledger,
-// or ctx ends.
+// or ctx ends. When it returns, every span of the invocation that this
+// Client ended has also been handed to the span processors after the
+// ledger (the exporter): a ForceFlush of the TracerProvider after Wait
+// exports them all.
 func (c *Client) Wait(ctx context.Context, id string) (instrument.Summary, error) {
 	if c.cfg.ledger == nil {
 		return instrument.Summary{}, ErrNoLedger
 	}
-	return c.cfg.ledger.Wait(ctx, id)
+	sum, err := c.cfg.ledger.Wait(ctx, id)
+	c.m.settled()
+	return sum, err
 }
 
 // Session returns what a session still owes its invocations: running

@@ -266,6 +266,26 @@ func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finis
 	s.maxMsg = max(s.maxMsg, msgID)
 }
 
+// endSpan ends a span of the mapper's making outside the event stream (a
+// prompt's root) with the lock held, as every span the mapper ends is:
+// see settled.
+func (m *mapper) endSpan(end func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	end()
+}
+
+// settled returns once every span end in progress has returned. The span
+// processor hands an ended span to the ledger before the processors after
+// it, so a waiter the ledger wakes may run while the span that made the
+// invocation final is still on its way to the exporter. Every span the
+// Client ends is ended with mu held, so taking mu once orders the waiter
+// after that span has passed the whole pipeline.
+func (m *mapper) settled() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+}
+
 // promptDone drops the registration of a prompt whose root has ended.
 func (m *mapper) promptDone(session, msgID string) {
 	m.mu.Lock()
