@@ -20,41 +20,21 @@ import (
 func BenchmarkCall(b *testing.B) {
 	srv := genaitest.BenchServer("toolu_b", "bash", `{"command":"go test ./..."}`)
 	defer srv.Close()
-	clients := map[string]anthropic.Client{}
-	for _, mode := range []string{"unwrapped", "wrapped"} {
+	newClient := func(wrapped bool) anthropic.Client {
 		opts := []option.RequestOption{option.WithBaseURL(srv.URL()), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithoutOpenTelemetry()}
-		if mode == "wrapped" {
+		if wrapped {
 			opts = append(opts, otelanthropic.ClientOptions(otelanthropic.WithTracerProvider(genaitest.BenchTracerProvider()))...)
 		}
-		clients[mode] = anthropic.NewClient(opts...)
+		return anthropic.NewClient(opts...)
 	}
 	p := params("benchmark")
-	calls := []struct {
-		name string
-		call func(context.Context, anthropic.Client) error
-	}{
-		{"api=messages/call=plain", func(ctx context.Context, c anthropic.Client) error {
+	genaitest.BenchModes(b, newClient, []genaitest.BenchCall[anthropic.Client]{
+		{Name: "api=messages/call=plain", Call: func(ctx context.Context, c anthropic.Client) error {
 			_, err := c.Messages.New(ctx, p)
 			return err
 		}},
-		{"api=messages/call=stream", func(ctx context.Context, c anthropic.Client) error {
+		{Name: "api=messages/call=stream", Call: func(ctx context.Context, c anthropic.Client) error {
 			return genaitest.Drain(c.Messages.NewStreaming(ctx, p))
 		}},
-	}
-	ctx := context.Background()
-	for _, tc := range calls {
-		b.Run(tc.name, func(b *testing.B) {
-			for _, mode := range []string{"unwrapped", "wrapped"} {
-				client := clients[mode]
-				b.Run("mode="+mode, func(b *testing.B) {
-					b.ReportAllocs()
-					for b.Loop() {
-						if err := tc.call(ctx, client); err != nil {
-							b.Fatal(err)
-						}
-					}
-				})
-			}
-		})
-	}
+	})
 }

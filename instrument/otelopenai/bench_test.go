@@ -20,49 +20,29 @@ import (
 func BenchmarkCall(b *testing.B) {
 	srv := genaitest.BenchServer("call_b", "shell", `{"cmd":"go test ./..."}`)
 	defer srv.Close()
-	clients := map[string]openai.Client{}
-	for _, mode := range []string{"unwrapped", "wrapped"} {
+	newClient := func(wrapped bool) openai.Client {
 		opts := []option.RequestOption{option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("k"), option.WithMaxRetries(0)}
-		if mode == "wrapped" {
+		if wrapped {
 			opts = append(opts, option.WithMiddleware(otelopenai.Middleware(otelopenai.WithTracerProvider(genaitest.BenchTracerProvider()))))
 		}
-		clients[mode] = openai.NewClient(opts...)
+		return openai.NewClient(opts...)
 	}
 	chat := params("benchmark")
 	resp := responses.ResponseNewParams{Model: "gpt-test", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("benchmark")}}
-	calls := []struct {
-		name string
-		call func(context.Context, openai.Client) error
-	}{
-		{"api=chat/call=plain", func(ctx context.Context, c openai.Client) error {
+	genaitest.BenchModes(b, newClient, []genaitest.BenchCall[openai.Client]{
+		{Name: "api=chat/call=plain", Call: func(ctx context.Context, c openai.Client) error {
 			_, err := c.Chat.Completions.New(ctx, chat)
 			return err
 		}},
-		{"api=chat/call=stream", func(ctx context.Context, c openai.Client) error {
+		{Name: "api=chat/call=stream", Call: func(ctx context.Context, c openai.Client) error {
 			return genaitest.Drain(c.Chat.Completions.NewStreaming(ctx, chat))
 		}},
-		{"api=responses/call=plain", func(ctx context.Context, c openai.Client) error {
+		{Name: "api=responses/call=plain", Call: func(ctx context.Context, c openai.Client) error {
 			_, err := c.Responses.New(ctx, resp)
 			return err
 		}},
-		{"api=responses/call=stream", func(ctx context.Context, c openai.Client) error {
+		{Name: "api=responses/call=stream", Call: func(ctx context.Context, c openai.Client) error {
 			return genaitest.Drain(c.Responses.NewStreaming(ctx, resp))
 		}},
-	}
-	ctx := context.Background()
-	for _, tc := range calls {
-		b.Run(tc.name, func(b *testing.B) {
-			for _, mode := range []string{"unwrapped", "wrapped"} {
-				client := clients[mode]
-				b.Run("mode="+mode, func(b *testing.B) {
-					b.ReportAllocs()
-					for b.Loop() {
-						if err := tc.call(ctx, client); err != nil {
-							b.Fatal(err)
-						}
-					}
-				})
-			}
-		})
-	}
+	})
 }

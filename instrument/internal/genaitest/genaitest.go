@@ -209,24 +209,37 @@ func BenchTracerProvider() *sdktrace.TracerProvider {
 	return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(Discard{}))
 }
 
-// BenchCalls runs the sub-benchmarks "plain", of one call, and "stream",
-// of one streamed call read to its end.
-func BenchCalls(b *testing.B, plain func(context.Context) error, stream func(context.Context) Stream) {
+// BenchCall is one call a benchmark makes with a client of type C.
+type BenchCall[C any] struct {
+	// Name names the sub-benchmark, such as "api=chat/call=plain".
+	Name string
+	// Call makes the call and reads its answer to the end.
+	Call func(ctx context.Context, client C) error
+}
+
+// BenchModes runs, for each of calls, the sub-benchmarks "mode=unwrapped"
+// with newClient(false), the SDK alone, and "mode=wrapped" with
+// newClient(true), the SDK with the wrapper, so that benchstat -col /mode
+// compares them. Both clients are made before any call.
+func BenchModes[C any](b *testing.B, newClient func(wrapped bool) C, calls []BenchCall[C]) {
+	b.Helper()
+	modes := []struct {
+		name   string
+		client C
+	}{{"unwrapped", newClient(false)}, {"wrapped", newClient(true)}}
 	ctx := context.Background()
-	b.Run("plain", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := plain(ctx); err != nil {
-				b.Fatal(err)
+	for _, tc := range calls {
+		b.Run(tc.Name, func(b *testing.B) {
+			for _, mode := range modes {
+				b.Run("mode="+mode.name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if err := tc.Call(ctx, mode.client); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
 			}
-		}
-	})
-	b.Run("stream", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := Drain(stream(ctx)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 }
