@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -645,12 +646,18 @@ func childSessions(t *testing.T, base, parent string) []string {
 	return ids
 }
 
+// testAbortRacingCompletion aborts the session right after the prompt
+// that launched a background subagent returned, before (abortFirst) or
+// while the child's model call is released. Two outcomes are legitimate,
+// and the job's span says which one happened: the child was cancelled
+// (its span ends in error) and its one followup is closed as
+// interrupted, or the child finished first and its notification's turn,
+// cancelled or not, is a continuation. Exactly one of them, as many as
+// the span's invocation.followups.
 func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
 	gate := make(chan struct{})
 	s.model.reset(bgRoute(s.model.stop, gate, nil, nil))
 	sess := s.session(t, "abort")
-	closedBefore := len(spansNamed(s.p, contract.SpanNameFollowupClosed))
-	contsBefore := len(spansNamed(s.p, "continue_agent build"))
 	res := s.prompt(t, sess, "BG start a job")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -669,14 +676,40 @@ func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
 	if sum.Status != contract.StatusFinal {
 		t.Fatalf("status %q: %+v", sum.Status, sum)
 	}
-	closed := len(spansNamed(s.p, contract.SpanNameFollowupClosed)) - closedBefore
-	conts := len(spansNamed(s.p, "continue_agent build")) - contsBefore
-	t.Logf("outcome: %d followup_closed, %d continuations; model calls %v", closed, conts, s.model.labels())
-	if closed+conts != 1 {
-		t.Errorf("followup settled %d times (closed %d, continuations %d)", closed+conts, closed, conts)
+	bg := spanOf(s.p, "background subagent", res.InvocationID)
+	if bg == nil {
+		t.Fatalf("no background span; model calls %v", s.model.labels())
 	}
-	if abortFirst && closed != 1 {
-		t.Errorf("abort before the completion: %d followup_closed spans", closed)
+	followups := attr(bg, contract.AttrFollowups).AsInt64()
+	cancelled := bg.Status().Code == codes.Error
+	var closed, conts int64
+	for _, c := range spansNamed(s.p, contract.SpanNameFollowupClosed) {
+		if attr(c, contract.AttrInvocationID).AsString() == res.InvocationID {
+			closed++
+			if r := attr(c, contract.AttrFollowupReason).AsString(); r != contract.ReasonInterrupted {
+				t.Errorf("followup closed with reason %q", r)
+			}
+		}
+	}
+	for _, c := range spansNamed(s.p, "continue_agent build") {
+		if attr(c, contract.AttrInvocationID).AsString() == res.InvocationID {
+			conts++
+		}
+	}
+	t.Logf("outcome: job cancelled %v, followups %d, %d followup_closed, %d continuations; model calls %v",
+		cancelled, followups, closed, conts, s.model.labels())
+	switch {
+	case followups != 1 || closed+conts != followups:
+		t.Errorf("followups %d settled %d times (closed %d, continuations %d)", followups, closed+conts, closed, conts)
+	case cancelled && closed != 1:
+		t.Errorf("cancelled job: %d followup_closed, %d continuations", closed, conts)
+	case !cancelled && conts != 1:
+		t.Errorf("finished job: %d followup_closed, %d continuations", closed, conts)
+	case abortFirst && !cancelled:
+		t.Errorf("abort before the completion, yet the job finished")
+	}
+	if sum.Usage.Continuations != conts || sum.Usage.BackgroundJobs != 1 {
+		t.Errorf("summary %+v; %d continuation spans", sum.Usage, conts)
 	}
 	want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
 	checkUsage(t, "invocation vs OpenCode's records", sum, want)
