@@ -227,6 +227,7 @@ func startServer(t *testing.T) *server {
 	if err := os.WriteFile(filepath.Join(dir, "config/opencode/opencode.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	skipPluginInstall(t, filepath.Join(dir, "config/opencode"))
 	env := []string{
 		"HOME=" + filepath.Join(dir, "home"),
 		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"),
@@ -284,6 +285,28 @@ func startServer(t *testing.T) *server {
 		}
 	})
 	return &server{url: base, client: c, p: p, model: m}
+}
+
+// skipPluginInstall makes OpenCode's config directory look as if its
+// plugin SDK (@opencode-ai/plugin) were installed. OpenCode otherwise runs
+// npm install there in the background at start; it takes tens of seconds,
+// needs the registry, and an install still running at SIGTERM kept the
+// server from exiting for more than 10 s. No plugin is used here.
+func skipPluginInstall(t *testing.T, configDir string) {
+	t.Helper()
+	const dep = `{"dependencies":{"@opencode-ai/plugin":"*"}}`
+	files := map[string]string{
+		"package.json":      dep,
+		"package-lock.json": `{"lockfileVersion":3,"packages":{"":` + dep + `}}`,
+	}
+	if err := os.MkdirAll(filepath.Join(configDir, "node_modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(configDir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func (s *server) session(t *testing.T, title string) string {
