@@ -160,11 +160,14 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		children = rec.children
 		out = &countedSpan{ReadOnlySpan: s, children: children}
 	}
-	if sc.IsSampled() {
-		p.ledger.arrived(out, children)
-	}
+	// The next processor sees the span before the ledger does, so that when
+	// Ledger.Wait returns final, every span of the invocation has already
+	// been handed to the exporting pipeline (a ForceFlush then exports it).
 	if p.next != nil {
 		p.next.OnEnd(out)
+	}
+	if sc.IsSampled() {
+		p.ledger.arrived(out, children)
 	}
 }
 
