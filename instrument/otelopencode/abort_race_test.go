@@ -164,11 +164,13 @@ func (g *gateProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 func (g *gateProcessor) Shutdown(ctx context.Context) error   { return g.next.Shutdown(ctx) }
 func (g *gateProcessor) ForceFlush(ctx context.Context) error { return g.next.ForceFlush(ctx) }
 
-// The ledger hears of an ended span before the processors after it (the
-// exporter), so the span that makes an invocation final can still be on
-// its way there when a waiter wakes: the failure of "abort racing the
-// completion" (final, yet its followup_closed or continuation span not
-// recorded). Client.Wait returns only once the span has passed.
+// The span that makes an invocation final must reach the processors after
+// the ledger's (the exporter) before any waiter wakes; otherwise "abort
+// racing the completion" sees final with its followup_closed or
+// continuation span not yet recorded. instrument.SpanProcessor hands a span
+// on before the ledger counts it, and Client.Wait also returns only after
+// the event it waited for was handled: while the exporter holds the
+// settling span, the invocation is still pending.
 func TestWaitReturnsAfterTheFinalSpanPassed(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	gate := &gateProcessor{next: rec, name: contract.SpanNameFollowupClosed,
@@ -202,13 +204,21 @@ func TestWaitReturnsAfterTheFinalSpanPassed(t *testing.T) {
 		defer close(handled)
 		s.idle("ses_C")
 	}()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gate.release)
+		}
+	}
+	t.Cleanup(func() { release(); <-handled })
 	select {
 	case <-gate.entered:
 	case <-handled:
 		t.Fatal("no followup_closed span")
 	}
-	if sum, _ := sp.Ledger().Summary(inv.ID()); sum.Status != contract.StatusFinal || recorded() != 0 {
-		t.Fatalf("ledger %q with %d followup_closed recorded; the race this test guards needs final and 0", sum.Status, recorded())
+	if sum, _ := sp.Ledger().Summary(inv.ID()); sum.Status == contract.StatusFinal || recorded() != 0 {
+		t.Fatalf("ledger %q with %d followup_closed recorded while the exporter holds the settling span; want not final and 0", sum.Status, recorded())
 	}
 	got := make(chan int, 1)
 	waiting := make(chan struct{})
@@ -223,9 +233,8 @@ func TestWaitReturnsAfterTheFinalSpanPassed(t *testing.T) {
 		got <- recorded()
 	}()
 	<-waiting
-	close(gate.release)
+	release()
 	if n := <-got; n != 1 {
 		t.Errorf("Wait returned with %d followup_closed spans recorded, want 1", n)
 	}
-	<-handled
 }
