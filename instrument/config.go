@@ -24,7 +24,8 @@ const (
 	DefaultMaxOpenInvocations = 100000
 	// DefaultMaxOpenSpans bounds the spans the SpanProcessor tracks at
 	// once (started, not ended); spans beyond it are exported without
-	// invocation.children.
+	// invocation.children and marked invocation.remote, so their subtree
+	// must settle before the invocation is final.
 	DefaultMaxOpenSpans = 1 << 20
 )
 

@@ -123,15 +123,24 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 			}
 		}
 	}
-	if len(p.open) < p.max {
+	tracked := len(p.open) < p.max
+	if tracked {
 		p.open[spanKey{sc.TraceID(), sc.SpanID()}] = &spanRecord{invocation: id}
-	} else {
-		p.untracked.Add(parent, 1)
 	}
 	p.mu.Unlock()
 
 	if id != "" {
 		s.SetAttributes(attribute.String(contract.AttrInvocationID, id))
+	}
+	if !tracked {
+		// Without invocation.children nobody declares this span's
+		// children, so it is marked remote: the processor and the ledger
+		// then wait remote_settle for its subtree instead of calling the
+		// invocation final while a child may still come.
+		p.untracked.Add(parent, 1)
+		if id != "" {
+			s.SetAttributes(attribute.Bool(contract.AttrRemote, true))
+		}
 	}
 	if late {
 		s.SetAttributes(attribute.Bool(AttrLateChild, true))

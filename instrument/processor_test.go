@@ -184,6 +184,9 @@ func TestOpenSpanLimit(t *testing.T) {
 	if got := strAttr(p.span(t, "untracked"), contract.AttrInvocationID); got != inv.ID() {
 		t.Errorf("untracked span invocation.id = %q, want %q", got, inv.ID())
 	}
+	if v, ok := attrOf(p.span(t, "untracked"), contract.AttrRemote); !ok || !v.AsBool() {
+		t.Error("span beyond the open-span limit is not marked invocation.remote, so its uncounted children would not be waited for")
+	}
 	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrChildren); got != 1 {
 		t.Errorf("root invocation.children = %d, want 1", got)
 	}
