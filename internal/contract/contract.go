@@ -31,6 +31,15 @@ const (
 	// AttrFollowupConsumer names the invocation whose turn consumed the
 	// notification, when the reason is ReasonConsumedBy.
 	AttrFollowupConsumer = "invocation.followup.consumer"
+	// AttrLateChild (bool) marks a span started after its parent had ended:
+	// the parent's AttrChildren does not count it, so it never discharges
+	// the parent's count.
+	AttrLateChild = "invocation.late_child"
+	// AttrUnattributed (string) marks the root span of a turn the runtime
+	// started by itself that no invocation can own (a notification of a job
+	// nobody saw, a turn started while detached); its value is the reason.
+	// Such an invocation is never final: ReasonUnattributedWakeup.
+	AttrUnattributed = "invocation.unattributed"
 
 	// BaggageInvocationID is the W3C baggage member that carries the
 	// invocation id across process boundaries.
@@ -49,6 +58,10 @@ const (
 const (
 	LinkFollowup = "followup"
 	LinkConsumed = "consumed"
+	// LinkLaunchedBy is the link from a background span to the span that
+	// launched it, when that span had already ended and the job is
+	// parented on the invocation's nearest open span instead.
+	LinkLaunchedBy = "launched_by"
 )
 
 // Values of AttrFollowupReason.
@@ -138,10 +151,34 @@ const (
 	ReasonEvicted         = "evicted"
 	ReasonShutdown        = "shutdown"
 	ReasonRemoteSettling  = "remote_settling"
+	// ReasonUsageMissing: a model call that did not fail carries neither
+	// input nor output token usage ("usage_missing:<span name>").
+	ReasonUsageMissing = "usage_missing"
+	// ReasonMalformedParentage: a span is its own parent, its parent lies
+	// in another trace, or the parent relation has a cycle.
+	ReasonMalformedParentage = "malformed_parentage"
+	// ReasonMalformedLink: a followup link to the linking span itself, or a
+	// span that both follows up and consumes the same job.
+	ReasonMalformedLink = "malformed_link"
+	// ReasonSpanIDReused: two spans of one invocation share a span ID but
+	// not a trace ID.
+	ReasonSpanIDReused = "span_id_reused"
+	// ReasonUnattributedWakeup: the invocation is a turn nobody can own
+	// ("unattributed_wakeup:<reason>").
+	ReasonUnattributedWakeup = "unattributed_wakeup"
+	// ReasonNotSampled (in-process ledger only): the root span was not
+	// recorded, so the invocation cannot be observed at all.
+	ReasonNotSampled = "not_sampled"
 
 	AnomalyExtraChildren   = "extra_children"
 	AnomalyInvalidUsage    = "invalid_usage"
 	AnomalySpanLimit       = "span_limit"
 	AnomalyLateSpan        = "late_span"
 	AnomalyForeignFollowup = "foreign_followup"
+	// AnomalyDuplicateLink: a span repeats a followup link to the same
+	// target; it discharged one followup, not one per link.
+	AnomalyDuplicateLink = "duplicate_link"
+	// AnomalyOrphanJob: a background job was started when no span of its
+	// invocation was open, so no count declares it (in-process ledger).
+	AnomalyOrphanJob = "orphan_job"
 )
