@@ -77,8 +77,9 @@ type JobInfo struct {
 
 // SessionState says whether a session still owes work to its invocations.
 type SessionState struct {
-	// OwesWork is true while a job runs, a followup is expected, or a
-	// continuation runs: a runtime must not unload the session then.
+	// OwesWork is true while a job runs, a followup is expected, a
+	// continuation runs, or an unattributed turn runs: a runtime must not
+	// unload the session then.
 	OwesWork bool
 	// OpenJobs are background spans started and not yet ended.
 	OpenJobs []JobInfo
@@ -88,6 +89,9 @@ type SessionState struct {
 	// RunningContinuations counts continuation spans started and not yet
 	// ended.
 	RunningContinuations int
+	// UnattributedTurns counts turns started with
+	// Tracker.StartUnattributed and not yet ended.
+	UnattributedTurns int
 }
 
 // ErrLedgerShutdown is returned by Wait after the SpanProcessor shut down
@@ -158,7 +162,14 @@ type invocationState struct {
 	reasons    []string
 	anomalies  []string
 	anomalySet map[string]struct{}
-	revision   int
+	// failures are the "kind:detail" reasons that forbid final (contract
+	// v0.2: unattributed turns, malformed input, missing usage): with all
+	// obligations met the invocation closes incomplete with them.
+	failures []string
+	revision int
+	// unattributedRunning is set while the root of an unattributed turn
+	// runs (started, not yet ended).
+	unattributedRunning bool
 
 	openJobs     map[trace.SpanID]JobInfo
 	runningConts map[trace.SpanID]struct{}
@@ -244,6 +255,14 @@ func (inv *invocationState) nodeFor(id trace.SpanID) *node {
 	return n
 }
 
+// fail records a reason that forbids final, once.
+func (inv *invocationState) fail(kind, detail string) {
+	r := kind + ":" + detail
+	if !slices.Contains(inv.failures, r) {
+		inv.failures = append(inv.failures, r)
+	}
+}
+
 func (inv *invocationState) anomaly(kind, detail string) {
 	a := kind + ":" + detail
 	if _, ok := inv.anomalySet[a]; ok {
@@ -278,7 +297,26 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 		l.background[sid] = id
 	case contract.RoleContinuation:
 		inv.runningConts[sid] = struct{}{}
+	case contract.RoleRoot:
+		if reason, ok := unattributedReason(attrs); ok && !inv.rootArrived {
+			inv.unattributedRunning = true
+			inv.fail(contract.ReasonUnattributedWakeup, reason)
+		}
 	}
+}
+
+// unattributedReason returns the value of contract.AttrUnattributed, and
+// whether the span carries it (a non-string value reads as "unknown").
+func unattributedReason(attrs []attribute.KeyValue) (string, bool) {
+	for _, kv := range attrs {
+		if kv.Key == contract.AttrUnattributed {
+			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
+				return kv.Value.AsString(), true
+			}
+			return UnattributedUnknown, true
+		}
+	}
+	return "", false
 }
 
 // arrived applies one ended, sampled span; children is its
@@ -286,6 +324,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	var (
 		id, role, op, session, agent string
+		unattributed                 string
 		followups                    = -1
 		remote                       bool
 		usage                        [5]int64
@@ -315,6 +354,11 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 			}
 		case contract.AttrRemote:
 			remote = kv.Value.Type() == attribute.BOOL && kv.Value.AsBool()
+		case contract.AttrUnattributed:
+			unattributed = UnattributedUnknown
+			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
+				unattributed = kv.Value.AsString()
+			}
 		default:
 			for i, k := range usageKeys {
 				if kv.Key != k {
@@ -362,7 +406,11 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 
 	switch role {
 	case contract.RoleRoot:
+		if unattributed != "" {
+			inv.fail(contract.ReasonUnattributedWakeup, unattributed)
+		}
 		if !inv.rootArrived {
+			inv.unattributedRunning = false
 			inv.rootArrived = true
 			inv.rootEnd = s.EndTime()
 			inv.open--
@@ -495,6 +543,12 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 		})
 		return
 	}
+	if len(inv.failures) > 0 {
+		reasons := slices.Clone(inv.failures)
+		sort.Strings(reasons)
+		l.closeLocked(inv, contract.StatusIncomplete, reasons)
+		return
+	}
 	l.closeLocked(inv, contract.StatusFinal, nil)
 }
 
@@ -567,6 +621,7 @@ func (l *Ledger) openReasons(inv *invocationState) []string {
 	if !inv.rootArrived {
 		reasons = append(reasons, contract.ReasonRootMissing)
 	}
+	reasons = append(reasons, inv.failures...)
 	for _, n := range inv.nodes {
 		if !n.arrived {
 			continue
@@ -687,6 +742,9 @@ func (l *Ledger) Session(session string) SessionState {
 			}
 		}
 		st.RunningContinuations += len(inv.runningConts)
+		if inv.unattributedRunning {
+			st.UnattributedTurns++
+		}
 	}
 	byID := func(js []JobInfo) {
 		sort.Slice(js, func(i, j int) bool {
@@ -698,7 +756,8 @@ func (l *Ledger) Session(session string) SessionState {
 	}
 	byID(st.OpenJobs)
 	byID(st.ExpectedFollowups)
-	st.OwesWork = len(st.OpenJobs) > 0 || len(st.ExpectedFollowups) > 0 || st.RunningContinuations > 0
+	st.OwesWork = len(st.OpenJobs) > 0 || len(st.ExpectedFollowups) > 0 || st.RunningContinuations > 0 ||
+		st.UnattributedTurns > 0
 	return st
 }
 

@@ -75,13 +75,41 @@ type Invocation struct {
 // "invoke_agent {agent}" and a fresh invocation id in the returned
 // context's baggage. Call End when the caller receives its result.
 func (t *Tracker) StartInvocation(ctx context.Context, agent, session string) (context.Context, *Invocation) {
+	return t.startRoot(ctx, agent, session)
+}
+
+// UnattributedUnknown is the reason StartUnattributed records when it is
+// given none.
+const UnattributedUnknown = "unknown"
+
+// StartUnattributed starts a turn the runtime started by itself that no
+// invocation can own (contract rule 7): the notification of a job no
+// adapter saw, a turn started while the adapter was detached. reason says
+// why (for example "unknown_task"; UnattributedUnknown when empty). The
+// turn is an invocation of its own: a root span "invoke_agent {agent}",
+// the root of a new trace, with contract.AttrUnattributed = reason and a
+// fresh invocation id in the returned context's baggage. Spans started
+// from the context are its members and their usage is summed as usual,
+// but the ledger closes it incomplete with
+// "unattributed_wakeup:<reason>", never final, and Ledger.Session says the
+// session owes work until End is called.
+func (t *Tracker) StartUnattributed(ctx context.Context, agent, session, reason string) (context.Context, *Invocation) {
+	if reason == "" {
+		reason = UnattributedUnknown
+	}
+	return t.startRoot(ctx, agent, session, trace.WithNewRoot(),
+		trace.WithAttributes(attribute.String(contract.AttrUnattributed, reason)))
+}
+
+// startRoot starts the root span of a new invocation.
+func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ...trace.SpanStartOption) (context.Context, *Invocation) {
 	id := NewInvocationID()
 	ctx, err := ContextWithInvocation(ctx, id)
 	if err != nil {
 		// A hex id is always a valid baggage value.
 		panic(err)
 	}
-	ctx, span := t.tracer.Start(ctx, contract.SpanNameRootPrefix+" "+agent,
+	opts := append([]trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			attribute.String(contract.AttrInvocationID, id),
@@ -89,7 +117,9 @@ func (t *Tracker) StartInvocation(ctx context.Context, agent, session string) (c
 			attribute.String(contract.AttrOperationName, contract.OpInvokeAgent),
 			attribute.String(contract.AttrAgentName, agent),
 			attribute.String(contract.AttrConversationID, session),
-		))
+		),
+	}, extra...)
+	ctx, span := t.tracer.Start(ctx, contract.SpanNameRootPrefix+" "+agent, opts...)
 	return ctx, &Invocation{id: id, span: span}
 }
 
