@@ -46,8 +46,8 @@ type Client struct {
 	tracker *instrument.Tracker
 	m       *mapper
 
-	events, ignored, malformed, reconnects, evicted atomic.Int64
-	mEvents, mMalformed, mReconnects, mEvicted      metric.Int64Counter
+	events, ignored, malformed, reconnects, evicted, evictedJobs atomic.Int64
+	mEvents, mMalformed, mReconnects, mEvicted, mEvictedJobs     metric.Int64Counter
 
 	// mu guards cancel, done and connected.
 	mu        sync.Mutex
@@ -82,7 +82,7 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 		hc:        hc,
 		cfg:       cfg,
 		tracker:   tracker,
-		m:         newMapper(tracer, tracker, cfg.maxSessions),
+		m:         newMapper(tracer, tracker, cfg.maxSessions, cfg.maxJobs),
 		connected: make(chan struct{}),
 	}
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
@@ -95,9 +95,15 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 		metric.WithDescription("Reconnections of the OpenCode event stream."), metric.WithUnit("{reconnect}"))
 	c.mEvicted, _ = meter.Int64Counter("agentledger.opencode.sessions.evicted",
 		metric.WithDescription("Sessions that owed nothing, forgotten beyond the session limit (WithMaxSessions)."), metric.WithUnit("{session}"))
+	c.mEvictedJobs, _ = meter.Int64Counter("agentledger.opencode.jobs.evicted",
+		metric.WithDescription("Background jobs dropped from tracking beyond the job limit (WithMaxJobs); their followup is closed with reason cancelled."), metric.WithUnit("{job}"))
 	c.m.onEvict = func() {
 		c.evicted.Add(1)
 		c.mEvicted.Add(context.Background(), 1)
+	}
+	c.m.onDropJob = func() {
+		c.evictedJobs.Add(1)
+		c.mEvictedJobs.Add(context.Background(), 1)
 	}
 	return c, nil
 }
@@ -115,6 +121,9 @@ type Stats struct {
 	// EvictedSessions counts sessions that owed nothing and were
 	// forgotten beyond WithMaxSessions.
 	EvictedSessions int64
+	// EvictedJobs counts background jobs dropped from tracking, with
+	// their followup closed, beyond WithMaxJobs.
+	EvictedJobs int64
 }
 
 // Stats returns the counts of the event stream so far.
@@ -125,6 +134,7 @@ func (c *Client) Stats() Stats {
 		Malformed:       c.malformed.Load(),
 		Reconnects:      c.reconnects.Load(),
 		EvictedSessions: c.evicted.Load(),
+		EvictedJobs:     c.evictedJobs.Load(),
 	}
 }
 

@@ -28,6 +28,10 @@ const (
 	// DefaultMaxSessions bounds the sessions the Client remembers; beyond
 	// it the least recently used ones that owe nothing are forgotten.
 	DefaultMaxSessions = 10000
+	// DefaultMaxJobs bounds the background jobs the Client tracks until
+	// their followup is settled; beyond it the oldest is dropped
+	// fail-closed (see WithMaxJobs).
+	DefaultMaxJobs = 10000
 )
 
 // config holds the settings of a Client.
@@ -42,6 +46,7 @@ type config struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	maxSessions    int
+	maxJobs        int
 }
 
 func newConfig(opts []Option) config {
@@ -51,6 +56,7 @@ func newConfig(opts []Option) config {
 		minBackoff:  DefaultMinBackoff,
 		maxBackoff:  DefaultMaxBackoff,
 		maxSessions: DefaultMaxSessions,
+		maxJobs:     DefaultMaxJobs,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -180,6 +186,22 @@ func WithMaxSessions(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {
 			c.maxSessions = n
+		}
+	})
+}
+
+// WithMaxJobs bounds the background jobs the Client tracks until their
+// followup is settled (default DefaultMaxJobs). Beyond it the oldest is
+// dropped, fail-closed: its span, if still running, ends with an error
+// saying it is no longer tracked, its followup is closed with reason
+// cancelled, and its later work is not added to its invocation (it is
+// recorded as an unattributed turn). Drops are counted in
+// Stats.EvictedJobs and the metric agentledger.opencode.jobs.evicted.
+// Values <= 0 are ignored.
+func WithMaxJobs(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxJobs = n
 		}
 	})
 }

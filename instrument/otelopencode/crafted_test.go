@@ -18,6 +18,8 @@ type script struct {
 	t  *testing.T
 	m  *mapper
 	ms int64
+	// sent is every event sent, for replays.
+	sent [][]byte
 }
 
 func (s *script) send(format string, args ...any) {
@@ -27,7 +29,18 @@ func (s *script) send(format string, args ...any) {
 	if err != nil || !known {
 		s.t.Fatalf("crafted event %s: known %v, %v", data, known, err)
 	}
+	s.sent = append(s.sent, []byte(data))
 	s.m.handle(ev)
+}
+
+// replaySent handles every event sent so far once more, as a reconnect's
+// read-back does.
+func (s *script) replaySent() {
+	s.t.Helper()
+	for _, data := range s.sent {
+		ev, _, _ := parseEvent(data)
+		s.m.handle(ev)
+	}
 }
 
 func (s *script) now() int64 { s.ms += 10; return s.ms }
@@ -253,7 +266,7 @@ func TestBackgroundShell(t *testing.T) {
 // a job running is kept.
 func TestSessionEviction(t *testing.T) {
 	p := newPipeline(t)
-	m := newMapper(p.tp.Tracer(ScopeName), p.tracker, 3)
+	m := newMapper(p.tp.Tracer(ScopeName), p.tracker, 3, 1000)
 	s := &script{t: t, m: m, ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")

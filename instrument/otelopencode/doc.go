@@ -41,6 +41,15 @@
 // are counted (Stats, metric agentledger.opencode.events.malformed),
 // logged and skipped.
 //
+// Memory is bounded: sessions that owe nothing are forgotten beyond
+// WithMaxSessions, what is done in a session is forgotten as it finishes
+// (so a session that always owes something stays small), and jobs are
+// tracked only until their followup is settled, at most WithMaxJobs of
+// them; a job dropped beyond that bound has its followup closed with
+// reason cancelled and its span, if running, ended with an error. Both
+// are counted (Stats, metrics agentledger.opencode.sessions.evicted and
+// agentledger.opencode.jobs.evicted).
+//
 // Client.PromptAsync sends a prompt with prompt_async; its root ends when
 // the session is idle after a turn answered it. Deleting a session
 // (session.deleted) ends what it ran and closes its open followups with

@@ -1,9 +1,11 @@
 package otelopencode
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -39,6 +41,10 @@ const (
 // errAborted is recorded on spans of work an abort cancelled.
 var errAborted = errors.New("opencode: aborted")
 
+// errUntracked is recorded on the span of a job dropped from tracking
+// beyond WithMaxJobs.
+var errUntracked = errors.New("opencode: job no longer tracked (WithMaxJobs): its end and its notification's turn are not recorded in this invocation")
+
 // abortErrorName is OpenCode's error name for an aborted message or session.
 const abortErrorName = "MessageAbortedError"
 
@@ -54,9 +60,9 @@ type mapper struct {
 	// mu guards every field below and the state they point to.
 	mu       sync.Mutex
 	sessions map[string]*sessionState
-	// jobs maps a job's key (the child session id of a subagent, the job
-	// id of a shell) to the job.
-	jobs map[string]*job
+	// jobs are the jobs whose followup is not settled, bounded by
+	// WithMaxJobs.
+	jobs *jobTable
 	// seen is closed and replaced whenever a message completes, for
 	// waitCompleted.
 	seen chan struct{}
@@ -66,12 +72,19 @@ type mapper struct {
 	evicted int64
 	// onEvict, when set, is told of every eviction (internal telemetry).
 	onEvict func()
+	// droppedJobs counts jobs dropped from tracking beyond WithMaxJobs;
+	// onDropJob, when set, is told of each.
+	droppedJobs int64
+	onDropJob   func()
 }
 
 type sessionState struct {
 	id       string
 	parentID string
 	lastUse  uint64
+	// tracked is set on a session this Client sent a prompt to, and on
+	// the child sessions of their subagents.
+	tracked bool
 	// owner is the context that non-notification turns of a child
 	// session run in: the job's background span, or the task tool's span
 	// of a foreground subagent.
@@ -91,17 +104,21 @@ type sessionState struct {
 	current *contTurn
 	// notes are completion notifications waiting for a turn.
 	notes []*note
-	// orphans are assistant messages and parts of a child session seen
-	// before its job; they are replayed when the job is known.
-	orphans []messageWithParts
-	// launched are the jobs tool calls of this session started.
+	// orphans are assistant messages and parts of a child session of a
+	// tracked session seen before its job; they are replayed when the job
+	// is known. orphanAt indexes them by message or part id, so an update
+	// replaces the one kept.
+	orphans  []messageWithParts
+	orphanAt map[string]int
+	// launched are the jobs tool calls of this session started whose
+	// followup is not settled.
 	launched []*job
 	// answered is the greatest user message id a turn answered.
 	answered string
-	// maxMsg is the greatest message id seen in the session. floor is
-	// maxMsg when the session last owed nothing: everything up to it is
-	// done and forgotten, and events about it are ignored (OpenCode's
-	// message ids ascend).
+	// maxMsg is the greatest message id seen in the session. floor is the
+	// greatest id up to which every message, part and turn is done: they
+	// are forgotten, and events about them are ignored (OpenCode's message
+	// ids ascend). See prune.
 	maxMsg, floor string
 }
 
@@ -139,6 +156,8 @@ type assistantMsg struct {
 }
 
 type toolPart struct {
+	// msgID is the id of the assistant message the part belongs to.
+	msgID string
 	ctx   context.Context
 	span  trace.Span
 	start time.Time
@@ -155,15 +174,19 @@ type job struct {
 	ended   bool
 	// settled is set once the job's followup is discharged or closed.
 	settled bool
+	// note is the job's completion notification, once posted.
+	note *note
+	// elem is the job's place in the jobTable while tracked.
+	elem *list.Element
 }
 
-func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, maxSessions int) *mapper {
+func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, maxSessions, maxJobs int) *mapper {
 	return &mapper{
 		tracer:      tracer,
 		tracker:     tracker,
 		maxSessions: maxSessions,
 		sessions:    make(map[string]*sessionState),
-		jobs:        make(map[string]*job),
+		jobs:        newJobTable(maxJobs),
 		seen:        make(chan struct{}),
 	}
 }
@@ -262,6 +285,7 @@ func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finis
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.session(session)
+	s.tracked = true
 	s.users[msgID] = &userMsg{owner: ctx, finish: finish}
 	s.maxMsg = max(s.maxMsg, msgID)
 }
@@ -376,7 +400,7 @@ func (m *mapper) deleted(id string) {
 	}
 	for _, n := range s.notes {
 		if !n.resolved {
-			n.resolved, n.job.settled = true, true
+			m.resolve(n)
 			_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonSessionClosed, "")
 		}
 	}
@@ -385,7 +409,7 @@ func (m *mapper) deleted(id string) {
 			continue
 		}
 		m.endJob(jb, false, errDeleted.Error())
-		jb.settled = true
+		m.settle(jb)
 		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonSessionClosed, "")
 	}
 	delete(m.sessions, id)
@@ -454,6 +478,11 @@ func (m *mapper) message(info rawInfo) {
 		return
 	}
 	s.maxMsg = max(s.maxMsg, info.ID)
+	if !s.tracked && !m.awaitsJob(s) {
+		// Nobody prompted this session through the Client: its turns are
+		// not recorded, and nothing about them is kept.
+		return
+	}
 	switch info.Role {
 	case "user":
 		u, ok := s.users[info.ID]
@@ -470,12 +499,12 @@ func (m *mapper) message(info rawInfo) {
 func (m *mapper) assistant(s *sessionState, info rawInfo) {
 	a, ok := s.assistants[info.ID]
 	if !ok {
+		if m.awaitsJob(s) {
+			s.keepOrphan("m:"+info.ID, messageWithParts{Info: info})
+			return
+		}
 		ctx := m.turnContext(s, info)
 		if ctx == nil {
-			if s.parentID != "" && s.owner == nil {
-				s.orphans = append(s.orphans, messageWithParts{Info: info})
-				return
-			}
 			s.assistants[info.ID] = &assistantMsg{}
 			return
 		}
@@ -570,7 +599,7 @@ func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 		if n.resolved || n.msgID > info.ParentID {
 			continue
 		}
-		n.resolved, n.job.settled = true, true
+		m.resolve(n)
 		_ = m.tracker.ConsumeFollowup(ctx, n.job.carrier)
 	}
 	return ctx
@@ -587,7 +616,7 @@ func (m *mapper) startContinuation(s *sessionState, info rawInfo) context.Contex
 		if n.resolved || n.msgID > info.ParentID || n.job.j.InvocationID() != inv {
 			continue
 		}
-		n.resolved, n.job.settled = true, true
+		m.resolve(n)
 		carriers = append(carriers, n.job.carrier)
 	}
 	if len(carriers) == 0 {
@@ -637,8 +666,8 @@ func (m *mapper) part(p part, at int64) {
 	}
 	a, ok := s.assistants[p.MessageID]
 	if !ok {
-		if s.parentID != "" && s.owner == nil {
-			s.orphans = append(s.orphans, messageWithParts{Parts: []part{p}})
+		if m.awaitsJob(s) {
+			s.keepOrphan("p:"+p.ID, messageWithParts{Parts: []part{p}})
 		}
 		return
 	}
@@ -665,7 +694,7 @@ func (m *mapper) part(p part, at int64) {
 		opts = append(opts, trace.WithTimestamp(start))
 		// Tools run in the turn, beside its model calls.
 		ctx, span := m.tracer.Start(a.turn, contract.OpExecuteTool+" "+p.Tool, opts...)
-		t = &toolPart{ctx: ctx, span: span, start: start}
+		t = &toolPart{msgID: p.MessageID, ctx: ctx, span: span, start: start}
 		s.tools[p.ID] = t
 	}
 	m.toolJob(s, t, p)
@@ -698,6 +727,7 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 		if child.parentID == "" {
 			child.parentID = s.id
 		}
+		child.tracked = true
 		if !st.Metadata.Background {
 			// A foreground subagent: its turns are part of the tool call.
 			if child.owner == nil {
@@ -717,7 +747,7 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 	if t.job != nil || key == "" {
 		return
 	}
-	if _, ok := m.jobs[key]; ok {
+	if m.jobs.get(key) != nil {
 		return
 	}
 	ctx, j := m.tracker.StartBackground(t.ctx, kind, trace.WithAttributes(
@@ -726,8 +756,10 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 	))
 	jb := &job{key: key, kind: kind, j: j, ctx: ctx, carrier: j.Carrier()}
 	t.job = jb
-	m.jobs[key] = jb
 	s.launched = append(s.launched, jb)
+	if dropped := m.jobs.add(jb); dropped != nil {
+		m.dropJob(dropped)
+	}
 	if kind == KindSubagent {
 		child := m.session(key)
 		child.job = jb
@@ -743,7 +775,7 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 // the context of its turns was known.
 func (m *mapper) replay(s *sessionState) {
 	orphans := s.orphans
-	s.orphans = nil
+	s.orphans, s.orphanAt = nil, nil
 	for _, o := range orphans {
 		if o.Info.ID != "" {
 			m.message(o.Info)
@@ -757,22 +789,26 @@ func (m *mapper) replay(s *sessionState) {
 // notification handles a completion notification posted into session s
 // for the job named key.
 func (m *mapper) notification(s *sessionState, msgID, key string) {
-	jb, ok := m.jobs[key]
-	if !ok {
-		return // a job this Client did not see start
-	}
 	u, ok := s.users[msgID]
+	if ok && u.note != nil {
+		return // seen before
+	}
+	jb := m.jobs.get(key)
+	if jb == nil || jb.note != nil {
+		// A job this Client did not see start, or whose followup is
+		// settled (or dropped from tracking), or a second notification of
+		// one job.
+		return
+	}
 	if !ok {
 		u = &userMsg{}
 		s.users[msgID] = u
-	}
-	if u.note != nil {
-		return
 	}
 	if !jb.ended {
 		m.endJob(jb, false, "")
 	}
 	n := &note{msgID: msgID, job: jb}
+	jb.note = n
 	u.note = n
 	s.notes = append(s.notes, n)
 	sort.Slice(s.notes, func(i, j int) bool { return s.notes[i].msgID < s.notes[j].msgID })
@@ -795,8 +831,46 @@ func (m *mapper) endJob(jb *job, aborted bool, errMsg string) {
 	}
 	jb.j.End(outcome, true)
 	if aborted {
-		jb.settled = true
+		m.settle(jb)
 		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonInterrupted, "")
+	}
+}
+
+// settle records that jb's followup is discharged or closed: the job is
+// no longer tracked.
+func (m *mapper) settle(jb *job) {
+	jb.settled = true
+	m.jobs.remove(jb)
+}
+
+// resolve records that notification n is answered (by a turn, or closed):
+// its job is settled.
+func (m *mapper) resolve(n *note) {
+	n.resolved = true
+	m.settle(n.job)
+}
+
+// dropJob stops tracking a job beyond WithMaxJobs, fail-closed: its span
+// ends with errUntracked if it still runs, its followup is closed with
+// reason cancelled (a visible reason, never a count met by nothing), and
+// its later work (the child session's turns, the notification's turn) is
+// kept out of its invocation.
+func (m *mapper) dropJob(jb *job) {
+	if !jb.ended {
+		jb.ended = true
+		jb.j.End(errUntracked, true)
+	}
+	jb.settled = true
+	if jb.note != nil {
+		jb.note.resolved = true
+	}
+	if child, ok := m.sessions[jb.key]; ok && child.job == jb {
+		child.owner = nil
+	}
+	_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonCancelled, "")
+	m.droppedJobs++
+	if m.onDropJob != nil {
+		m.onDropJob()
 	}
 }
 
@@ -825,7 +899,7 @@ func (m *mapper) idle(id string) {
 	if s.aborted {
 		for _, n := range s.notes {
 			if !n.resolved {
-				n.resolved, n.job.settled = true, true
+				m.resolve(n)
 				_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonInterrupted, "")
 			}
 		}
@@ -836,19 +910,113 @@ func (m *mapper) idle(id string) {
 	m.prune(s)
 }
 
-// prune forgets the messages of a session that owes nothing, so a long
-// session's state stays small.
+// prune forgets what is done in a session: it raises the floor to just
+// below the oldest message, part or turn still open (to maxMsg when none
+// is) and drops everything up to it, and drops settled notifications and
+// jobs. Events about what lies below the floor are ignored, so a session
+// that always owes something (a job that never ends) stays small while it
+// is prompted, and a read-back of its whole history changes nothing.
 func (m *mapper) prune(s *sessionState) {
-	if s.busy() || len(s.orphans) > 0 || s.maxMsg == "" {
+	if len(s.orphans) > 0 || s.maxMsg == "" {
 		return
 	}
-	s.floor = s.maxMsg
-	clear(s.users)
-	clear(s.assistants)
-	clear(s.tools)
-	clear(s.conts)
-	s.notes = nil
-	s.launched = nil
+	// oldest is the smallest message id of what is open; "" when nothing is.
+	var oldest string
+	open := func(id string) {
+		if oldest == "" || id < oldest {
+			oldest = id
+		}
+	}
+	for id, u := range s.users {
+		if u.owner != nil || u.finish != nil || u.note != nil && !u.note.resolved {
+			open(id)
+		}
+	}
+	for id, a := range s.assistants {
+		if a.span != nil && !a.ended {
+			open(id)
+		}
+	}
+	for _, t := range s.tools {
+		if !t.ended {
+			open(t.msgID)
+		}
+	}
+	for id, ct := range s.conts {
+		if !ct.ended {
+			open(id)
+		}
+	}
+	floor := s.maxMsg
+	if oldest != "" {
+		// The greatest id known below the oldest open one.
+		floor = s.floor
+		below := func(id string) {
+			if id < oldest && id > floor {
+				floor = id
+			}
+		}
+		for id := range s.users {
+			below(id)
+		}
+		for id := range s.assistants {
+			below(id)
+		}
+		for _, t := range s.tools {
+			below(t.msgID)
+		}
+		for id := range s.conts {
+			below(id)
+		}
+	}
+	s.floor = max(s.floor, floor)
+	for id := range s.users {
+		if id <= s.floor {
+			delete(s.users, id)
+		}
+	}
+	for id := range s.assistants {
+		if id <= s.floor {
+			delete(s.assistants, id)
+		}
+	}
+	for id, t := range s.tools {
+		if t.msgID <= s.floor {
+			delete(s.tools, id)
+		}
+	}
+	for id := range s.conts {
+		if id <= s.floor {
+			delete(s.conts, id)
+		}
+	}
+	s.notes = slices.DeleteFunc(s.notes, func(n *note) bool { return n.resolved })
+	s.launched = slices.DeleteFunc(s.launched, func(jb *job) bool { return jb.settled })
+}
+
+// awaitsJob reports whether s is a child session of a tracked session
+// whose job is not known yet: its messages are kept (orphans) until the
+// task tool's part that names it arrives.
+func (m *mapper) awaitsJob(s *sessionState) bool {
+	if s.parentID == "" || s.owner != nil || s.job != nil {
+		return false
+	}
+	parent, ok := m.sessions[s.parentID]
+	return ok && parent.tracked
+}
+
+// keepOrphan keeps o, an assistant message or a part named id, for replay;
+// a later update of the same message or part replaces it.
+func (s *sessionState) keepOrphan(id string, o messageWithParts) {
+	if i, ok := s.orphanAt[id]; ok {
+		s.orphans[i] = o
+		return
+	}
+	if s.orphanAt == nil {
+		s.orphanAt = make(map[string]int)
+	}
+	s.orphanAt[id] = len(s.orphans)
+	s.orphans = append(s.orphans, o)
 }
 
 // nextAfter returns the greatest message id seen in session ("" if none),

@@ -43,7 +43,7 @@ func openFixture(name string) (*os.File, error) {
 }
 
 func (p *pipeline) mapper() *mapper {
-	return newMapper(p.tp.Tracer(ScopeName), p.tracker, 1000)
+	return newMapper(p.tp.Tracer(ScopeName), p.tracker, 1000, 1000)
 }
 
 // readFixture returns the data of every event of a recorded stream.
