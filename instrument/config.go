@@ -22,6 +22,11 @@ const (
 	// DefaultMaxOpenInvocations bounds the invocations the ledger keeps
 	// open; beyond it the oldest is closed incomplete with reason evicted.
 	DefaultMaxOpenInvocations = 100000
+	// DefaultMaxSpansPerInvocation bounds the span IDs the ledger keeps
+	// per invocation, as the collector's max_spans_per_invocation; beyond
+	// it spans are not indexed and the invocation closes incomplete with
+	// reason span_limit, never final.
+	DefaultMaxSpansPerInvocation = 100000
 	// DefaultMaxOpenSpans bounds the spans the SpanProcessor tracks at
 	// once (started, not ended); spans beyond it are exported without
 	// invocation.children and marked invocation.remote, so their subtree
@@ -39,6 +44,7 @@ type config struct {
 	openTimeout        time.Duration
 	retention          time.Duration
 	maxOpenInvocations int
+	maxSpans           int
 	maxOpenSpans       int
 }
 
@@ -48,6 +54,7 @@ func newConfig(opts []Option) config {
 		openTimeout:        DefaultOpenTimeout,
 		retention:          DefaultRetention,
 		maxOpenInvocations: DefaultMaxOpenInvocations,
+		maxSpans:           DefaultMaxSpansPerInvocation,
 		maxOpenSpans:       DefaultMaxOpenSpans,
 	}
 	for _, o := range opts {
@@ -162,6 +169,19 @@ func WithMaxOpenInvocations(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {
 			c.maxOpenInvocations = n
+		}
+	})
+}
+
+// WithMaxSpansPerInvocation bounds the span IDs the ledger keeps per
+// invocation (default DefaultMaxSpansPerInvocation). An invocation that
+// reaches it closes incomplete with reason span_limit, never final: the
+// spans beyond it are not indexed, so its totals cannot be proven. Values
+// <= 0 are ignored.
+func WithMaxSpansPerInvocation(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxSpans = n
 		}
 	})
 }

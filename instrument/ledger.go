@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -103,16 +102,27 @@ var ErrLedgerShutdown = errors.New("instrument: ledger shut down")
 // process. It is fed by its SpanProcessor; get it with
 // SpanProcessor.Ledger. Each arriving span costs constant work (plus a
 // walk up its in-process ancestors to find a remote one). Memory is
-// bounded: closed invocations are forgotten after the retention, and at
-// most WithMaxOpenInvocations stay open.
+// bounded: closed invocations are forgotten after the retention, at most
+// WithMaxOpenInvocations stay open, and each keeps at most
+// WithMaxSpansPerInvocation span IDs (beyond it the invocation can never
+// be final: reason span_limit).
+//
+// The ledger never says final while a span of the invocation it saw
+// start is still open and no count declares it (a background job, a
+// continuation, an unattributed turn, a late child, a span of a new
+// trace), and applies the v0.2 rules of CONTRACT.md: late children never
+// discharge a count, a span discharges at most one followup per target,
+// malformed parentage or links and reused span IDs fail closed, and a
+// model call without usage makes the invocation incomplete.
 type Ledger struct {
 	clock        Clock
 	settle       time.Duration
 	openTimeout  time.Duration
 	retention    time.Duration
 	maxOpen      int
-	usageOps     map[string]bool
+	maxSpans     int
 	evictedCount metric.Int64Counter
+	spanLimited  metric.Int64Counter
 
 	// mu guards all fields below and every invocation's state.
 	mu       sync.Mutex
@@ -126,61 +136,6 @@ type Ledger struct {
 	down       bool
 }
 
-// node is the ledger's record of one span ID of an invocation.
-type node struct {
-	parent            trace.SpanID
-	name              string
-	role              string
-	arrived           bool
-	remote            bool
-	declaredChildren  int // -1: not declared
-	arrivedChildren   int
-	declaredFollowups int // -1: not declared
-	arrivedFollowups  int
-}
-
-type modelCall struct {
-	start   time.Time
-	in, out int64
-}
-
-type invocationState struct {
-	id, session, agent string
-	nodes              map[trace.SpanID]*node
-	// open counts unmet obligations: the root (until it arrives), owed
-	// children and owed followups.
-	open        int
-	rootArrived bool
-	rootEnd     time.Time
-	latestEnd   time.Time
-	settleUntil time.Time
-	usage       Usage
-	// preRoot holds the model calls that arrived before the root, to
-	// split off their after-result part once the root's end is known.
-	preRoot    []modelCall
-	status     string
-	reasons    []string
-	anomalies  []string
-	anomalySet map[string]struct{}
-	// failures are the "kind:detail" reasons that forbid final (contract
-	// v0.2: unattributed turns, malformed input, missing usage): with all
-	// obligations met the invocation closes incomplete with them.
-	failures []string
-	revision int
-	// unattributedRunning is set while the root of an unattributed turn
-	// runs (started, not yet ended).
-	unattributedRunning bool
-
-	openJobs     map[trace.SpanID]JobInfo
-	runningConts map[trace.SpanID]struct{}
-
-	done         chan struct{}
-	elem         *list.Element
-	closedAt     time.Time
-	settleTimer  Timer
-	timeoutTimer Timer
-}
-
 func newLedger(cfg config, meter metric.Meter) *Ledger {
 	l := &Ledger{
 		clock:       cfg.clock,
@@ -188,19 +143,19 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 		openTimeout: cfg.openTimeout,
 		retention:   cfg.retention,
 		maxOpen:     cfg.maxOpenInvocations,
-		usageOps:    make(map[string]bool),
+		maxSpans:    cfg.maxSpans,
 		invs:        make(map[string]*invocationState),
 		open:        list.New(),
 		closed:      list.New(),
 		sessions:    make(map[string]map[string]struct{}),
 		background:  make(map[trace.SpanID]string),
 	}
-	for _, op := range contract.DefaultUsageOperations {
-		l.usageOps[op] = true
-	}
 	l.evictedCount, _ = meter.Int64Counter("agentledger.instrument.ledger.evicted",
 		metric.WithDescription("Invocations closed incomplete because the open-invocation limit was reached."),
 		metric.WithUnit("{invocation}"))
+	l.spanLimited, _ = meter.Int64Counter("agentledger.instrument.ledger.span_limit",
+		metric.WithDescription("Spans not indexed because their invocation reached the per-invocation span limit; the invocation closes incomplete."),
+		metric.WithUnit("{span}"))
 	return l
 }
 
@@ -215,15 +170,7 @@ func (l *Ledger) lookup(id string) *invocationState {
 		l.evictedCount.Add(context.Background(), 1)
 		l.closeLocked(oldest, contract.StatusIncomplete, []string{contract.ReasonEvicted})
 	}
-	inv := &invocationState{
-		id:           id,
-		nodes:        make(map[trace.SpanID]*node),
-		open:         1,
-		status:       contract.StatusPending,
-		openJobs:     make(map[trace.SpanID]JobInfo),
-		runningConts: make(map[trace.SpanID]struct{}),
-		done:         make(chan struct{}),
-	}
+	inv := newInvocationState(id)
 	inv.elem = l.open.PushBack(inv)
 	l.invs[id] = inv
 	inv.timeoutTimer = l.clock.AfterFunc(l.openTimeout, func() { l.timedOut(inv) })
@@ -246,40 +193,22 @@ func (l *Ledger) setSession(inv *invocationState, session, agent string) {
 	set[inv.id] = struct{}{}
 }
 
-func (inv *invocationState) nodeFor(id trace.SpanID) *node {
-	n, ok := inv.nodes[id]
-	if !ok {
-		n = &node{declaredChildren: -1, declaredFollowups: -1}
-		inv.nodes[id] = n
-	}
-	return n
-}
-
-// fail records a reason that forbids final, once.
-func (inv *invocationState) fail(kind, detail string) {
-	r := kind + ":" + detail
-	if !slices.Contains(inv.failures, r) {
-		inv.failures = append(inv.failures, r)
-	}
-}
-
-func (inv *invocationState) anomaly(kind, detail string) {
-	a := kind + ":" + detail
-	if _, ok := inv.anomalySet[a]; ok {
-		return
-	}
-	if inv.anomalySet == nil {
-		inv.anomalySet = make(map[string]struct{})
-	}
-	inv.anomalySet[a] = struct{}{}
-	inv.anomalies = append(inv.anomalies, a)
+// startFacts is what the SpanProcessor knows of a span at its start.
+type startFacts struct {
+	// counted: the span's parent counts it in its invocation.children.
+	counted bool
+	// late: the span started after its parent ended.
+	late bool
 }
 
 // started records a sampled span of invocation id at its start: the
-// session of roots and continuations, running jobs and continuations.
-func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.KeyValue) {
+// session of roots and continuations, and every span that no count
+// declares (jobs, continuations, unattributed turns, late children, spans
+// of a new trace), which the invocation then waits for (contract rule 6).
+// A counted span without a role costs nothing here.
+func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.KeyValue, sf startFacts) {
 	role := attrString(attrs, contract.AttrRole)
-	if role == "" {
+	if role == "" && sf.counted {
 		return
 	}
 	l.mu.Lock()
@@ -289,12 +218,20 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 	}
 	l.sweep()
 	inv := l.lookup(id)
+	if inv.status != contract.StatusPending {
+		return // a late span: the invocation already closed
+	}
 	l.setSession(inv, attrString(attrs, contract.AttrConversationID), attrString(attrs, contract.AttrAgentName))
 	sid := s.SpanContext().SpanID()
 	switch role {
 	case contract.RoleBackground:
 		inv.openJobs[sid] = JobInfo{InvocationID: id, SpanID: sid, Name: s.Name(), Started: s.StartTime()}
 		l.background[sid] = id
+		if sf.late || attrBool(attrs, contract.AttrLateChild) {
+			// No count declares the job (rule 6): it was started when no
+			// span of its invocation was open.
+			inv.anomaly(contract.AnomalyOrphanJob, s.Name())
+		}
 	case contract.RoleContinuation:
 		inv.runningConts[sid] = struct{}{}
 	case contract.RoleRoot:
@@ -303,6 +240,21 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 			inv.fail(contract.ReasonUnattributedWakeup, reason)
 		}
 	}
+	if !sf.counted && role != contract.RoleRoot && role != contract.RoleContinuation {
+		if inv.unended == nil {
+			inv.unended = make(map[trace.SpanID]string)
+		}
+		inv.unended[sid] = s.Name()
+	}
+}
+
+func attrBool(attrs []attribute.KeyValue, key attribute.Key) bool {
+	for _, kv := range attrs {
+		if kv.Key == key {
+			return kv.Value.Type() == attribute.BOOL && kv.Value.AsBool()
+		}
+	}
+	return false
 }
 
 // unattributedReason returns the value of contract.AttrUnattributed, and
@@ -319,63 +271,14 @@ func unattributedReason(attrs []attribute.KeyValue) (string, bool) {
 	return "", false
 }
 
-// arrived applies one ended, sampled span; children is its
-// invocation.children, or -1 when it has none.
+// arrived applies one ended, sampled span s of the SDK (without the
+// SpanProcessor's wrapper); children is the invocation.children the
+// SpanProcessor counted, countAbsent when it counted none.
 func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
-	var (
-		id, role, op, session, agent string
-		unattributed                 string
-		followups                    = -1
-		remote                       bool
-		usage                        [5]int64
-		invalid                      []string
-	)
-	usageKeys := [5]attribute.Key{
-		contract.AttrUsageInputTokens, contract.AttrUsageOutputTokens,
-		contract.AttrUsageCacheReadTokens, contract.AttrUsageCacheCreateTokens,
-		contract.AttrUsageReasoningTokens,
-	}
-	attrs := s.Attributes()
-	for _, kv := range attrs {
-		switch kv.Key {
-		case contract.AttrInvocationID:
-			id = kv.Value.AsString()
-		case contract.AttrRole:
-			role = kv.Value.AsString()
-		case contract.AttrOperationName:
-			op = kv.Value.AsString()
-		case contract.AttrConversationID:
-			session = kv.Value.AsString()
-		case contract.AttrAgentName:
-			agent = kv.Value.AsString()
-		case contract.AttrFollowups:
-			if kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() >= 0 {
-				followups = int(kv.Value.AsInt64())
-			}
-		case contract.AttrRemote:
-			remote = kv.Value.Type() == attribute.BOOL && kv.Value.AsBool()
-		case contract.AttrUnattributed:
-			unattributed = UnattributedUnknown
-			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
-				unattributed = kv.Value.AsString()
-			}
-		default:
-			for i, k := range usageKeys {
-				if kv.Key != k {
-					continue
-				}
-				if kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() >= 0 {
-					usage[i] = kv.Value.AsInt64()
-				} else {
-					invalid = append(invalid, string(k))
-				}
-			}
-		}
-	}
-	if id == "" {
+	f := readFacts(s, children, l.maxSpans)
+	if f.id == "" {
 		return
 	}
-
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.down {
@@ -383,145 +286,53 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	}
 	l.sweep()
 	now := l.clock.Now()
-	inv := l.lookup(id)
-	sc := s.SpanContext()
-	sid := sc.SpanID()
-	n := inv.nodeFor(sid)
-	if n.arrived {
-		return // the SDK ends a span once; a repeat is ignored
-	}
+	inv := l.lookup(f.id)
 	closed := inv.status != contract.StatusPending
+	if f.role == contract.RoleBackground {
+		l.background[s.SpanContext().SpanID()] = f.id
+	}
+	if l.foreignFollowup(s, f.id) {
+		inv.anomaly(contract.AnomalyForeignFollowup, s.Name())
+	}
+	switch inv.arrive(s, &f, l.maxSpans) {
+	case arriveDuplicate:
+		return
+	case arriveSpanLimit:
+		l.spanLimited.Add(context.Background(), 1)
+		return
+	}
+	switch f.role {
+	case contract.RoleRoot, contract.RoleContinuation:
+		l.setSession(inv, f.session, f.agent)
+	}
 	if closed {
 		inv.anomaly(contract.AnomalyLateSpan, s.Name())
 		inv.revision++
+		return
 	}
-	n.arrived = true
-	n.name = s.Name()
-	n.role = role
-	n.remote = remote
-	inv.usage.Spans++
-	if end := s.EndTime(); end.After(inv.latestEnd) {
-		inv.latestEnd = end
-	}
-
-	switch role {
-	case contract.RoleRoot:
-		if unattributed != "" {
-			inv.fail(contract.ReasonUnattributedWakeup, unattributed)
-		}
-		if !inv.rootArrived {
-			inv.unattributedRunning = false
-			inv.rootArrived = true
-			inv.rootEnd = s.EndTime()
-			inv.open--
-			for _, c := range inv.preRoot {
-				if c.start.After(inv.rootEnd) {
-					inv.usage.AfterResultInputTokens += c.in
-					inv.usage.AfterResultOutputTokens += c.out
-				}
-			}
-			inv.preRoot = nil
-		}
-		l.setSession(inv, session, agent)
-	case contract.RoleContinuation:
-		inv.usage.Continuations++
-		delete(inv.runningConts, sid)
-		l.setSession(inv, session, agent)
-	case contract.RoleBackground:
-		inv.usage.BackgroundJobs++
-		delete(inv.openJobs, sid)
-		l.background[sid] = id
-		if followups >= 0 {
-			n.declaredFollowups = followups
-			if owed := followups - n.arrivedFollowups; owed > 0 {
-				inv.open += owed
-			}
-		}
-	}
-
-	if children >= 0 {
-		n.declaredChildren = children
-		if owed := children - n.arrivedChildren; owed > 0 {
-			inv.open += owed
-		} else if owed < 0 && !remote {
-			inv.anomaly(contract.AnomalyExtraChildren, n.name)
-		}
-	}
-
-	if psc := s.Parent(); psc.IsValid() && psc.TraceID() == sc.TraceID() {
-		n.parent = psc.SpanID()
-		p := inv.nodeFor(n.parent)
-		if p.arrived && p.declaredChildren >= 0 {
-			if p.arrivedChildren < p.declaredChildren {
-				inv.open--
-			} else if !p.remote {
-				inv.anomaly(contract.AnomalyExtraChildren, p.name)
-			}
-		}
-		p.arrivedChildren++
-	}
-
-	for _, link := range s.Links() {
-		if attrString(link.Attributes, contract.AttrLink) != contract.LinkFollowup {
-			continue
-		}
-		target := link.SpanContext.SpanID()
-		if owner, ok := l.background[target]; ok && owner != id {
-			inv.anomaly(contract.AnomalyForeignFollowup, n.name)
-			continue
-		}
-		t := inv.nodeFor(target)
-		if t.arrived && t.declaredFollowups >= 0 && t.arrivedFollowups < t.declaredFollowups {
-			inv.open--
-		}
-		t.arrivedFollowups++
-	}
-
-	if l.usageOps[op] {
-		inv.usage.ModelCalls++
-		inv.usage.InputTokens += usage[0]
-		inv.usage.OutputTokens += usage[1]
-		inv.usage.CacheReadInputTokens += usage[2]
-		inv.usage.CacheCreationInputTokens += usage[3]
-		inv.usage.ReasoningOutputTokens += usage[4]
-		switch {
-		case !inv.rootArrived:
-			inv.preRoot = append(inv.preRoot, modelCall{start: s.StartTime(), in: usage[0], out: usage[1]})
-		case s.StartTime().After(inv.rootEnd):
-			inv.usage.AfterResultInputTokens += usage[0]
-			inv.usage.AfterResultOutputTokens += usage[1]
-		}
-		for _, k := range invalid {
-			inv.anomaly(contract.AnomalyInvalidUsage, k)
-		}
-	}
-
 	// Condition 4: a remote span's subtree must be quiet for the settle
 	// time after its latest arrival. Only in-process arrivals are seen.
-	if l.underRemote(inv, n) {
+	if inv.underRemote(s.SpanContext().SpanID()) {
 		if until := now.Add(l.settle); until.After(inv.settleUntil) {
 			inv.settleUntil = until
 		}
 	}
-	if !closed {
-		l.evaluate(inv, now)
-	}
+	l.evaluate(inv, now)
 }
 
-// maxRemoteWalk bounds the walk up the ancestors of an arriving span.
-const maxRemoteWalk = 64
-
-// underRemote reports whether n or an arrived in-process ancestor is
-// remote.
-func (l *Ledger) underRemote(inv *invocationState, n *node) bool {
-	for i := 0; n != nil && n.arrived && i < maxRemoteWalk; i++ {
-		if n.remote {
+// foreignFollowup reports whether span s of invocation id carries a
+// followup link to a background span the ledger knows belongs to another
+// invocation. Such a link discharges nothing: the target's node is in the
+// other invocation, and this one never indexes it as a member. l.mu must
+// be held.
+func (l *Ledger) foreignFollowup(s sdktrace.ReadOnlySpan, id string) bool {
+	for _, link := range s.Links() {
+		if attrString(link.Attributes, contract.AttrLink) != contract.LinkFollowup {
+			continue
+		}
+		if owner, ok := l.background[link.SpanContext.SpanID()]; ok && owner != id {
 			return true
 		}
-		if n.parent == (trace.SpanID{}) {
-			return false
-		}
-		n = inv.nodes[n.parent]
 	}
 	return false
 }
@@ -529,7 +340,7 @@ func (l *Ledger) underRemote(inv *invocationState, n *node) bool {
 // evaluate closes inv as final when the contract's conditions hold, or
 // schedules the settle timer. l.mu must be held.
 func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
-	if inv.status != contract.StatusPending || !inv.rootArrived || inv.open > 0 {
+	if inv.status != contract.StatusPending || !inv.rootArrived || inv.open > 0 || inv.running() {
 		return
 	}
 	if wait := inv.settleUntil.Sub(now); wait > 0 {
@@ -543,9 +354,7 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 		})
 		return
 	}
-	if len(inv.failures) > 0 {
-		reasons := slices.Clone(inv.failures)
-		sort.Strings(reasons)
+	if reasons := inv.closingFailures(); len(reasons) > 0 {
 		l.closeLocked(inv, contract.StatusIncomplete, reasons)
 		return
 	}
@@ -558,7 +367,8 @@ func (l *Ledger) timedOut(inv *invocationState) {
 	if inv.status != contract.StatusPending {
 		return
 	}
-	reasons := append([]string{contract.ReasonOpenTimeout}, l.openReasons(inv)...)
+	inv.checkCycles()
+	reasons := append([]string{contract.ReasonOpenTimeout}, inv.openReasons(l.clock.Now())...)
 	l.closeLocked(inv, contract.StatusIncomplete, reasons)
 }
 
@@ -606,42 +416,13 @@ func (l *Ledger) forget(inv *invocationState) {
 		}
 	}
 	for sid, n := range inv.nodes {
-		if n.role == contract.RoleBackground {
+		if n.background {
 			delete(l.background, sid)
 		}
 	}
 	for sid := range inv.openJobs {
 		delete(l.background, sid)
 	}
-}
-
-// openReasons lists what keeps inv open. l.mu must be held.
-func (l *Ledger) openReasons(inv *invocationState) []string {
-	var reasons []string
-	if !inv.rootArrived {
-		reasons = append(reasons, contract.ReasonRootMissing)
-	}
-	reasons = append(reasons, inv.failures...)
-	for _, n := range inv.nodes {
-		if !n.arrived {
-			continue
-		}
-		if n.declaredChildren > n.arrivedChildren {
-			reasons = append(reasons, contract.ReasonMissingChildren+":"+n.name)
-		}
-		if n.declaredFollowups > n.arrivedFollowups {
-			reasons = append(reasons, contract.ReasonOpenFollowup+":"+n.name)
-		}
-	}
-	if inv.open == 0 && inv.rootArrived && inv.settleUntil.After(l.clock.Now()) {
-		for _, n := range inv.nodes {
-			if n.arrived && n.remote {
-				reasons = append(reasons, contract.ReasonRemoteSettling+":"+n.name)
-			}
-		}
-	}
-	sort.Strings(reasons)
-	return slices.Compact(reasons)
 }
 
 func (l *Ledger) summaryLocked(inv *invocationState) Summary {
@@ -655,7 +436,7 @@ func (l *Ledger) summaryLocked(inv *invocationState) Summary {
 		Anomalies:    append([]string(nil), inv.anomalies...),
 	}
 	if inv.status == contract.StatusPending {
-		s.Reasons = l.openReasons(inv)
+		s.Reasons = inv.openReasons(l.clock.Now())
 	} else {
 		s.Reasons = append([]string(nil), inv.reasons...)
 	}
@@ -771,7 +552,8 @@ func (l *Ledger) shutdown() {
 	}
 	for e := l.open.Front(); e != nil; e = l.open.Front() {
 		inv := e.Value.(*invocationState)
-		reasons := append([]string{contract.ReasonShutdown}, l.openReasons(inv)...)
+		inv.checkCycles()
+		reasons := append([]string{contract.ReasonShutdown}, inv.openReasons(l.clock.Now())...)
 		l.closeLocked(inv, contract.StatusIncomplete, reasons)
 	}
 	l.down = true

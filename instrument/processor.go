@@ -100,7 +100,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 
 	psc := s.Parent()
 	local := psc.IsValid() && !psc.IsRemote()
-	var late bool
+	var late, counted bool
 	p.mu.Lock()
 	if local {
 		if rec, ok := p.open[spanKey{psc.TraceID(), psc.SpanID()}]; ok {
@@ -109,6 +109,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 			}
 			if sc.IsSampled() && id == rec.invocation {
 				rec.children++
+				counted = true
 			}
 		} else {
 			// The parent is not tracked: it ended already (a late child),
@@ -147,7 +148,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		p.lateChildren.Add(parent, 1)
 	}
 	if id != "" && sc.IsSampled() {
-		p.ledger.started(id, s, attrs)
+		p.ledger.started(id, s, attrs, startFacts{counted: counted, late: late})
 	}
 	if p.next != nil {
 		p.next.OnStart(parent, s)
@@ -176,7 +177,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.next.OnEnd(out)
 	}
 	if sc.IsSampled() {
-		p.ledger.arrived(out, children)
+		p.ledger.arrived(s, children)
 	}
 }
 

@@ -1,0 +1,512 @@
+package instrument
+
+import (
+	"container/list"
+	"slices"
+	"sort"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// Reason kinds of the in-process ledger besides the contract's.
+const (
+	// reasonInvalidCount: an invocation.children or invocation.followups
+	// that cannot be proven (CONTRACT.md, v0.1 clarifications).
+	reasonInvalidCount = "invalid_count"
+	// reasonSpanLimit: the invocation reached WithMaxSpansPerInvocation;
+	// spans beyond it are not indexed, so its totals cannot be proven.
+	reasonSpanLimit = "span_limit"
+	// reasonOpenSpan: a span the ledger saw start and no count declares
+	// (a job, a continuation, a late child, a span of a new trace) has not
+	// ended.
+	reasonOpenSpan = "open_span"
+)
+
+// node is the ledger's record of one span ID of an invocation: the span
+// itself once it arrived, and what was counted toward it before.
+type node struct {
+	// trace is the span's trace, or that of the first reference to it.
+	trace trace.TraceID
+	// parent is the span's parent in the same trace; zero when it has
+	// none or its parentage is malformed.
+	parent trace.SpanID
+	name   string
+	// refChild names the first child that referenced this span as its
+	// parent before it arrived: when the span then arrives in another
+	// trace, that child's parentage was malformed.
+	refChild          string
+	arrived           bool
+	remote            bool
+	background        bool
+	declaredChildren  int // countAbsent: not declared
+	arrivedChildren   int
+	lateChildren      int // late children that arrived before this span
+	declaredFollowups int // countAbsent: not declared
+	arrivedFollowups  int
+}
+
+type modelCall struct {
+	start   time.Time
+	in, out int64
+}
+
+// invocationState is one invocation's running usage and obligations. The
+// Ledger's mutex guards it.
+type invocationState struct {
+	id, session, agent string
+	// nodes holds one node per span ID seen, by value; at most the
+	// ledger's maxSpans.
+	nodes map[trace.SpanID]node
+	// open counts unmet obligations: the root (until it arrives), owed
+	// children and owed followups.
+	open        int
+	rootArrived bool
+	rootEnd     time.Time
+	latestEnd   time.Time
+	settleUntil time.Time
+	usage       Usage
+	// preRoot holds the model calls that arrived before the root, to
+	// split off their after-result part once the root's end is known.
+	preRoot    []modelCall
+	status     string
+	reasons    []string
+	anomalies  []string
+	anomalySet map[string]struct{}
+	// failures are the "kind:detail" reasons that forbid final (contract
+	// v0.2: unattributed turns, malformed input, missing usage, counts
+	// that cannot be proven): with all obligations met the invocation
+	// closes incomplete with them.
+	failures []string
+	revision int
+	// unattributedRunning is set while the root of an unattributed turn
+	// runs (started, not yet ended).
+	unattributedRunning bool
+
+	// openJobs are the background spans started and not yet ended.
+	openJobs map[trace.SpanID]JobInfo
+	// runningConts and unended are the spans seen to start, not yet
+	// ended, that no count declares: continuations, and by name the
+	// others (jobs launched with no open span, late children, spans of a
+	// new trace, followup_closed; allocated when first needed). The
+	// invocation is not final while any runs (contract rule 6).
+	runningConts map[trace.SpanID]struct{}
+	unended      map[trace.SpanID]string
+
+	done         chan struct{}
+	elem         *list.Element
+	closedAt     time.Time
+	settleTimer  Timer
+	timeoutTimer Timer
+}
+
+func newInvocationState(id string) *invocationState {
+	return &invocationState{
+		id:           id,
+		nodes:        make(map[trace.SpanID]node),
+		open:         1,
+		status:       contract.StatusPending,
+		openJobs:     make(map[trace.SpanID]JobInfo),
+		runningConts: make(map[trace.SpanID]struct{}),
+		done:         make(chan struct{}),
+	}
+}
+
+// fail records a reason that forbids final, once.
+func (inv *invocationState) fail(kind, detail string) {
+	r := kind + ":" + detail
+	if !slices.Contains(inv.failures, r) {
+		inv.failures = append(inv.failures, r)
+	}
+}
+
+func (inv *invocationState) anomaly(kind, detail string) {
+	a := kind + ":" + detail
+	if _, ok := inv.anomalySet[a]; ok {
+		return
+	}
+	if inv.anomalySet == nil {
+		inv.anomalySet = make(map[string]struct{})
+	}
+	inv.anomalySet[a] = struct{}{}
+	inv.anomalies = append(inv.anomalies, a)
+}
+
+// running reports whether a span no count declares is still open.
+func (inv *invocationState) running() bool {
+	return len(inv.runningConts) > 0 || len(inv.unended) > 0 || inv.unattributedRunning
+}
+
+// parentRef returns the node of the parent pid of an arrived span named
+// child in trace tid, and false when the parent lies in another trace
+// (rule 3: the child is nobody's child).
+func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child string) (node, bool) {
+	p, ok := inv.nodes[pid]
+	if !ok {
+		return node{trace: tid, refChild: child, declaredChildren: countAbsent, declaredFollowups: countAbsent}, true
+	}
+	if p.trace != tid {
+		inv.fail(contract.ReasonMalformedParentage, child)
+		return p, false
+	}
+	return p, true
+}
+
+// linkRef returns the node of a link's target, and false when the target's
+// span ID belongs to a span of another trace: the link names a span that
+// is not a member, so it discharges nothing.
+func (inv *invocationState) linkRef(target trace.SpanContext) (node, bool) {
+	t, ok := inv.nodes[target.SpanID()]
+	if !ok {
+		return node{trace: target.TraceID(), declaredChildren: countAbsent, declaredFollowups: countAbsent}, true
+	}
+	return t, t.trace == target.TraceID()
+}
+
+// arriveResult says what arrive did with a span.
+type arriveResult uint8
+
+const (
+	arriveIndexed arriveResult = iota
+	// arriveDuplicate: the same span again; nothing changed.
+	arriveDuplicate
+	// arriveSpanLimit: the invocation holds maxSpans span IDs; the span
+	// was not indexed and the invocation can never be final.
+	arriveSpanLimit
+)
+
+// arrive applies one ended span's facts; maxSpans bounds the nodes.
+func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpans int) arriveResult {
+	sc := s.SpanContext()
+	sid, tid := sc.SpanID(), sc.TraceID()
+	name := s.Name()
+	n, seen := inv.nodes[sid]
+	switch {
+	case seen && n.arrived && n.trace == tid:
+		return arriveDuplicate // the same span again: it discharges nothing
+	case seen && n.arrived && n.trace != tid:
+		// Two spans share a span ID: neither can be told from the other
+		// (rule 3). The second is a member but is not indexed.
+		inv.fail(contract.ReasonSpanIDReused, name)
+		inv.fail(contract.ReasonSpanIDReused, n.name)
+		inv.usage.Spans++
+		inv.addUsage(s, f)
+		return arriveIndexed
+	case seen && n.trace != tid:
+		// What was counted toward this span ID named a span of another
+		// trace: it counts for nothing here.
+		if n.refChild != "" {
+			inv.fail(contract.ReasonMalformedParentage, n.refChild)
+		}
+		n = node{trace: tid, declaredChildren: countAbsent, declaredFollowups: countAbsent}
+	case !seen && len(inv.nodes) >= maxSpans:
+		if !slices.Contains(inv.failures, reasonSpanLimit) {
+			inv.failures = append(inv.failures, reasonSpanLimit)
+		}
+		return arriveSpanLimit
+	case !seen:
+		n = node{trace: tid, declaredChildren: countAbsent, declaredFollowups: countAbsent}
+	}
+	n.arrived = true
+	n.name = name
+	n.remote = f.remote
+	n.background = f.role == contract.RoleBackground
+	inv.usage.Spans++
+	if end := s.EndTime(); end.After(inv.latestEnd) {
+		inv.latestEnd = end
+	}
+
+	switch f.role {
+	case contract.RoleRoot:
+		if f.unattributed != "" {
+			inv.fail(contract.ReasonUnattributedWakeup, f.unattributed)
+		}
+		if !inv.rootArrived {
+			inv.unattributedRunning = false
+			inv.rootArrived = true
+			inv.rootEnd = s.EndTime()
+			inv.open--
+			for _, c := range inv.preRoot {
+				if c.start.After(inv.rootEnd) {
+					inv.usage.AfterResultInputTokens += c.in
+					inv.usage.AfterResultOutputTokens += c.out
+				}
+			}
+			inv.preRoot = nil
+		}
+	case contract.RoleContinuation:
+		inv.usage.Continuations++
+		delete(inv.runningConts, sid)
+	case contract.RoleBackground:
+		inv.usage.BackgroundJobs++
+		delete(inv.openJobs, sid)
+		if f.followups == childrenInvalid {
+			inv.fail(reasonInvalidCount, name)
+		} else if f.followups >= 0 {
+			n.declaredFollowups = f.followups
+			if owed := f.followups - n.arrivedFollowups; owed > 0 {
+				inv.open += owed
+			}
+		}
+	}
+	if len(inv.unended) > 0 {
+		delete(inv.unended, sid)
+	}
+
+	switch {
+	case f.children == childrenInvalid:
+		inv.fail(reasonInvalidCount, name)
+	case f.children >= 0:
+		n.declaredChildren = f.children
+		if owed := f.children - n.arrivedChildren; owed > 0 {
+			inv.open += owed
+		} else if owed < 0 && !f.remote {
+			inv.anomaly(contract.AnomalyExtraChildren, name)
+		}
+	}
+	if n.lateChildren > 0 && !f.remote {
+		inv.anomaly(contract.AnomalyExtraChildren, name)
+	}
+
+	if psc := s.Parent(); psc.IsValid() {
+		inv.arriveUnder(&n, sid, psc, tid, f.late)
+	}
+	inv.nodes[sid] = n
+	inv.applyLinks(s, name)
+	if f.op != "" {
+		inv.addUsage(s, f)
+	}
+	return arriveIndexed
+}
+
+// arriveUnder counts the arrived span (node n, not yet stored) toward its
+// parent psc (rule 1 for late children, rule 3 for malformed parentage).
+func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.SpanContext, tid trace.TraceID, late bool) {
+	pid := psc.SpanID()
+	if pid == sid || psc.TraceID() != tid {
+		// Such a span is nobody's child.
+		inv.fail(contract.ReasonMalformedParentage, n.name)
+		return
+	}
+	p, ok := inv.parentRef(pid, tid, n.name)
+	if !ok {
+		return
+	}
+	n.parent = pid
+	if late {
+		// Rule 1: a late child is a member but never counted by its
+		// parent, whatever the order.
+		if !p.arrived {
+			p.lateChildren++
+		} else if !p.remote {
+			inv.anomaly(contract.AnomalyExtraChildren, p.name)
+		}
+		inv.nodes[pid] = p
+		return
+	}
+	if p.arrived && p.declaredChildren >= 0 {
+		if p.arrivedChildren < p.declaredChildren {
+			inv.open--
+		} else if !p.remote {
+			inv.anomaly(contract.AnomalyExtraChildren, p.name)
+		}
+	}
+	p.arrivedChildren++
+	inv.nodes[pid] = p
+}
+
+// applyLinks discharges the followups the arrived span's links name: at
+// most one per target (rule 2), none when the links are malformed (rule
+// 3), none for a target of another invocation (foreign_followup, told by
+// the ledger's background index before this is called).
+func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string) {
+	links := s.Links()
+	if len(links) == 0 {
+		return
+	}
+	lf := checkLinks(s)
+	if lf.malformed {
+		inv.fail(contract.ReasonMalformedLink, name)
+		return
+	}
+	if lf.duplicate {
+		inv.anomaly(contract.AnomalyDuplicateLink, name)
+	}
+	for i, link := range links {
+		if attrString(link.Attributes, contract.AttrLink) != contract.LinkFollowup {
+			continue
+		}
+		target := link.SpanContext.SpanID()
+		if lf.duplicate && repeatsFollowup(links[:i], target) {
+			continue
+		}
+		t, ok := inv.linkRef(link.SpanContext)
+		if !ok {
+			continue
+		}
+		if t.arrived && t.declaredFollowups >= 0 && t.arrivedFollowups < t.declaredFollowups {
+			inv.open--
+		}
+		t.arrivedFollowups++
+		inv.nodes[target] = t
+	}
+}
+
+// repeatsFollowup reports whether links already hold a followup link to
+// target.
+func repeatsFollowup(links []sdktrace.Link, target trace.SpanID) bool {
+	for _, l := range links {
+		if l.SpanContext.SpanID() == target && attrString(l.Attributes, contract.AttrLink) == contract.LinkFollowup {
+			return true
+		}
+	}
+	return false
+}
+
+// addUsage sums a model call's usage (rule 5: one that did not fail and
+// carries no usage makes the invocation incomplete).
+func (inv *invocationState) addUsage(s sdktrace.ReadOnlySpan, f *spanFacts) {
+	if !usageOperation(f.op) {
+		return
+	}
+	u := &inv.usage
+	u.ModelCalls++
+	u.InputTokens += f.usage[0]
+	u.OutputTokens += f.usage[1]
+	u.CacheReadInputTokens += f.usage[2]
+	u.CacheCreationInputTokens += f.usage[3]
+	u.ReasoningOutputTokens += f.usage[4]
+	switch {
+	case !inv.rootArrived:
+		inv.preRoot = append(inv.preRoot, modelCall{start: s.StartTime(), in: f.usage[0], out: f.usage[1]})
+	case s.StartTime().After(inv.rootEnd):
+		u.AfterResultInputTokens += f.usage[0]
+		u.AfterResultOutputTokens += f.usage[1]
+	}
+	for _, k := range f.invalidUsage {
+		inv.anomaly(contract.AnomalyInvalidUsage, k)
+	}
+	if !f.hasUsage && !f.failed {
+		inv.fail(contract.ReasonUsageMissing, s.Name())
+	}
+}
+
+// usageOperation reports whether op names a model call
+// (contract.DefaultUsageOperations).
+func usageOperation(op string) bool {
+	switch op {
+	case contract.OpChat, contract.OpTextCompletion, contract.OpGenerateContent, contract.OpEmbeddings:
+		return true
+	}
+	return false
+}
+
+// maxRemoteWalk bounds the walk up the ancestors of an arriving span.
+const maxRemoteWalk = 64
+
+// underRemote reports whether the span sid or an arrived in-process
+// ancestor is remote.
+func (inv *invocationState) underRemote(sid trace.SpanID) bool {
+	for i := 0; i < maxRemoteWalk; i++ {
+		n, ok := inv.nodes[sid]
+		if !ok || !n.arrived {
+			return false
+		}
+		if n.remote {
+			return true
+		}
+		if n.parent == (trace.SpanID{}) {
+			return false
+		}
+		sid = n.parent
+	}
+	return false
+}
+
+// checkCycles fails the invocation for every arrived span whose parent
+// chain loops (rule 3): such spans meet each other's counts. It visits
+// each node once; the ledger calls it only when the invocation is about
+// to close.
+func (inv *invocationState) checkCycles() {
+	const (
+		unvisited = iota
+		onPath
+		done
+	)
+	state := make(map[trace.SpanID]uint8, len(inv.nodes))
+	var path []trace.SpanID
+	for start, n := range inv.nodes {
+		if !n.arrived || n.parent == (trace.SpanID{}) || state[start] != unvisited {
+			continue
+		}
+		path = path[:0]
+		sid := start
+		for {
+			state[sid] = onPath
+			path = append(path, sid)
+			cur := inv.nodes[sid]
+			next, ok := inv.nodes[cur.parent]
+			if cur.parent == (trace.SpanID{}) || !ok || !next.arrived || state[cur.parent] == done {
+				break
+			}
+			if state[cur.parent] == onPath {
+				i := slices.Index(path, cur.parent)
+				for _, member := range path[i:] {
+					inv.fail(contract.ReasonMalformedParentage, inv.nodes[member].name)
+				}
+				break
+			}
+			sid = cur.parent
+		}
+		for _, p := range path {
+			state[p] = done
+		}
+	}
+}
+
+// openReasons lists what keeps inv open at now, sorted.
+func (inv *invocationState) openReasons(now time.Time) []string {
+	var reasons []string
+	if !inv.rootArrived {
+		reasons = append(reasons, contract.ReasonRootMissing)
+	}
+	reasons = append(reasons, inv.failures...)
+	for _, n := range inv.nodes {
+		if !n.arrived {
+			continue
+		}
+		if n.declaredChildren > n.arrivedChildren {
+			reasons = append(reasons, contract.ReasonMissingChildren+":"+n.name)
+		}
+		if n.declaredFollowups > n.arrivedFollowups {
+			reasons = append(reasons, contract.ReasonOpenFollowup+":"+n.name)
+		}
+	}
+	for _, name := range inv.unended {
+		reasons = append(reasons, reasonOpenSpan+":"+name)
+	}
+	if len(inv.runningConts) > 0 {
+		reasons = append(reasons, reasonOpenSpan+":"+contract.SpanNameContinuationPrefix)
+	}
+	if inv.open == 0 && inv.rootArrived && inv.settleUntil.After(now) {
+		for _, n := range inv.nodes {
+			if n.arrived && n.remote {
+				reasons = append(reasons, contract.ReasonRemoteSettling+":"+n.name)
+			}
+		}
+	}
+	sort.Strings(reasons)
+	return slices.Compact(reasons)
+}
+
+// closingFailures returns the sorted reasons that forbid final, after the
+// cycle check.
+func (inv *invocationState) closingFailures() []string {
+	inv.checkCycles()
+	reasons := slices.Clone(inv.failures)
+	sort.Strings(reasons)
+	return reasons
+}
