@@ -250,4 +250,3 @@ func withAttr(s tracetest.SpanStub, kv attribute.KeyValue) tracetest.SpanStub {
 	s.Attributes = append(attrs, kv)
 	return s
 }
-
