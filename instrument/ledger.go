@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -168,7 +169,7 @@ func (l *Ledger) lookup(id string) *invocationState {
 	for l.open.Len() >= l.maxOpen {
 		oldest := l.open.Front().Value.(*invocationState)
 		l.evictedCount.Add(context.Background(), 1)
-		l.closeLocked(oldest, contract.StatusIncomplete, []string{contract.ReasonEvicted})
+		l.closeLocked(oldest, contract.StatusIncomplete, contract.ReasonEvicted, []string{contract.ReasonEvicted})
 	}
 	inv := newInvocationState(id)
 	inv.elem = l.open.PushBack(inv)
@@ -218,9 +219,6 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 	}
 	l.sweep()
 	inv := l.lookup(id)
-	if inv.status != contract.StatusPending {
-		return // a late span: the invocation already closed
-	}
 	l.setSession(inv, attrString(attrs, contract.AttrConversationID), attrString(attrs, contract.AttrAgentName))
 	sid := s.SpanContext().SpanID()
 	switch role {
@@ -300,15 +298,15 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	case arriveSpanLimit:
 		l.spanLimited.Add(context.Background(), 1)
 		return
+	case arriveNotIndexed:
+		if !closed {
+			l.evaluate(inv, now)
+		}
+		return
 	}
 	switch f.role {
 	case contract.RoleRoot, contract.RoleContinuation:
 		l.setSession(inv, f.session, f.agent)
-	}
-	if closed {
-		inv.anomaly(contract.AnomalyLateSpan, s.Name())
-		inv.revision++
-		return
 	}
 	// Condition 4: a remote span's subtree must be quiet for the settle
 	// time after its latest arrival. Only in-process arrivals are seen.
@@ -316,6 +314,12 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 		if until := now.Add(l.settle); until.After(inv.settleUntil) {
 			inv.settleUntil = until
 		}
+	}
+	if closed {
+		inv.anomaly(contract.AnomalyLateSpan, s.Name())
+		inv.dirty = true
+		l.revise(inv, now)
+		return
 	}
 	l.evaluate(inv, now)
 }
@@ -335,62 +339,6 @@ func (l *Ledger) foreignFollowup(s sdktrace.ReadOnlySpan, id string) bool {
 		}
 	}
 	return false
-}
-
-// evaluate closes inv as final when the contract's conditions hold, or
-// schedules the settle timer. l.mu must be held.
-func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
-	if inv.status != contract.StatusPending || !inv.rootArrived || inv.open > 0 || inv.running() {
-		return
-	}
-	if wait := inv.settleUntil.Sub(now); wait > 0 {
-		if inv.settleTimer != nil {
-			inv.settleTimer.Stop()
-		}
-		inv.settleTimer = l.clock.AfterFunc(wait, func() {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.evaluate(inv, l.clock.Now())
-		})
-		return
-	}
-	if reasons := inv.closingFailures(); len(reasons) > 0 {
-		l.closeLocked(inv, contract.StatusIncomplete, reasons)
-		return
-	}
-	l.closeLocked(inv, contract.StatusFinal, nil)
-}
-
-func (l *Ledger) timedOut(inv *invocationState) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if inv.status != contract.StatusPending {
-		return
-	}
-	inv.checkCycles()
-	reasons := append([]string{contract.ReasonOpenTimeout}, inv.openReasons(l.clock.Now())...)
-	l.closeLocked(inv, contract.StatusIncomplete, reasons)
-}
-
-// closeLocked gives inv its first final or incomplete status. l.mu must be
-// held.
-func (l *Ledger) closeLocked(inv *invocationState, status string, reasons []string) {
-	if inv.status != contract.StatusPending {
-		return
-	}
-	inv.status = status
-	inv.reasons = reasons
-	inv.revision = 1
-	if inv.settleTimer != nil {
-		inv.settleTimer.Stop()
-	}
-	if inv.timeoutTimer != nil {
-		inv.timeoutTimer.Stop()
-	}
-	l.open.Remove(inv.elem)
-	inv.closedAt = l.clock.Now()
-	inv.elem = l.closed.PushBack(inv)
-	close(inv.done)
 }
 
 // sweep forgets closed invocations older than the retention. l.mu must be
@@ -425,24 +373,15 @@ func (l *Ledger) forget(inv *invocationState) {
 	}
 }
 
+// summaryLocked returns inv's current summary: its open state while
+// pending, else the latest final or incomplete summary. l.mu must be held.
 func (l *Ledger) summaryLocked(inv *invocationState) Summary {
-	s := Summary{
-		InvocationID: inv.id,
-		SessionID:    inv.session,
-		Agent:        inv.agent,
-		Status:       inv.status,
-		Revision:     inv.revision,
-		Usage:        inv.usage,
-		Anomalies:    append([]string(nil), inv.anomalies...),
-	}
 	if inv.status == contract.StatusPending {
-		s.Reasons = inv.openReasons(l.clock.Now())
-	} else {
-		s.Reasons = append([]string(nil), inv.reasons...)
+		return inv.summary(contract.StatusPending, 0, inv.openReasons(l.clock.Now()))
 	}
-	if inv.rootArrived && inv.latestEnd.After(inv.rootEnd) {
-		s.TimeToFinal = inv.latestEnd.Sub(inv.rootEnd)
-	}
+	s := inv.emitted
+	s.Reasons = slices.Clone(s.Reasons)
+	s.Anomalies = slices.Clone(s.Anomalies)
 	return s
 }
 
@@ -552,9 +491,7 @@ func (l *Ledger) shutdown() {
 	}
 	for e := l.open.Front(); e != nil; e = l.open.Front() {
 		inv := e.Value.(*invocationState)
-		inv.checkCycles()
-		reasons := append([]string{contract.ReasonShutdown}, inv.openReasons(l.clock.Now())...)
-		l.closeLocked(inv, contract.StatusIncomplete, reasons)
+		l.closeForced(inv, contract.ReasonShutdown)
 	}
 	l.down = true
 }

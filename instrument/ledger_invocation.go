@@ -38,10 +38,12 @@ type node struct {
 	// refChild names the first child that referenced this span as its
 	// parent before it arrived: when the span then arrives in another
 	// trace, that child's parentage was malformed.
-	refChild          string
-	arrived           bool
-	remote            bool
-	background        bool
+	refChild   string
+	arrived    bool
+	remote     bool
+	background bool
+	// lateEdge: the span is a late child; its parent does not count it.
+	lateEdge          bool
 	declaredChildren  int // countAbsent: not declared
 	arrivedChildren   int
 	lateChildren      int // late children that arrived before this span
@@ -71,9 +73,17 @@ type invocationState struct {
 	usage       Usage
 	// preRoot holds the model calls that arrived before the root, to
 	// split off their after-result part once the root's end is known.
-	preRoot    []modelCall
+	preRoot []modelCall
+	// status is that of the latest summary; pending until the first
+	// close. emitted is the latest final or incomplete summary, revision
+	// its number, forced the reason that closed it early ("" when its
+	// conditions held), dirty whether a span arrived since (a revision is
+	// owed).
 	status     string
-	reasons    []string
+	emitted    Summary
+	revision   int
+	forced     string
+	dirty      bool
 	anomalies  []string
 	anomalySet map[string]struct{}
 	// failures are the "kind:detail" reasons that forbid final (contract
@@ -81,7 +91,6 @@ type invocationState struct {
 	// that cannot be proven): with all obligations met the invocation
 	// closes incomplete with them.
 	failures []string
-	revision int
 	// unattributedRunning is set while the root of an unattributed turn
 	// runs (started, not yet ended).
 	unattributedRunning bool
@@ -135,6 +144,31 @@ func (inv *invocationState) anomaly(kind, detail string) {
 	inv.anomalies = append(inv.anomalies, a)
 }
 
+// obligationsMet reports conditions 1-3 of the contract, and that no span
+// no count declares still runs.
+func (inv *invocationState) obligationsMet() bool {
+	return inv.rootArrived && inv.open == 0 && !inv.running()
+}
+
+// summary returns inv's summary with the given status, revision and
+// reasons.
+func (inv *invocationState) summary(status string, revision int, reasons []string) Summary {
+	s := Summary{
+		InvocationID: inv.id,
+		SessionID:    inv.session,
+		Agent:        inv.agent,
+		Status:       status,
+		Reasons:      reasons,
+		Revision:     revision,
+		Usage:        inv.usage,
+		Anomalies:    slices.Clone(inv.anomalies),
+	}
+	if inv.rootArrived && inv.latestEnd.After(inv.rootEnd) {
+		s.TimeToFinal = inv.latestEnd.Sub(inv.rootEnd)
+	}
+	return s
+}
+
 // running reports whether a span no count declares is still open.
 func (inv *invocationState) running() bool {
 	return len(inv.runningConts) > 0 || len(inv.unended) > 0 || inv.unattributedRunning
@@ -176,6 +210,9 @@ const (
 	// arriveSpanLimit: the invocation holds maxSpans span IDs; the span
 	// was not indexed and the invocation can never be final.
 	arriveSpanLimit
+	// arriveNotIndexed: the span reuses the span ID of another trace's
+	// span; it was not indexed and the invocation can never be final.
+	arriveNotIndexed
 )
 
 // arrive applies one ended span's facts; maxSpans bounds the nodes.
@@ -188,13 +225,10 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	case seen && n.arrived && n.trace == tid:
 		return arriveDuplicate // the same span again: it discharges nothing
 	case seen && n.arrived && n.trace != tid:
-		// Two spans share a span ID: neither can be told from the other
-		// (rule 3). The second is a member but is not indexed.
+		// Two spans share a span ID (rule 3): the later is not indexed,
+		// its usage not summed, and the invocation is never final.
 		inv.fail(contract.ReasonSpanIDReused, name)
-		inv.fail(contract.ReasonSpanIDReused, n.name)
-		inv.usage.Spans++
-		inv.addUsage(s, f)
-		return arriveIndexed
+		return arriveNotIndexed
 	case seen && n.trace != tid:
 		// What was counted toward this span ID named a span of another
 		// trace: it counts for nothing here.
@@ -271,10 +305,18 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		inv.anomaly(contract.AnomalyExtraChildren, name)
 	}
 
-	if psc := s.Parent(); psc.IsValid() {
+	psc := s.Parent()
+	if psc.IsValid() {
 		inv.arriveUnder(&n, sid, psc, tid, f.late)
+	} else if f.late && f.role == contract.RoleBackground {
+		// Rule 6: a job started when no span of its invocation was open;
+		// no count declares it.
+		inv.anomaly(contract.AnomalyOrphanJob, name)
 	}
 	inv.nodes[sid] = n
+	if n.parent != (trace.SpanID{}) {
+		inv.breakCycle(sid)
+	}
 	inv.applyLinks(s, name)
 	if f.op != "" {
 		inv.addUsage(s, f)
@@ -297,6 +339,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 	}
 	n.parent = pid
 	if late {
+		n.lateEdge = true
 		// Rule 1: a late child is a member but never counted by its
 		// parent, whatever the order.
 		if !p.arrived {
@@ -406,6 +449,49 @@ func usageOperation(op string) bool {
 
 // maxRemoteWalk bounds the walk up the ancestors of an arriving span.
 const maxRemoteWalk = 64
+
+// breakCycle walks up from the arrived span sid; when the walk comes back
+// to it, every span of the cycle is reported (rule 3) and made nobody's
+// child, undoing what it counted toward its parent. Cycles longer than
+// maxRemoteWalk are caught by checkCycles before the invocation closes.
+func (inv *invocationState) breakCycle(sid trace.SpanID) {
+	cur := inv.nodes[sid].parent
+	for i := 0; i < maxRemoteWalk; i++ {
+		if cur == sid {
+			inv.undoCycle(sid)
+			return
+		}
+		n, ok := inv.nodes[cur]
+		if !ok || !n.arrived || n.parent == (trace.SpanID{}) {
+			return
+		}
+		cur = n.parent
+	}
+}
+
+// undoCycle detaches every span of the parent cycle through sid.
+func (inv *invocationState) undoCycle(sid trace.SpanID) {
+	cur := sid
+	for {
+		m := inv.nodes[cur]
+		pid := m.parent
+		if pid == (trace.SpanID{}) {
+			return // back at the start: every member is detached
+		}
+		inv.fail(contract.ReasonMalformedParentage, m.name)
+		if !m.lateEdge {
+			p := inv.nodes[pid]
+			p.arrivedChildren--
+			if p.arrived && p.declaredChildren >= 0 && p.arrivedChildren < p.declaredChildren {
+				inv.open++ // the member's discharge is undone
+			}
+			inv.nodes[pid] = p
+		}
+		m.parent, m.lateEdge = trace.SpanID{}, false
+		inv.nodes[cur] = m
+		cur = pid
+	}
+}
 
 // underRemote reports whether the span sid or an arrived in-process
 // ancestor is remote.

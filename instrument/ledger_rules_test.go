@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -136,11 +137,11 @@ func TestRuleMalformedInputFailsClosed(t *testing.T) {
 	}, {
 		// A model call of another trace reuses the counted call's span id:
 		// keyed by span id alone, one of the two calls' usage would be
-		// dropped as a duplicate.
+		// dropped as a duplicate. The reason names the later arrival.
 		name: "span id reused",
 		spans: []tracetest.SpanStub{rootStub(root, 1), chatStub(spanCtx(1, 2), root, 1000, 1),
 			renamed(chatStub(spanCtx(3, 2), trace.SpanContext{}, 5, 1), "chat reuser")},
-		reason: []string{"span_id_reused:chat m", "span_id_reused:chat reuser"},
+		reason: []string{"span_id_reused:*"},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,7 +162,10 @@ func TestRuleMalformedInputFailsClosed(t *testing.T) {
 				}
 				s := sl.summary("inv")
 				for _, r := range tc.reason {
-					if !slices.Contains(s.Reasons, r) {
+					if !slices.ContainsFunc(s.Reasons, func(got string) bool {
+						prefix, wild := strings.CutSuffix(r, "*")
+						return got == r || wild && strings.HasPrefix(got, prefix)
+					}) {
 						t.Fatalf("order %v: status %s reasons %v, want %v among them", order, s.Status, s.Reasons, tc.reason)
 					}
 				}

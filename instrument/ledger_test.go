@@ -264,10 +264,23 @@ func TestLedgerOpenTimeout(t *testing.T) {
 	p.clock.Advance(time.Hour)
 	s := p.summary(t, inv.ID())
 	wantStatus(t, s, contract.StatusIncomplete, contract.ReasonOpenTimeout, "missing_children:invoke_agent coder")
-	job.End(nil, false)
+
+	// Rule 4: a late span that leaves an obligation open revises the
+	// invocation at once, incomplete; one that meets the last obligation
+	// revises it final.
+	job.End(nil, true)
 	s = p.summary(t, inv.ID())
-	if s.Status != contract.StatusIncomplete || s.Revision != 2 || !contains(s.Anomalies, "late_span:background shell") {
-		t.Errorf("after late span: %+v", s)
+	wantStatus(t, s, contract.StatusIncomplete, contract.ReasonOpenTimeout, "open_followup:background shell")
+	if s.Revision != 2 || !contains(s.Anomalies, "late_span:background shell") {
+		t.Errorf("after the late job: %+v", s)
+	}
+	if err := p.tracker.CloseFollowup(context.Background(), job.Carrier(), contract.ReasonCancelled, ""); err != nil {
+		t.Fatal(err)
+	}
+	s = p.summary(t, inv.ID())
+	wantStatus(t, s, contract.StatusFinal)
+	if s.Revision != 3 || !contains(s.Anomalies, "late_span:followup_closed") {
+		t.Errorf("after the followup closed: %+v", s)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -145,3 +146,5 @@ func permutations(n int, f func([]int)) {
 	}
 	rec(0)
 }
+
+func noopMeter() metric.Meter { return metricnoop.NewMeterProvider().Meter("t") }

@@ -1,0 +1,115 @@
+package instrument
+
+import (
+	"slices"
+	"time"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// This file decides an invocation's status: its first close (final when
+// the contract's conditions hold, incomplete on a timer or when a rule
+// forbids final) and the revisions that spans arriving later cause.
+
+// evaluate closes inv when the contract's conditions hold (final, or
+// incomplete when a rule forbids final), or schedules the settle timer.
+// l.mu must be held.
+func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
+	if inv.status != contract.StatusPending || !inv.obligationsMet() {
+		return
+	}
+	if l.settleLater(inv, now, l.evaluate) {
+		return
+	}
+	if reasons := inv.closingFailures(); len(reasons) > 0 {
+		l.closeLocked(inv, contract.StatusIncomplete, "", reasons)
+		return
+	}
+	l.closeLocked(inv, contract.StatusFinal, "", nil)
+}
+
+// settleLater reports whether inv's remote subtrees are still settling at
+// now; it then schedules then for when they are quiet. l.mu must be held.
+func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*invocationState, time.Time)) bool {
+	wait := inv.settleUntil.Sub(now)
+	if wait <= 0 {
+		return false
+	}
+	if inv.settleTimer != nil {
+		inv.settleTimer.Stop()
+	}
+	inv.settleTimer = l.clock.AfterFunc(wait, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		then(inv, l.clock.Now())
+	})
+	return true
+}
+
+// revise emits the revision a span arriving after the close owes (rule
+// 4): final only when every condition holds, remote settle included; while
+// the obligations are met but a remote subtree settles, the latest
+// summary stands; otherwise incomplete at once. l.mu must be held.
+func (l *Ledger) revise(inv *invocationState, now time.Time) {
+	if !inv.dirty || l.down {
+		return
+	}
+	met := inv.obligationsMet()
+	if met && l.settleLater(inv, now, l.revise) {
+		return
+	}
+	inv.dirty = false
+	inv.revision++
+	failures := inv.closingFailures()
+	if met && len(failures) == 0 {
+		inv.status = contract.StatusFinal
+		inv.emitted = inv.summary(inv.status, inv.revision, nil)
+		return
+	}
+	inv.status = contract.StatusIncomplete
+	reasons := inv.openReasons(now)
+	if inv.forced != "" && !slices.Contains(reasons, inv.forced) {
+		reasons = append([]string{inv.forced}, reasons...)
+	}
+	inv.emitted = inv.summary(inv.status, inv.revision, reasons)
+}
+
+func (l *Ledger) timedOut(inv *invocationState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if inv.status != contract.StatusPending {
+		return
+	}
+	l.closeForced(inv, contract.ReasonOpenTimeout)
+}
+
+// closeForced closes inv incomplete before its conditions hold, for
+// reason (open_timeout, evicted, shutdown), listing what is still open.
+// l.mu must be held.
+func (l *Ledger) closeForced(inv *invocationState, reason string) {
+	inv.checkCycles()
+	reasons := append([]string{reason}, inv.openReasons(l.clock.Now())...)
+	l.closeLocked(inv, contract.StatusIncomplete, reason, reasons)
+}
+
+// closeLocked gives inv its first final or incomplete summary (revision
+// 1); forced is the reason that closed it early, or "". l.mu must be held.
+func (l *Ledger) closeLocked(inv *invocationState, status, forced string, reasons []string) {
+	if inv.status != contract.StatusPending {
+		return
+	}
+	inv.status = status
+	inv.forced = forced
+	inv.revision = 1
+	inv.emitted = inv.summary(status, 1, reasons)
+	if inv.settleTimer != nil {
+		inv.settleTimer.Stop()
+	}
+	if inv.timeoutTimer != nil {
+		inv.timeoutTimer.Stop()
+	}
+	l.open.Remove(inv.elem)
+	inv.closedAt = l.clock.Now()
+	inv.elem = l.closed.PushBack(inv)
+	close(inv.done)
+}
