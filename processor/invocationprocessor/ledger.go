@@ -3,7 +3,6 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"math"
 	"slices"
-	"sort"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -40,20 +39,6 @@ const (
 	phaseClosed              // a final or incomplete summary was emitted; kept for retention
 )
 
-// spanState is what an invocation remembers per span ID: whether the span
-// itself arrived, and the obligations it declares or that point at it.
-// DeclaredChildren and DeclaredFollowups are -1 when nothing was declared.
-type spanState struct {
-	Name              string `json:"name,omitempty"`
-	LinkedBy          string `json:"linked_by,omitempty"`
-	DeclaredChildren  int    `json:"declared_children"`
-	ArrivedChildren   int    `json:"arrived_children"`
-	DeclaredFollowups int    `json:"declared_followups"`
-	ArrivedFollowups  int    `json:"arrived_followups"`
-	Arrived           bool   `json:"arrived"`
-	Remote            bool   `json:"remote"`
-}
-
 // usage holds the five summed gen_ai.usage values.
 type usage struct {
 	Input         int64 `json:"input"`
@@ -79,7 +64,8 @@ type spanRef struct {
 
 // invocation is the state of one invocation. Its exported fields are plain
 // data (no pointers into pdata, no locks) so a storage extension can persist
-// it; index holds the shard's bookkeeping, which is rebuilt, not stored.
+// it; index holds the shard's bookkeeping and lookup tables, which are
+// rebuilt (rebuildIndex), not stored.
 type invocation struct {
 	ID    string `json:"id"`
 	Phase phase  `json:"phase"`
@@ -92,8 +78,14 @@ type invocation struct {
 
 	// Open counts unmet obligations: the root (until it arrives), declared
 	// children and followups not yet arrived. See LEDGER.md.
-	Open    int      `json:"open"`
+	Open int `json:"open"`
+	// Invalid lists counts that cannot be proven (invalid_count): the
+	// invocation waits for open_timeout and is never final.
 	Invalid []string `json:"invalid,omitempty"`
+	// Taints lists what makes the invocation never final although its
+	// counts may be met (CONTRACT v0.2 rules 3, 5, 7): it closes
+	// incomplete as soon as conditions 1-4 otherwise hold.
+	Taints []string `json:"taints,omitempty"`
 
 	RootArrived    bool            `json:"root_arrived"`
 	RootTraceID    pcommon.TraceID `json:"root_trace_id"`
@@ -103,16 +95,25 @@ type invocation struct {
 	ConversationID string          `json:"conversation_id,omitempty"`
 	AgentName      string          `json:"agent_name,omitempty"`
 	Resource       map[string]any  `json:"resource,omitempty"`
-	FirstTraceID   pcommon.TraceID `json:"first_trace_id"`
 	MinStart       uint64          `json:"min_start"`
 	LatestEnd      uint64          `json:"latest_end"`
 	HasRemote      bool            `json:"has_remote"`
 	SpanLimitHit   bool            `json:"span_limit_hit"`
 
-	Spans  map[pcommon.SpanID]spanState `json:"spans"`
-	Traces map[pcommon.TraceID]struct{} `json:"traces"`
-	Early  []earlyCall                  `json:"early,omitempty"`
-	Conts  []spanRef                    `json:"continuation_roots,omitempty"`
+	// Spans holds the full state of every span ID while the invocation is
+	// open; once closed, only of span IDs that still owe or are owed
+	// something (and of referenced spans that never arrived). Closed holds
+	// the rest after close: what duplicates and revisions need.
+	Spans  map[pcommon.SpanID]spanState  `json:"spans"`
+	Closed map[pcommon.SpanID]closedSpan `json:"closed,omitempty"`
+	// Names interns span names; spanState and closedSpan refer to them by
+	// index.
+	Names []string `json:"names"`
+	// Traces lists the invocation's trace IDs in arrival order; spans
+	// refer to them by index.
+	Traces            []pcommon.TraceID `json:"traces"`
+	Early             []earlyCall       `json:"early,omitempty"`
+	ContinuationRoots []spanRef         `json:"continuation_roots,omitempty"`
 
 	Usage          usage   `json:"usage"`
 	AfterInput     int64   `json:"after_input"`
@@ -128,17 +129,26 @@ type invocation struct {
 	PendingSent bool     `json:"pending_sent"`
 	Revision    int64    `json:"revision"`
 	Forced      string   `json:"forced,omitempty"`
-	Dirty       bool     `json:"dirty"`
+	// Dirty is set when a span arrived after the latest final or
+	// incomplete summary: a revision is owed.
+	Dirty bool `json:"dirty"`
 
 	index invIndex
 }
 
-// invIndex is the shard's bookkeeping for one invocation.
+// invIndex is the shard's bookkeeping for one invocation, and lookup
+// tables derived from the stored fields.
 type invIndex struct {
 	heapIdx    int
 	due        int64
 	prev, next *invocation
 	touchedGen uint64
+	// seq orders invocations across shards: when opened while open, when
+	// closed while closed (the global bounds evict the lowest).
+	seq uint64
+
+	names  map[string]int32
+	traces map[pcommon.TraceID]int32
 }
 
 func newInvocation(id string, now int64) *invocation {
@@ -149,9 +159,66 @@ func newInvocation(id string, now int64) *invocation {
 		LastDischarge: now,
 		Open:          1,
 		Spans:         make(map[pcommon.SpanID]spanState, 8),
-		Traces:        make(map[pcommon.TraceID]struct{}, 1),
 		index:         invIndex{heapIdx: -1},
 	}
+}
+
+// rebuildIndex rebuilds the lookup tables from the stored fields (after
+// the state was loaded from storage).
+func (inv *invocation) rebuildIndex() {
+	inv.index.names = make(map[string]int32, len(inv.Names))
+	for i, n := range inv.Names {
+		inv.index.names[n] = int32(i)
+	}
+	inv.index.traces = make(map[pcommon.TraceID]int32, len(inv.Traces))
+	for i, t := range inv.Traces {
+		inv.index.traces[t] = int32(i)
+	}
+}
+
+// nameIndex interns a span name.
+func (inv *invocation) nameIndex(name string) int32 {
+	if inv.index.names == nil {
+		inv.rebuildIndex()
+	}
+	if i, ok := inv.index.names[name]; ok {
+		return i
+	}
+	i := int32(len(inv.Names))
+	inv.Names = append(inv.Names, name)
+	inv.index.names[name] = i
+	return i
+}
+
+// name returns an interned name, "" for noName.
+func (inv *invocation) name(i int32) string {
+	if i < 0 || int(i) >= len(inv.Names) {
+		return ""
+	}
+	return inv.Names[i]
+}
+
+// traceIndex returns the trace's index, or -1 when the invocation has no
+// span in it.
+func (inv *invocation) traceIndex(t pcommon.TraceID) int32 {
+	if inv.index.traces == nil {
+		inv.rebuildIndex()
+	}
+	if i, ok := inv.index.traces[t]; ok {
+		return i
+	}
+	return -1
+}
+
+// addTrace registers a trace and returns its index.
+func (inv *invocation) addTrace(t pcommon.TraceID) int32 {
+	if i := inv.traceIndex(t); i >= 0 {
+		return i
+	}
+	i := int32(len(inv.Traces))
+	inv.Traces = append(inv.Traces, t)
+	inv.index.traces[t] = i
+	return i
 }
 
 // ledgerConfig is the part of Config the per-span path needs, prepared once.
@@ -189,14 +256,13 @@ func (inv *invocation) addInvalid(r string) {
 	inv.Invalid = append(inv.Invalid, r)
 }
 
-// state returns a copy of the span ID's state, or a fresh one; callers
-// store it back. Values, not pointers, keep one allocation per span off the
-// hot path.
-func (inv *invocation) state(id pcommon.SpanID) spanState {
-	if st, ok := inv.Spans[id]; ok {
-		return st
+// addTaint records a reason the invocation can never be final. The list is
+// bounded like the anomalies, but never emptied: one entry suffices.
+func (inv *invocation) addTaint(r string) {
+	if slices.Contains(inv.Taints, r) || len(inv.Taints) >= maxAnomalies {
+		return
 	}
-	return spanState{DeclaredChildren: -1, DeclaredFollowups: -1}
+	inv.Taints = append(inv.Taints, r)
 }
 
 func (inv *invocation) discharge(now int64) {
@@ -206,26 +272,41 @@ func (inv *invocation) discharge(now int64) {
 
 // validCount reads an obligation count; ok is false when it cannot be
 // trusted.
-func validCount(v pcommon.Value, maxSpans int) (int, bool) {
+func validCount(v pcommon.Value, maxSpans int) (int32, bool) {
 	if v.Type() != pcommon.ValueTypeInt {
 		return 0, false
 	}
 	n := v.Int()
-	if n < 0 || n > int64(maxSpans) {
+	if n < 0 || n > int64(maxSpans) || n > math.MaxInt32 {
 		return 0, false
 	}
-	return int(n), true
+	return int32(n), true
+}
+
+// flagSet reads a boolean marker the conservative way: present and not
+// false means set (a mistyped marker must not relax a rule).
+func flagSet(attrs pcommon.Map, key string) bool {
+	v, ok := attrs.Get(key)
+	return ok && (v.Type() != pcommon.ValueTypeBool || v.Bool())
 }
 
 // add indexes one span of the invocation in O(1) amortised time (plus its
-// links), updating the open obligation count as LEDGER.md describes.
+// links), updating the open obligation count as LEDGER.md describes and
+// applying CONTRACT.md's v0.2 rules.
 func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg *ledgerConfig) addResult {
 	id := sp.SpanID()
-	if st, ok := inv.Spans[id]; ok && st.Arrived {
+	name := sp.Name()
+	traceIdx := inv.traceIndex(sp.TraceID())
+	if prior, ok := inv.arrivedTrace(id); ok {
 		inv.Duplicates++
+		if prior != traceIdx {
+			// Rule 3: the later of two spans sharing an ID is not indexed.
+			inv.addTaint(contract.ReasonSpanIDReused + ":" + name)
+			inv.Dirty = inv.Dirty || inv.Phase == phaseClosed
+		}
 		return addDuplicate
 	}
-	if inv.SpanLimitHit || len(inv.Spans) >= cfg.maxSpans {
+	if inv.SpanLimitHit || len(inv.Spans)+len(inv.Closed) >= cfg.maxSpans {
 		if !inv.SpanLimitHit {
 			inv.SpanLimitHit = true
 			inv.addAnomaly(reasonSpanLimit)
@@ -233,30 +314,22 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 		}
 		return addSpanLimit
 	}
-	name := sp.Name()
 	attrs := sp.Attributes()
 	if inv.Phase == phaseClosed {
 		inv.addAnomaly(contract.AnomalyLateSpan + ":" + name)
 		inv.Dirty = true
 	}
 
-	st := inv.state(id)
-	st.Arrived = true
-	st.Name = name
 	inv.Indexed++
 	inv.LastArrival = now
-	tid := sp.TraceID()
 	role := ""
 	if v, ok := attrs.Get(contract.AttrRole); ok && v.Type() == pcommon.ValueTypeStr {
 		role = v.Str()
 	}
-	if len(inv.Traces) == 0 {
-		inv.FirstTraceID = tid
-		if role != contract.RoleRoot {
-			inv.Resource = res.Attributes().AsRaw() // the root's replaces it
-		}
+	if len(inv.Traces) == 0 && role != contract.RoleRoot {
+		inv.Resource = res.Attributes().AsRaw() // the root's replaces it
 	}
-	inv.Traces[tid] = struct{}{}
+	traceIdx = inv.addTrace(sp.TraceID())
 	if start := uint64(sp.StartTimestamp()); inv.MinStart == 0 || start < inv.MinStart {
 		inv.MinStart = start
 	}
@@ -264,13 +337,26 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 		inv.LatestEnd = end
 	}
 
-	if v, ok := attrs.Get(contract.AttrRemote); ok {
-		// A remote flag of the wrong type is taken as remote: waiting for
-		// settle is the conservative reading.
-		if v.Type() != pcommon.ValueTypeBool || v.Bool() {
-			st.Remote = true
-			inv.HasRemote = true
-		}
+	st := inv.take(id)
+	if st.Trace >= 0 && st.Trace != traceIdx {
+		// Children named this span as parent from another trace before it
+		// arrived: none of them is its child.
+		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(st.ChildName))
+		st.ArrivedChildren, st.LateChildren = 0, 0
+	}
+	st.Arrived = true
+	st.Name = inv.nameIndex(name)
+	st.Parent = sp.ParentSpanID()
+	st.Trace = traceIdx
+	// A remote flag of the wrong type is taken as remote: waiting for
+	// settle is the conservative reading.
+	if flagSet(attrs, contract.AttrRemote) {
+		st.Remote = true
+		inv.HasRemote = true
+	}
+	late := flagSet(attrs, contract.AttrLateChild)
+	if st.LateChildren > 0 && !st.Remote {
+		inv.addAnomaly(contract.AnomalyExtraChildren + ":" + name)
 	}
 
 	if role == contract.RoleRoot {
@@ -280,12 +366,15 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 			inv.setRoot(sp, res, now)
 		}
 	}
+	if v, ok := attrs.Get(contract.AttrUnattributed); ok {
+		inv.addTaint(contract.ReasonUnattributedWakeup + ":" + v.AsString())
+	}
 
 	if v, ok := attrs.Get(contract.AttrChildren); ok {
 		if n, ok := validCount(v, cfg.maxSpans); ok {
 			st.DeclaredChildren = n
 			if n > st.ArrivedChildren {
-				inv.Open += n - st.ArrivedChildren
+				inv.Open += int(n - st.ArrivedChildren)
 			} else if st.ArrivedChildren > n && !st.Remote {
 				inv.addAnomaly(contract.AnomalyExtraChildren + ":" + name)
 			}
@@ -297,61 +386,41 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 	switch role {
 	case contract.RoleBackground:
 		inv.BackgroundJobs++
-		n, valid := 0, false
+		var n int32
+		valid := false
 		if v, ok := attrs.Get(contract.AttrFollowups); ok {
 			n, valid = validCount(v, cfg.maxSpans)
 		}
 		if valid {
 			st.DeclaredFollowups = n
 			if n > st.ArrivedFollowups {
-				inv.Open += n - st.ArrivedFollowups
+				inv.Open += int(n - st.ArrivedFollowups)
 			}
 		} else {
 			inv.addInvalid(reasonInvalidCount + ":" + name)
 		}
+		if late && st.Parent.IsEmpty() {
+			// Rule 6: a job started when nothing of its invocation was open.
+			inv.addAnomaly(contract.AnomalyOrphanJob + ":" + name)
+		}
 	case contract.RoleContinuation:
 		inv.Continuations++
-		inv.Conts = append(inv.Conts, spanRef{TraceID: tid, SpanID: id})
+		inv.ContinuationRoots = append(inv.ContinuationRoots, spanRef{TraceID: sp.TraceID(), SpanID: id})
 	}
 	inv.Spans[id] = st
 
-	if pid := sp.ParentSpanID(); !pid.IsEmpty() {
-		p := inv.state(pid)
-		before := p.ArrivedChildren
-		p.ArrivedChildren++
-		if p.Arrived && p.DeclaredChildren >= 0 {
-			if before < p.DeclaredChildren {
-				inv.discharge(now)
-			} else if !p.Remote {
-				inv.addAnomaly(contract.AnomalyExtraChildren + ":" + p.Name)
-			}
-		}
-		inv.Spans[pid] = p
+	if !st.Parent.IsEmpty() {
+		inv.attachToParent(id, st.Parent, traceIdx, st.Name, late, now)
 	}
-
-	links := sp.Links()
-	for i := 0; i < links.Len(); i++ {
-		l := links.At(i)
-		v, ok := l.Attributes().Get(contract.AttrLink)
-		if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() != contract.LinkFollowup {
-			continue
-		}
-		t := inv.state(l.SpanID())
-		before := t.ArrivedFollowups
-		t.ArrivedFollowups++
-		if t.LinkedBy == "" {
-			t.LinkedBy = name
-		}
-		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
-			inv.discharge(now)
-		}
-		inv.Spans[l.SpanID()] = t
-	}
+	inv.applyLinks(id, st.Name, sp.Links(), now)
 
 	if v, ok := attrs.Get(contract.AttrOperationName); ok && v.Type() == pcommon.ValueTypeStr {
 		if _, isModel := cfg.usageOps[v.Str()]; isModel {
 			inv.addModelCall(sp, cfg)
 		}
+	}
+	if inv.Phase == phaseClosed {
+		inv.compactTouched(sp)
 	}
 	return addIndexed
 }
@@ -400,6 +469,12 @@ func (inv *invocation) addModelCall(sp ptrace.Span, cfg *ledgerConfig) {
 	inv.ModelCalls++
 	attrs := sp.Attributes()
 	name := sp.Name()
+	_, hasIn := attrs.Get(contract.AttrUsageInputTokens)
+	_, hasOut := attrs.Get(contract.AttrUsageOutputTokens)
+	if !hasIn && !hasOut && sp.Status().Code() != ptrace.StatusCodeError {
+		// Rule 5: a call that did not fail was billed; zero is not its usage.
+		inv.addTaint(contract.ReasonUsageMissing + ":" + name)
+	}
 	in, _ := inv.readUsage(attrs, contract.AttrUsageInputTokens, name, &inv.Usage.Input)
 	out, _ := inv.readUsage(attrs, contract.AttrUsageOutputTokens, name, &inv.Usage.Output)
 	cr, _ := inv.readUsage(attrs, contract.AttrUsageCacheReadTokens, name, &inv.Usage.CacheRead)
@@ -447,76 +522,4 @@ func callCost(p Price, in, out, cacheRead, cacheCreation int64) float64 {
 	}
 	return (float64(uncached)*p.Input + float64(out)*p.Output +
 		float64(cacheRead)*p.CacheRead + float64(cacheCreation)*p.CacheCreation) / 1e6
-}
-
-// obligationsMet reports conditions 1-3 of CONTRACT.md (and that nothing
-// made them unprovable).
-func (inv *invocation) obligationsMet() bool {
-	return inv.RootArrived && inv.Open == 0 && len(inv.Invalid) == 0 && !inv.SpanLimitHit
-}
-
-// settled reports condition 4. It is checked over the whole invocation: the
-// latest arrival anywhere is at least as late as the latest in any remote
-// subtree, so this never declares final earlier than the contract allows,
-// and it needs no walk up the parent chain per span.
-func (inv *invocation) settled(now int64, cfg *ledgerConfig) bool {
-	return !inv.HasRemote || now-inv.LastArrival >= cfg.settle
-}
-
-// reasons lists why the invocation is not final, each "kind:detail",
-// deterministic in order: root_missing, then obligations sorted, then
-// unprovable counts, then remote settling, then the forced reason.
-func (inv *invocation) reasons(now int64, cfg *ledgerConfig) []string {
-	var out []string
-	if !inv.RootArrived {
-		out = append(out, contract.ReasonRootMissing)
-	}
-	var obl []string
-	for _, st := range inv.Spans {
-		if !st.Arrived {
-			continue
-		}
-		if st.DeclaredChildren > st.ArrivedChildren {
-			obl = append(obl, contract.ReasonMissingChildren+":"+st.Name)
-		}
-		if st.DeclaredFollowups > st.ArrivedFollowups {
-			obl = append(obl, contract.ReasonOpenFollowup+":"+st.Name)
-		}
-		if st.Remote && inv.Phase == phaseOpen && !inv.settled(now, cfg) {
-			obl = append(obl, contract.ReasonRemoteSettling+":"+st.Name)
-		}
-	}
-	sort.Strings(obl)
-	out = append(out, slices.Compact(obl)...)
-	inv2 := slices.Clone(inv.Invalid)
-	sort.Strings(inv2)
-	out = append(out, inv2...)
-	if inv.SpanLimitHit {
-		out = append(out, reasonSpanLimit)
-	}
-	if inv.Forced != "" && inv.Forced != reasonSpanLimit {
-		out = append(out, inv.Forced)
-	}
-	return out
-}
-
-// anomalies lists the sticky anomalies and, for a final summary, foreign
-// followups: followup links whose target is not a member of this invocation
-// (it belongs to another one, so the link discharged nothing). Before final
-// a missing target may simply not have arrived yet, so it is not reported.
-func (inv *invocation) anomalies(final bool) []string {
-	out := slices.Clone(inv.Anomalies)
-	for _, st := range inv.Spans {
-		if !final {
-			break
-		}
-		if !st.Arrived && st.ArrivedFollowups > 0 {
-			a := contract.AnomalyForeignFollowup + ":" + st.LinkedBy
-			if !slices.Contains(out, a) {
-				out = append(out, a)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
 }

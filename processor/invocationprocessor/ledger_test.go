@@ -476,8 +476,7 @@ func TestSummarySendRetried(t *testing.T) {
 	clk := newFakeClock()
 	p, err := newProcessor(settingsForTest(), createDefaultConfig().(*Config), next, clk, 1)
 	require.NoError(t, err)
-	err = p.ConsumeTraces(context.Background(), batch(scenario("inv-1", 0)...))
-	require.ErrorIs(t, err, refused)
+	require.NoError(t, p.ConsumeTraces(context.Background(), batch(scenario("inv-1", 0)...)))
 	assert.Len(t, next.AllTraces(), 1, "the spans passed through")
 	assert.Empty(t, summarySpans(next.AllTraces()))
 	require.NoError(t, p.tick(context.Background(), clk.Advance(time.Second)))
@@ -493,9 +492,9 @@ func TestSummarySendPermanentErrorDropped(t *testing.T) {
 	clk := newFakeClock()
 	p, err := newProcessor(settingsForTest(), createDefaultConfig().(*Config), next, clk, 1)
 	require.NoError(t, err)
-	require.Error(t, p.ConsumeTraces(context.Background(), batch(scenario("inv-1", 0)...)))
+	require.NoError(t, p.ConsumeTraces(context.Background(), batch(scenario("inv-1", 0)...)))
 	require.NoError(t, p.tick(context.Background(), clk.Advance(time.Second)))
-	assert.Empty(t, summarySpans(next.AllTraces()))
+	assert.Empty(t, summarySpans(next.AllTraces()), "a permanent refusal is not retried")
 	require.NoError(t, p.Shutdown(context.Background()))
 }
 
@@ -518,18 +517,23 @@ func checkIndex(t *testing.T, s *shard) {
 	require.Equal(t, len(s.invs), s.open.n+s.closed.n)
 }
 
-func TestRecreatedWithinBatch(t *testing.T) {
+func TestRecreatedAfterForgotten(t *testing.T) {
 	h := newHarness(t, 1, func(c *Config) { c.MaxOpenInvocations = 1 })
 	mk := func(inv string, id uint64) sp {
 		return sp{inv: inv, name: "chat", trace: id, id: id, start: 0, end: 1, op: contract.OpChat, usage: tokens(1, 1)}
 	}
-	// p is evicted by q, q by r (forgetting p: one closed slot), then p
-	// comes back as a new invocation in the same batch.
-	h.consume(batch(mk("p", 1), mk("q", 2), mk("r", 3), mk("p", 4)))
+	// One batch opens three: p and q are evicted, p is forgotten (one
+	// closed slot), then p comes back as a new invocation.
+	h.consume(batch(mk("p", 1), mk("q", 2), mk("r", 3)))
+	checkIndex(t, h.p.shards[0])
+	require.Len(t, h.of("p"), 1)
+	h.consume(batch(mk("p", 4)))
 	checkIndex(t, h.p.shards[0])
 	h.advance(time.Hour)
 	checkIndex(t, h.p.shards[0])
 	h.shutdown()
 	checkIndex(t, h.p.shards[0])
-	assert.Len(t, h.of("p"), 2)
+	got := h.of("p")
+	require.Len(t, got, 2)
+	assert.Equal(t, int64(1), intAttr(got[1], contract.AttrSpans), "the recreated p knows only its new span")
 }

@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
@@ -62,12 +61,17 @@ type invocationProcessor struct {
 	logger *zap.Logger
 	tel    *metadata.TelemetryBuilder
 	shards []*shard
+	bounds *bounds
 	tickIv time.Duration
+	// outboxLimit is the number of summaries a shard keeps for a next
+	// consumer that does not take them.
+	outboxLimit int
 
-	// lifeMu guards stop and done, the ticker goroutine's controls.
+	// lifeMu guards stop, done and cancel, the timer goroutine's controls.
 	lifeMu sync.Mutex
 	stop   chan struct{}
 	done   chan struct{}
+	cancel context.CancelFunc
 }
 
 var _ processor.Traces = (*invocationProcessor)(nil)
@@ -83,9 +87,6 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	if numShards <= 0 {
 		numShards = runtime.GOMAXPROCS(0) * 4
 	}
-	// Fewer shards than open invocations allowed, so each shard may hold
-	// at least one; the caps sum to max_open_invocations exactly.
-	numShards = min(numShards, cfg.MaxOpenInvocations)
 	p := &invocationProcessor{
 		cfg: ledgerConfig{
 			maxSpans:     cfg.MaxSpansPerInvocation,
@@ -102,17 +103,16 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		logger: set.Logger,
 		tel:    tel,
 		shards: make([]*shard, numShards),
+		bounds: &bounds{limit: int64(cfg.MaxOpenInvocations)},
 		tickIv: min(max(cfg.RemoteSettle/4, minTickInterval), maxTickInterval),
+		// A shard's share of the open invocations' summaries, and slack.
+		outboxLimit: (cfg.MaxOpenInvocations+numShards-1)/numShards + outboxSlack,
 	}
 	for _, op := range cfg.UsageOperations {
 		p.cfg.usageOps[op] = struct{}{}
 	}
 	for i := range p.shards {
-		c := cfg.MaxOpenInvocations / numShards
-		if i < cfg.MaxOpenInvocations%numShards {
-			c++
-		}
-		p.shards[i] = newShard(c)
+		p.shards[i] = newShard(&p.cfg, p.bounds, p.outboxLimit)
 	}
 	return p, nil
 }
@@ -132,11 +132,15 @@ func (p *invocationProcessor) Start(context.Context, component.Host) error {
 	}
 	p.stop = make(chan struct{})
 	p.done = make(chan struct{})
-	go p.run(p.stop, p.done)
+	// The timer goroutine's sends use a context Shutdown cancels, so a
+	// next consumer that blocks cannot keep it running.
+	var ctx context.Context
+	ctx, p.cancel = context.WithCancel(context.Background())
+	go p.run(ctx, p.stop, p.done)
 	return nil
 }
 
-func (p *invocationProcessor) run(stop <-chan struct{}, done chan<- struct{}) {
+func (p *invocationProcessor) run(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(p.tickIv)
 	defer t.Stop()
@@ -145,22 +149,24 @@ func (p *invocationProcessor) run(stop <-chan struct{}, done chan<- struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			if err := p.tick(context.Background(), p.clock.Now()); err != nil {
-				p.logger.Warn("next consumer refused invocation summaries", zap.Error(err))
+			if err := p.tick(ctx, p.clock.Now()); err != nil {
+				p.logger.Debug("invocation summaries not sent yet", zap.Error(err))
 			}
 		}
 	}
 }
 
 // Shutdown stops the timer goroutine and emits every open invocation as
-// incomplete with reason shutdown before returning.
+// incomplete with reason shutdown (and every revision still owed) before
+// returning. It returns when ctx ends even if the next consumer blocks.
 func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 	p.lifeMu.Lock()
-	stop, done := p.stop, p.done
-	p.stop, p.done = nil, nil
+	stop, done, cancel := p.stop, p.done, p.cancel
+	p.stop, p.done, p.cancel = nil, nil, nil
 	p.lifeMu.Unlock()
 	var errs []error
 	if stop != nil {
+		cancel()
 		close(stop)
 		select {
 		case <-done:
@@ -171,15 +177,16 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 		}
 	}
 	now := p.clock.Now().UnixNano()
-	var st stats
+	var stats stats
 	for _, s := range p.shards {
 		s.mu.Lock()
-		s.shutdown(now, &p.cfg, &st, &s.outbox)
+		s.shutdown(now, &stats)
 		s.mu.Unlock()
 	}
-	p.record(ctx, &st)
+	p.enforceBounds(now, &stats) // every shard is flushed below
+	p.record(ctx, &stats)
 	for _, s := range p.shards {
-		errs = append(errs, p.flush(ctx, s, true))
+		errs = append(errs, p.flush(ctx, s, flushAtShutdown))
 	}
 	p.tel.Shutdown()
 	err := errors.Join(errs...)
@@ -226,21 +233,29 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	if len(refs) == 0 {
 		return p.next.ConsumeTraces(ctx, td)
 	}
-	var st stats
+	var stats stats
 	var touched []*shard
 	for _, group := range p.groupByShard(refs) {
 		s := p.shards[group[0].shard]
-		if p.indexShard(s, group, now, &st) {
+		if p.indexShard(s, group, now, &stats) {
 			touched = append(touched, s)
 		}
 	}
-	p.record(ctx, &st)
-
-	errs := []error{p.next.ConsumeTraces(ctx, td)}
-	for _, s := range touched {
-		errs = append(errs, p.flush(ctx, s, false))
+	for _, s := range p.enforceBounds(now, &stats) {
+		touched = appendShard(touched, s)
 	}
-	return errors.Join(errs...)
+	p.record(ctx, &stats)
+
+	// Only the pass-through's error is the caller's: the summaries are
+	// not its batch, and a retried batch would pass through twice. They
+	// are retried from the outbox instead.
+	err := p.next.ConsumeTraces(ctx, td)
+	for _, s := range touched {
+		if ferr := p.flush(ctx, s, flushAfterBatch); ferr != nil {
+			p.logger.Debug("invocation summaries not sent yet", zap.Error(ferr))
+		}
+	}
+	return err
 }
 
 // groupByShard orders refs by shard with a counting sort, keeping batch
@@ -282,50 +297,57 @@ func (p *invocationProcessor) groupByShard(refs []indexRef) [][]indexRef {
 
 // indexShard indexes one shard's spans of a batch under its lock and
 // reports whether summaries are waiting in its outbox.
-func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, st *stats) bool {
+func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, stats *stats) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
 	s.touched = s.touched[:0]
 	for i := range refs {
 		r := &refs[i]
-		inv := s.get(r.id, now, &p.cfg, st, &s.outbox)
+		inv := s.ensure(r.id, now, stats)
 		switch inv.add(r.span, r.res, now, &p.cfg) {
 		case addIndexed:
-			st.indexed++
+			stats.indexed++
 		case addDuplicate:
-			st.duplicates++
+			stats.duplicates++
 		case addSpanLimit:
-			st.spanLimit++
+			stats.spanLimit++
 		}
 		s.touch(inv)
 	}
 	for _, inv := range s.touched {
-		s.evaluate(inv, now, &p.cfg, st, &s.outbox)
+		s.evaluate(inv, now, stats)
 	}
 	clear(s.touched)
 	s.touched = s.touched[:0]
-	st.outboxDropped += s.trimOutbox()
+	stats.outboxDropped += s.trimOutbox()
 	return len(s.outbox) > 0
 }
 
 // tick fires every due timer (open_timeout, remote_settle, retention) at
-// now and sends the resulting summaries.
+// now and sends the resulting summaries, retrying what waits in the
+// outboxes.
 func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	n := now.UnixNano()
-	var st stats
-	var errs []error
+	var stats stats
+	var pending []*shard
 	for _, s := range p.shards {
 		s.mu.Lock()
-		s.tick(n, &p.cfg, &st, &s.outbox)
-		st.outboxDropped += s.trimOutbox()
-		pending := len(s.outbox) > 0
-		s.mu.Unlock()
-		if pending {
-			errs = append(errs, p.flush(ctx, s, false))
+		s.tick(n, &stats)
+		stats.outboxDropped += s.trimOutbox()
+		if len(s.outbox) > 0 {
+			pending = append(pending, s)
 		}
+		s.mu.Unlock()
 	}
-	p.record(ctx, &st)
+	for _, s := range p.enforceBounds(n, &stats) {
+		pending = appendShard(pending, s)
+	}
+	p.record(ctx, &stats)
+	var errs []error
+	for _, s := range pending {
+		errs = append(errs, p.flush(ctx, s, flushFromTimer))
+	}
 	return errors.Join(errs...)
 }
 
@@ -339,59 +361,8 @@ func (p *invocationProcessor) shardOf(id string) int {
 	return int(h % uint64(len(p.shards)))
 }
 
-// flush sends the shard's outbox to the next consumer. Only one goroutine
-// sends a shard's summaries at a time, so they arrive in the order they were
-// made (a pending never after its final); a goroutine that finds another one
-// sending leaves its summaries to it, unless wait is set (Shutdown). A
-// refused batch goes back to the front of the outbox for the next flush,
-// unless the error is permanent.
-func (p *invocationProcessor) flush(ctx context.Context, s *shard, wait bool) error {
-	for {
-		if wait {
-			s.sendMu.Lock()
-		} else if !s.sendMu.TryLock() {
-			return nil
-		}
-		s.mu.Lock()
-		out := s.outbox
-		s.outbox = nil
-		s.mu.Unlock()
-		if len(out) == 0 {
-			s.sendMu.Unlock()
-			// Summaries added while this goroutine held sendMu, by one that
-			// then gave up, must not wait for the next batch.
-			s.mu.Lock()
-			empty := len(s.outbox) == 0
-			s.mu.Unlock()
-			if empty {
-				return nil
-			}
-			continue
-		}
-		err := p.next.ConsumeTraces(ctx, buildTraces(out))
-		if err != nil {
-			p.tel.ProcessorInvocationSummarySendFailures.Add(ctx, 1)
-			if !consumererror.IsPermanent(err) && !wait {
-				s.mu.Lock()
-				s.outbox = append(out, s.outbox...)
-				dropped := s.trimOutbox()
-				s.mu.Unlock()
-				if dropped > 0 {
-					p.tel.ProcessorInvocationBoundHits.Add(ctx, dropped, boundOutboxAttr)
-					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
-				}
-			}
-			s.sendMu.Unlock()
-			return fmt.Errorf("sending %d invocation summaries: %w", len(out), err)
-		}
-		s.sendMu.Unlock()
-		for i := range out {
-			p.tel.ProcessorInvocationSummaries.Add(ctx, 1, statusAttr(out[i].status))
-		}
-	}
-}
-
 func (p *invocationProcessor) record(ctx context.Context, st *stats) {
+	ctx = context.WithoutCancel(ctx)
 	t := p.tel
 	if st.indexed > 0 {
 		t.ProcessorInvocationSpansIndexed.Add(ctx, st.indexed)

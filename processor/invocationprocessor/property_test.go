@@ -376,8 +376,9 @@ func TestPropertyBoundedMemory(t *testing.T) {
 				spans = append(spans, inv.spans...)
 			}
 			r.Shuffle(len(spans), func(i, j int) { spans[i], spans[j] = spans[j], spans[i] })
+			limit := 1 + r.IntN(4)
 			h := newHarness(t, 1+r.IntN(3), func(c *Config) {
-				c.MaxOpenInvocations = 1 + r.IntN(4)
+				c.MaxOpenInvocations = limit
 				c.MaxSpansPerInvocation = 5 + r.IntN(30)
 				c.Retention = time.Duration(r.IntN(3)) * time.Second
 			})
@@ -394,11 +395,16 @@ func TestPropertyBoundedMemory(t *testing.T) {
 				if r.IntN(3) == 0 {
 					h.advance(time.Duration(r.IntN(2000)) * time.Millisecond)
 				}
+				open, closed := 0, 0
 				for _, s := range h.p.shards {
 					checkIndex(t, s)
-					require.LessOrEqual(t, s.open.n, s.cap)
-					require.LessOrEqual(t, s.closed.n, s.cap)
+					open += s.open.n
+					closed += s.closed.n
 				}
+				require.LessOrEqual(t, open, limit, "max_open_invocations is global")
+				require.LessOrEqual(t, closed, limit)
+				require.Equal(t, int64(open), h.p.bounds.open.Load())
+				require.Equal(t, int64(closed), h.p.bounds.closed.Load())
 			}
 			h.shutdown()
 			assert.Equal(t, sent, h.passed())

@@ -10,46 +10,56 @@ import (
 
 // shard owns the invocations whose id hashes to it. A load-balancing tier
 // routing by invocation.id makes a collector own whole invocations in the
-// same way.
+// same way. The bounds on open and closed invocations are global
+// (bounds.go); a shard only keeps its invocations in age order for them.
 type shard struct {
-	// mu guards every field below: the invocation map, the open and closed
-	// age lists, the timer heap, the caps' counters and the touched scratch
-	// list. It is held while a batch's spans are indexed or timers fire,
-	// never while a summary is handed to the next consumer.
-	mu      sync.Mutex
-	invs    map[string]*invocation
-	open    invList // open invocations, oldest first arrival first
-	closed  invList // closed invocations, earliest closed first
-	timers  timerHeap
-	cap     int // open invocations allowed; the same number of closed ones are retained
-	touched []*invocation
-	gen     uint64
-	outbox  []summary // made, not yet sent, in the order they were made
+	cfg    *ledgerConfig
+	bounds *bounds
 
-	// sendMu is held by the one goroutine sending this shard's outbox, so
-	// summaries reach the next consumer in the order they were made. It is
-	// never taken while mu is held.
-	sendMu sync.Mutex
+	// mu guards every field below: the invocation map, the open and closed
+	// age lists, the timer heap, the touched scratch list, the outbox and
+	// sendFailed. It is held while a batch's spans are indexed or timers
+	// fire, never while a summary is handed to the next consumer.
+	mu          sync.Mutex
+	invs        map[string]*invocation
+	open        invList // open invocations, oldest first
+	closed      invList // closed invocations, earliest closed first
+	timers      timerHeap
+	touched     []*invocation
+	gen         uint64
+	outbox      []summary // made, not yet sent, in the order they were made
+	outboxLimit int
+	// sendFailed is set when the last send of the outbox failed: batches
+	// then leave the retry to the timer goroutine instead of rebuilding
+	// the whole outbox for every batch.
+	sendFailed bool
+
+	// sending is a one-slot semaphore held by the goroutine sending this
+	// shard's outbox, so summaries reach the next consumer in the order they
+	// were made. It is never acquired while mu is held; acquiring it can be
+	// abandoned when a context ends.
+	sending chan struct{}
 }
 
-// outboxSlack is how many summaries beyond the shard's capacity may wait
-// for a slow or failing next consumer before the oldest are dropped.
-const outboxSlack = 1024
+func newShard(cfg *ledgerConfig, b *bounds, outboxLimit int) *shard {
+	return &shard{
+		cfg:         cfg,
+		bounds:      b,
+		invs:        make(map[string]*invocation),
+		outboxLimit: outboxLimit,
+		sending:     make(chan struct{}, 1),
+	}
+}
 
 // trimOutbox drops the oldest waiting summaries beyond the bound and
 // returns how many it dropped. mu must be held.
 func (s *shard) trimOutbox() int64 {
-	limit := s.cap + outboxSlack
-	if len(s.outbox) <= limit {
+	if len(s.outbox) <= s.outboxLimit {
 		return 0
 	}
-	n := len(s.outbox) - limit
+	n := len(s.outbox) - s.outboxLimit
 	s.outbox = append(s.outbox[:0], s.outbox[n:]...)
 	return int64(n)
-}
-
-func newShard(capacity int) *shard {
-	return &shard{invs: make(map[string]*invocation), cap: capacity}
 }
 
 // stats collects what one locked section did, for telemetry recorded after
@@ -122,7 +132,8 @@ func (h *timerHeap) Pop() any {
 	return inv
 }
 
-func (s *shard) schedule(inv *invocation, due int64) {
+func (s *shard) schedule(inv *invocation) {
+	due := inv.nextDue(s.cfg)
 	if inv.index.heapIdx >= 0 {
 		if inv.index.due != due {
 			inv.index.due = due
@@ -134,10 +145,19 @@ func (s *shard) schedule(inv *invocation, due int64) {
 	heap.Push(&s.timers, inv)
 }
 
+// retentionEnd is when a closed invocation is forgotten.
+func (inv *invocation) retentionEnd(cfg *ledgerConfig) int64 {
+	return satAdd(inv.LastSummary, cfg.retention)
+}
+
 // nextDue is when the invocation next needs attention from a timer.
 func (inv *invocation) nextDue(cfg *ledgerConfig) int64 {
 	if inv.Phase == phaseClosed {
-		return satAdd(inv.LastSummary, cfg.retention)
+		due := inv.retentionEnd(cfg)
+		if inv.Dirty {
+			due = min(due, satAdd(inv.LastArrival, cfg.settle))
+		}
+		return due
 	}
 	due := satAdd(inv.FirstArrival, cfg.openTimeout)
 	if inv.obligationsMet() && inv.HasRemote {
@@ -153,21 +173,19 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
-// get returns the invocation, creating it (and evicting the oldest open one
-// when the shard is full) if it is not known.
-func (s *shard) get(id string, now int64, cfg *ledgerConfig, st *stats, out *[]summary) *invocation {
+// ensure returns the invocation, opening it if it is not known. It never
+// evicts: the global bound is enforced after the shard's lock is released.
+func (s *shard) ensure(id string, now int64, stats *stats) *invocation {
 	if inv, ok := s.invs[id]; ok {
 		return inv
 	}
-	if s.open.n >= s.cap && s.open.head != nil {
-		st.evicted++
-		*out = append(*out, s.closeInvocation(s.open.head, contract.StatusIncomplete, contract.ReasonEvicted, now, cfg, st))
-	}
 	inv := newInvocation(id, now)
+	inv.index.seq = s.bounds.seq.Add(1)
+	s.bounds.open.Add(1)
 	s.invs[id] = inv
 	s.open.pushBack(inv)
-	st.opened++
-	s.schedule(inv, inv.nextDue(cfg))
+	stats.opened++
+	s.schedule(inv)
 	return inv
 }
 
@@ -188,99 +206,166 @@ func (s *shard) touch(inv *invocation) {
 
 // evaluate decides, after a batch or a timer, whether the invocation's
 // state calls for a summary, and reschedules its timer.
-func (s *shard) evaluate(inv *invocation, now int64, cfg *ledgerConfig, st *stats, out *[]summary) {
+func (s *shard) evaluate(inv *invocation, now int64, stats *stats) {
 	if !s.live(inv) {
-		return // forgotten (capacity) while the batch was indexed
+		return // forgotten while the batch was indexed
 	}
 	switch inv.Phase {
 	case phaseOpen:
 		switch {
 		case inv.SpanLimitHit:
-			*out = append(*out, s.closeInvocation(inv, contract.StatusIncomplete, reasonSpanLimit, now, cfg, st))
+			s.closeInvocation(inv, contract.StatusIncomplete, reasonSpanLimit, now, stats)
 			return
-		case inv.obligationsMet() && inv.settled(now, cfg):
-			*out = append(*out, s.closeInvocation(inv, contract.StatusFinal, "", now, cfg, st))
+		case inv.provable(now, s.cfg):
+			// Final, or incomplete at once when tainted: waiting could not
+			// make it final.
+			s.closeInvocation(inv, inv.status(now, s.cfg), "", now, stats)
 			return
-		case now >= satAdd(inv.FirstArrival, cfg.openTimeout):
-			*out = append(*out, s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonOpenTimeout, now, cfg, st))
+		case now >= satAdd(inv.FirstArrival, s.cfg.openTimeout):
+			s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonOpenTimeout, now, stats)
 			return
 		}
-		if inv.RootArrived && !inv.PendingSent && cfg.emitPending {
+		if inv.RootArrived && !inv.PendingSent && s.cfg.emitPending {
 			inv.PendingSent = true
-			*out = append(*out, inv.snapshot(contract.StatusPending, 0, now, cfg))
+			s.outbox = append(s.outbox, inv.snapshot(contract.StatusPending, 0, now, s.cfg))
 		}
-		s.schedule(inv, inv.nextDue(cfg))
+		s.schedule(inv)
 	case phaseClosed:
-		if inv.Dirty {
-			inv.Dirty = false
-			inv.Revision++
-			inv.LastSummary = now
-			status := contract.StatusIncomplete
-			if inv.obligationsMet() {
-				status = contract.StatusFinal
-			}
-			*out = append(*out, inv.snapshot(status, inv.Revision, now, cfg))
+		// A revision obeys the whole rule (v0.2 rule 4): while a remote
+		// span settles none is emitted, unless retention ends first.
+		if inv.Dirty && (!inv.obligationsMet() || inv.settled(now, s.cfg) || now >= inv.retentionEnd(s.cfg)) {
+			s.revise(inv, now)
 		}
-		if now >= inv.nextDue(cfg) {
+		if !inv.Dirty && now >= inv.retentionEnd(s.cfg) {
 			s.forget(inv)
 			return
 		}
-		s.schedule(inv, inv.nextDue(cfg))
+		s.schedule(inv)
 	}
 }
 
-// closeInvocation emits the first final or incomplete summary (revision 1)
-// and moves the invocation to the closed list for retention.
-func (s *shard) closeInvocation(inv *invocation, status, forced string, now int64, cfg *ledgerConfig, st *stats) summary {
+// revise emits the next revision of a closed invocation.
+func (s *shard) revise(inv *invocation, now int64) {
+	inv.Dirty = false
+	inv.Revision++
+	inv.LastSummary = now
+	s.outbox = append(s.outbox, inv.snapshot(inv.status(now, s.cfg), inv.Revision, now, s.cfg))
+}
+
+// closeInvocation emits the first final or incomplete summary (revision
+// 1), keeps only what retention needs of the invocation's spans, and moves
+// it to the closed list.
+func (s *shard) closeInvocation(inv *invocation, status, forced string, now int64, stats *stats) {
 	inv.Forced = forced
 	inv.Phase = phaseClosed
 	inv.Revision = 1
 	inv.Dirty = false
 	inv.LastSummary = now
 	s.open.remove(inv)
-	st.closed++
-	st.delays = append(st.delays, float64(now-inv.LastDischarge)/1e9)
-	sum := inv.snapshot(status, 1, now, cfg)
+	s.bounds.open.Add(-1)
+	stats.closed++
+	stats.delays = append(stats.delays, float64(now-inv.LastDischarge)/1e9)
+	s.outbox = append(s.outbox, inv.snapshot(status, 1, now, s.cfg))
+	inv.compactAll()
+	inv.index.seq = s.bounds.seq.Add(1)
 	s.closed.pushBack(inv)
-	for s.closed.n > s.cap {
-		st.forgotten++
-		s.forget(s.closed.head)
+	s.bounds.closed.Add(1)
+	if s.cfg.retention <= 0 {
+		s.forget(inv)
+		return
 	}
-	if s.live(inv) {
-		if cfg.retention <= 0 {
-			s.forget(inv)
-		} else {
-			s.schedule(inv, inv.nextDue(cfg))
-		}
-	}
-	return sum
+	s.schedule(inv)
 }
 
-// forget drops a closed invocation: its retention ended or the shard holds
-// too many closed invocations.
+// forget drops an invocation: its retention ended or the global bound on
+// closed invocations was reached.
 func (s *shard) forget(inv *invocation) {
 	if inv.index.heapIdx >= 0 {
 		heap.Remove(&s.timers, inv.index.heapIdx)
 	}
 	if inv.Phase == phaseClosed {
 		s.closed.remove(inv)
+		s.bounds.closed.Add(-1)
 	} else {
 		s.open.remove(inv)
+		s.bounds.open.Add(-1)
 	}
 	delete(s.invs, inv.ID)
 }
 
 // tick fires every timer due at now.
-func (s *shard) tick(now int64, cfg *ledgerConfig, st *stats, out *[]summary) {
+func (s *shard) tick(now int64, stats *stats) {
 	for len(s.timers) > 0 && s.timers[0].index.due <= now {
 		inv := heap.Pop(&s.timers).(*invocation)
-		s.evaluate(inv, now, cfg, st, out)
+		s.evaluate(inv, now, stats)
 	}
 }
 
-// shutdown summarises every open invocation incomplete with reason shutdown.
-func (s *shard) shutdown(now int64, cfg *ledgerConfig, st *stats, out *[]summary) {
+// shutdown summarises every open invocation incomplete with reason
+// shutdown, and emits the revisions still owed by closed ones (status as
+// the rule says at this moment: a settling one is incomplete).
+func (s *shard) shutdown(now int64, stats *stats) {
 	for s.open.head != nil {
-		*out = append(*out, s.closeInvocation(s.open.head, contract.StatusIncomplete, contract.ReasonShutdown, now, cfg, st))
+		s.closeInvocation(s.open.head, contract.StatusIncomplete, contract.ReasonShutdown, now, stats)
 	}
+	for inv := s.closed.head; inv != nil; inv = inv.index.next {
+		if inv.Dirty {
+			s.revise(inv, now)
+		}
+	}
+}
+
+// oldestOpen returns the sequence number of the shard's oldest open
+// invocation.
+func (s *shard) oldestOpen() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open.head == nil {
+		return 0, false
+	}
+	return s.open.head.index.seq, true
+}
+
+// oldestClosed returns the sequence number of the shard's earliest closed
+// invocation.
+func (s *shard) oldestClosed() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.head == nil {
+		return 0, false
+	}
+	return s.closed.head.index.seq, true
+}
+
+// evictOpen closes the shard's oldest open invocation incomplete with
+// reason evicted, if it is still the one numbered seq.
+func (s *shard) evictOpen(seq uint64, now int64, stats *stats) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inv := s.open.head
+	if inv == nil || inv.index.seq != seq {
+		return false
+	}
+	stats.evicted++
+	s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonEvicted, now, stats)
+	stats.outboxDropped += s.trimOutbox()
+	return true
+}
+
+// forgetClosed forgets the shard's earliest closed invocation, if it is
+// still the one numbered seq. A revision it still owes is emitted first.
+func (s *shard) forgetClosed(seq uint64, now int64, stats *stats) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inv := s.closed.head
+	if inv == nil || inv.index.seq != seq {
+		return false
+	}
+	if inv.Dirty {
+		s.revise(inv, now)
+	}
+	stats.forgotten++
+	s.forget(inv)
+	stats.outboxDropped += s.trimOutbox()
+	return true
 }

@@ -50,14 +50,13 @@ func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerC
 		id:             inv.ID,
 		status:         status,
 		revision:       revision,
-		traceID:        inv.FirstTraceID,
 		start:          inv.MinStart,
 		end:            inv.LatestEnd,
 		conversationID: inv.ConversationID,
 		agentName:      inv.AgentName,
 		resource:       inv.Resource,
 		anomalies:      inv.anomalies(status == contract.StatusFinal),
-		links:          slices.Clone(inv.Conts),
+		links:          slices.Clone(inv.ContinuationRoots),
 		usage:          inv.Usage,
 		afterIn:        inv.AfterInput,
 		afterOut:       inv.AfterOutput,
@@ -69,6 +68,9 @@ func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerC
 		duplicates:     inv.Duplicates,
 		cost:           inv.Cost,
 		hasCost:        cfg.pricesActive,
+	}
+	if len(inv.Traces) > 0 {
+		s.traceID = inv.Traces[0] // the first trace seen, until the root arrives
 	}
 	if status != contract.StatusFinal {
 		s.reasons = inv.reasons(now, cfg)

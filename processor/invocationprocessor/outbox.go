@@ -1,0 +1,129 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.uber.org/zap"
+)
+
+// outboxSlack is how many summaries beyond a shard's share of
+// max_open_invocations may wait for a slow or failing next consumer before
+// the oldest are dropped (counted as bound summary_outbox).
+const outboxSlack = 1024
+
+// flushMode says who sends a shard's outbox, and so how it waits.
+type flushMode uint8
+
+const (
+	// flushAfterBatch: after a batch passed through. Leaves the summaries to
+	// a goroutine already sending, and to the timer goroutine after a
+	// failed send, so a failing next consumer is not handed the whole
+	// outbox again with every batch.
+	flushAfterBatch flushMode = iota
+	// flushFromTimer: the timer goroutine, which retries after a failure.
+	flushFromTimer
+	// flushAtShutdown: waits for a goroutine already sending, and returns
+	// at ctx's end even if the next consumer ignores it.
+	flushAtShutdown
+)
+
+// flush sends the shard's outbox to the next consumer. One goroutine at a
+// time sends a shard's summaries, so they arrive in the order they were
+// made (a pending never after its final). A refused batch goes back to the
+// front of the outbox for the timer goroutine to retry, unless the error
+// is permanent or the processor is shutting down. The error is for
+// logging: a summary is never the caller's batch, so it is never returned
+// from ConsumeTraces.
+func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMode) error {
+	for {
+		if mode == flushAtShutdown {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("invocation summaries not sent: %w", err)
+			}
+			select {
+			case s.sending <- struct{}{}:
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the invocation summary sender: %w", ctx.Err())
+			}
+		} else {
+			select {
+			case s.sending <- struct{}{}:
+			default:
+				return nil // the goroutine sending takes these summaries too
+			}
+		}
+		s.mu.Lock()
+		var out []summary
+		if mode != flushAfterBatch || !s.sendFailed {
+			out, s.outbox = s.outbox, nil
+		}
+		s.mu.Unlock()
+		if len(out) == 0 {
+			<-s.sending
+			// Summaries added while this goroutine held the semaphore, by one
+			// that then gave up, must not wait for the next batch.
+			s.mu.Lock()
+			done := len(s.outbox) == 0 || (mode == flushAfterBatch && s.sendFailed)
+			s.mu.Unlock()
+			if done {
+				return nil
+			}
+			continue
+		}
+		td := buildTraces(out)
+		var err error
+		if mode == flushAtShutdown {
+			err = p.sendWithin(ctx, s, td) // releases the semaphore itself
+		} else {
+			err = p.next.ConsumeTraces(ctx, td)
+			<-s.sending
+		}
+		if err != nil {
+			p.tel.ProcessorInvocationSummarySendFailures.Add(context.WithoutCancel(ctx), 1)
+			if mode != flushAtShutdown && !consumererror.IsPermanent(err) {
+				s.mu.Lock()
+				first := !s.sendFailed
+				s.sendFailed = true
+				s.outbox = append(out, s.outbox...)
+				dropped := s.trimOutbox()
+				s.mu.Unlock()
+				if dropped > 0 {
+					p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
+					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
+				}
+				if first {
+					p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
+				}
+			}
+			return fmt.Errorf("sending %d invocation summaries: %w", len(out), err)
+		}
+		s.mu.Lock()
+		s.sendFailed = false
+		s.mu.Unlock()
+		for i := range out {
+			p.tel.ProcessorInvocationSummaries.Add(context.WithoutCancel(ctx), 1, statusAttr(out[i].status))
+		}
+	}
+}
+
+// sendWithin sends td from a goroutine of its own and returns when it is
+// sent or ctx ends, whichever is first: a next consumer that ignores its
+// context cannot hold Shutdown past its deadline. The goroutine releases
+// the shard's semaphore when the send is over.
+func (p *invocationProcessor) sendWithin(ctx context.Context, s *shard, td ptrace.Traces) error {
+	result := make(chan error, 1)
+	go func() {
+		err := p.next.ConsumeTraces(ctx, td)
+		<-s.sending
+		result <- err
+	}()
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("next consumer still busy at the deadline: %w", ctx.Err())
+	}
+}
