@@ -39,11 +39,20 @@ type SpanProcessor struct {
 	lateChildren metric.Int64Counter
 	untracked    metric.Int64Counter
 
-	// mu guards open.
+	// mu guards open and turns.
 	mu sync.Mutex
 	// open has a record per span started and not yet ended; released at
 	// OnEnd, bounded by max.
 	open map[spanKey]*spanRecord
+	// turns holds the open roots and continuations (the Tracker's turn
+	// spans) by trace and invocation: where a job launched from an ended
+	// span is declared when its ancestry has no open span left.
+	turns map[turnKey]*spanRecord
+}
+
+type turnKey struct {
+	trace      trace.TraceID
+	invocation string
 }
 
 type spanKey struct {
@@ -55,6 +64,11 @@ type spanKey struct {
 type spanRecord struct {
 	invocation string
 	children   int
+	span       sdktrace.ReadWriteSpan
+	// parent is the span's parent in the same trace, when local.
+	parent trace.SpanID
+	// turn: the span is registered in turns.
+	turn bool
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -72,6 +86,7 @@ func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcesso
 		ledger: newLedger(cfg, meter),
 		max:    cfg.maxOpenSpans,
 		open:   make(map[spanKey]*spanRecord),
+		turns:  make(map[turnKey]*spanRecord),
 	}
 	// Errors from instrument creation leave a usable no-op instrument.
 	p.lateChildren, _ = meter.Int64Counter("agentledger.instrument.late_children",
@@ -125,10 +140,26 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		}
 	}
 	tracked := len(p.open) < p.max
+	ours := s.InstrumentationScope().Name == ScopeName
 	if tracked {
-		p.open[spanKey{sc.TraceID(), sc.SpanID()}] = &spanRecord{invocation: id}
+		rec := &spanRecord{invocation: id, span: s}
+		if local {
+			rec.parent = psc.SpanID()
+		}
+		if ours && id != "" && isTurn(attrs) {
+			rec.turn = true
+			p.turns[turnKey{sc.TraceID(), id}] = rec
+		}
+		p.open[spanKey{sc.TraceID(), sc.SpanID()}] = rec
 	}
 	p.mu.Unlock()
+	if ours {
+		// A Tracker's span: tell the Tracker its pipeline has this
+		// processor (it says so loudly when none answers).
+		if probe, ok := parent.Value(probeKey{}).(*startProbe); ok {
+			probe.processor = p
+		}
+	}
 
 	if id != "" {
 		s.SetAttributes(attribute.String(contract.AttrInvocationID, id))
@@ -162,6 +193,9 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	p.mu.Lock()
 	rec, ok := p.open[key]
 	delete(p.open, key)
+	if ok && rec.turn {
+		delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
+	}
 	p.mu.Unlock()
 
 	out := s
@@ -197,6 +231,43 @@ func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
 		return p.next.ForceFlush(ctx)
 	}
 	return nil
+}
+
+// openAncestor returns the nearest span of invocation id on the ancestry
+// of the ended span launching that is still open in this processor, and
+// false when none is. The walk goes up the records of open spans from the
+// launching span's parent; when it meets a span that has ended, it falls
+// back to the open root or continuation of the invocation in the same
+// trace (the turn that launched it), which is an ancestor of every span
+// of the invocation in its trace.
+func (p *SpanProcessor) openAncestor(id string, launching sdktrace.ReadOnlySpan) (trace.Span, bool) {
+	psc := launching.Parent()
+	tid := launching.SpanContext().TraceID()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if psc.IsValid() && !psc.IsRemote() {
+		sid := psc.SpanID()
+		for i := 0; i < maxRemoteWalk && sid != (trace.SpanID{}); i++ {
+			rec, ok := p.open[spanKey{tid, sid}]
+			if !ok {
+				break
+			}
+			if rec.invocation == id {
+				return rec.span, true
+			}
+			sid = rec.parent
+		}
+	}
+	if rec, ok := p.turns[turnKey{tid, id}]; ok {
+		return rec.span, true
+	}
+	return nil, false
+}
+
+// isTurn reports whether attrs are those of a root or continuation span.
+func isTurn(attrs []attribute.KeyValue) bool {
+	role := attrString(attrs, contract.AttrRole)
+	return role == contract.RoleRoot || role == contract.RoleContinuation
 }
 
 // openSpans returns the number of spans tracked (for tests).

@@ -6,12 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/internal/contract"
@@ -21,20 +25,72 @@ import (
 // jobs, continuations and followup_closed spans. Spans started from the
 // contexts it returns carry the invocation's id in W3C baggage, which the
 // SpanProcessor stamps on them. A Tracker is safe for concurrent use.
+//
+// A Tracker checks that its provider's pipeline has a SpanProcessor: the
+// processor's OnStart runs inside the Tracker's Start and answers. A
+// recorded span that no SpanProcessor answered reaches no Ledger (its
+// invocation is never final in process, and nothing in it is counted);
+// the Tracker then reports an error to otel.Handle (once per Tracker) and
+// counts the span in agentledger.instrument.tracker.unledgered_spans.
 type Tracker struct {
 	tracer      trace.Tracer
 	propagators propagation.TextMapPropagator
+	unledgered  metric.Int64Counter
+
+	// processor is the SpanProcessor that answered the Tracker's latest
+	// recorded span; nil until one did.
+	processor atomic.Pointer[SpanProcessor]
+	// warned is set once the missing processor was reported.
+	warned atomic.Bool
 }
 
 // NewTracker returns a Tracker. WithTracerProvider should name the
 // provider whose pipeline has the SpanProcessor; WithPropagators adds
-// propagators for Job.Env besides the W3C ones.
+// propagators for Job.Env besides the W3C ones; WithMeterProvider the
+// provider of its internal telemetry.
 func NewTracker(opts ...Option) *Tracker {
 	cfg := newConfig(opts)
-	return &Tracker{
+	t := &Tracker{
 		tracer:      cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		propagators: cfg.propagators,
 	}
+	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
+	// An error leaves a usable no-op instrument.
+	t.unledgered, _ = meter.Int64Counter("agentledger.instrument.tracker.unledgered_spans",
+		metric.WithDescription("Lifecycle spans a Tracker started on a provider whose pipeline has no instrument.SpanProcessor: no Ledger sees them."),
+		metric.WithUnit("{span}"))
+	return t
+}
+
+// ErrNoSpanProcessor is reported to otel.Handle when a Tracker's provider
+// records spans that no SpanProcessor sees.
+var ErrNoSpanProcessor = errors.New("instrument: the Tracker's TracerProvider has no instrument.SpanProcessor in its pipeline; no Ledger sees its invocations (pass the provider built with NewSpanProcessor to WithTracerProvider)")
+
+// startProbe travels in the context of a Tracker's span start; the
+// SpanProcessor's OnStart, which runs inside Start, fills it.
+type startProbe struct {
+	processor *SpanProcessor
+}
+
+type probeKey struct{}
+
+// start starts a lifecycle span and checks that a SpanProcessor saw it.
+// The returned context is ctx with the span; the probe does not stay in
+// it.
+func (t *Tracker) start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	probe := &startProbe{}
+	_, span := t.tracer.Start(context.WithValue(ctx, probeKey{}, probe), name, opts...)
+	if span.IsRecording() {
+		if probe.processor != nil {
+			t.processor.Store(probe.processor)
+		} else {
+			t.unledgered.Add(ctx, 1)
+			if t.warned.CompareAndSwap(false, true) {
+				otel.Handle(fmt.Errorf("%w (span %q)", ErrNoSpanProcessor, name))
+			}
+		}
+	}
+	return trace.ContextWithSpan(ctx, span), span
 }
 
 // NewInvocationID returns a new random invocation id: 16 random bytes in
@@ -119,7 +175,7 @@ func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ..
 			attribute.String(contract.AttrConversationID, session),
 		),
 	}, extra...)
-	ctx, span := t.tracer.Start(ctx, contract.SpanNameRootPrefix+" "+agent, opts...)
+	ctx, span := t.start(ctx, contract.SpanNameRootPrefix+" "+agent, opts...)
 	return ctx, &Invocation{id: id, span: span}
 }
 
@@ -145,6 +201,18 @@ type Job struct {
 // "background {kind}" that is a child of ctx's span. Pass the returned
 // context (or Env, or Carrier) to the job's work, and call End when it
 // ends.
+//
+// When ctx's span has already ended (a tool span that returned before
+// its job was launched), its invocation.children is already exported, so
+// the job cannot be its child (contract rule 6). The job is then the
+// child of the nearest span of the invocation on that span's ancestry
+// that is still open (in practice the root or the continuation whose turn
+// launched it), counted there, with a link to the ended span carrying
+// invocation.link=launched_by. When no span of the invocation is open, the
+// job starts a trace of its own, marked invocation.late_child=true, with
+// the same link; the Ledger waits for it and reports orphan_job. Finding
+// the open span needs the SpanProcessor, which the Tracker learns from the
+// first span it starts; before that, such a job is an orphan.
 func (t *Tracker) StartBackground(ctx context.Context, kind string, opts ...trace.SpanStartOption) (context.Context, *Job) {
 	id := InvocationIDFromContext(ctx)
 	attrs := []attribute.KeyValue{attribute.String(contract.AttrRole, contract.RoleBackground)}
@@ -152,9 +220,33 @@ func (t *Tracker) StartBackground(ctx context.Context, kind string, opts ...trac
 		attrs = append(attrs, attribute.String(contract.AttrInvocationID, id))
 	}
 	opts = append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}, opts...)
+	parent := ctx
+	if launching, ended := endedSpan(ctx); ended && id != "" {
+		opts = append(opts, trace.WithLinks(followupLink(launching.SpanContext(), contract.LinkLaunchedBy)))
+		var open trace.Span
+		if sp := t.processor.Load(); sp != nil {
+			open, _ = sp.openAncestor(id, launching)
+		}
+		if open != nil {
+			parent = trace.ContextWithSpan(ctx, open)
+		} else {
+			opts = append(opts, trace.WithNewRoot())
+			attrs = append(attrs, attribute.Bool(contract.AttrLateChild, true))
+		}
+	}
 	opts = append(opts, trace.WithAttributes(attrs...))
-	ctx, span := t.tracer.Start(ctx, contract.SpanNameBackgroundPrefix+" "+kind, opts...)
+	_, span := t.start(parent, contract.SpanNameBackgroundPrefix+" "+kind, opts...)
+	ctx = trace.ContextWithSpan(ctx, span)
 	return ctx, &Job{t: t, invocation: id, ctx: ctx, span: span}
+}
+
+// endedSpan returns ctx's span when it is an SDK span that has ended.
+func endedSpan(ctx context.Context) (sdktrace.ReadOnlySpan, bool) {
+	ro, ok := trace.SpanFromContext(ctx).(sdktrace.ReadOnlySpan)
+	if !ok || ro.EndTime().IsZero() {
+		return nil, false
+	}
+	return ro, true
 }
 
 // InvocationID returns the invocation the job belongs to.
@@ -250,7 +342,7 @@ func (t *Tracker) StartContinuation(ctx context.Context, agent, session string, 
 	if err != nil {
 		return ctx, nil, err
 	}
-	ctx, span := t.tracer.Start(ctx, contract.SpanNameContinuationPrefix+" "+agent,
+	ctx, span := t.start(ctx, contract.SpanNameContinuationPrefix+" "+agent,
 		trace.WithNewRoot(),
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithLinks(links...),
@@ -318,7 +410,7 @@ func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason, co
 		attrs = append(attrs, attribute.String(contract.AttrFollowupConsumer, consumer))
 	}
 	now := time.Now()
-	_, span := t.tracer.Start(ctx, contract.SpanNameFollowupClosed,
+	_, span := t.start(ctx, contract.SpanNameFollowupClosed,
 		trace.WithNewRoot(),
 		trace.WithTimestamp(now),
 		trace.WithSpanKind(trace.SpanKindInternal),
