@@ -1,0 +1,168 @@
+package otelclaudecode
+
+import (
+	"io"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+)
+
+// Defaults of a Client.
+const (
+	// DefaultAgent is the gen_ai.agent.name of the invocations.
+	DefaultAgent = "claude-code"
+	// DefaultKillDelay is how long an interrupted process (its context
+	// done, or Interrupt) may take to exit after SIGTERM before it is sent
+	// SIGKILL. Claude Code stops its background shells on SIGTERM.
+	DefaultKillDelay = 10 * time.Second
+	// DefaultMaxLine bounds one line of the CLI's output; a longer line
+	// (a huge tool result) is skipped and counted as malformed.
+	DefaultMaxLine = 16 << 20
+)
+
+// config holds the settings of a Client.
+type config struct {
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	propagators    propagation.TextMapPropagator
+	ledger         *instrument.Ledger
+	agent          string
+	dir            string
+	env            []string
+	args           []string
+	killDelay      time.Duration
+	maxLine        int
+	transcript     io.Writer
+	stderr         io.Writer
+}
+
+func newConfig(opts []Option) config {
+	c := config{agent: DefaultAgent, killDelay: DefaultKillDelay, maxLine: DefaultMaxLine}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.tracerProvider == nil {
+		c.tracerProvider = otel.GetTracerProvider()
+	}
+	if c.meterProvider == nil {
+		c.meterProvider = otel.GetMeterProvider()
+	}
+	if c.propagators == nil {
+		c.propagators = otel.GetTextMapPropagator()
+	}
+	return c
+}
+
+// Option configures a Client.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithTracerProvider sets the TracerProvider the Client starts its spans
+// with; its pipeline should contain an instrument.SpanProcessor. The
+// global provider is used when it is not given or nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tracerProvider = tp
+		}
+	})
+}
+
+// WithMeterProvider sets the MeterProvider of the Client's own telemetry
+// (lines read, malformed lines, usage mismatches). The global provider is
+// used when it is not given or nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.meterProvider = mp
+		}
+	})
+}
+
+// WithPropagators sets the propagators that, besides the W3C trace context
+// and baggage, inject a one-shot run's invocation into the CLI's
+// environment. The global propagators are used when it is not given or
+// nil.
+func WithPropagators(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) {
+		if p != nil {
+			c.propagators = p
+		}
+	})
+}
+
+// WithLedger gives the Client the ledger of the instrument.SpanProcessor in
+// its TracerProvider's pipeline, so that Client.Wait, Run.Wait and
+// Process.State can answer. Without it they return ErrNoLedger.
+func WithLedger(l *instrument.Ledger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.ledger = l
+		}
+	})
+}
+
+// WithAgent sets the agent name of the invocations (default DefaultAgent).
+// An empty name is ignored.
+func WithAgent(name string) Option {
+	return optionFunc(func(c *config) {
+		if name != "" {
+			c.agent = name
+		}
+	})
+}
+
+// WithDir sets the CLI's working directory (default: the current one).
+func WithDir(dir string) Option {
+	return optionFunc(func(c *config) { c.dir = dir })
+}
+
+// WithEnv adds KEY=value entries to the CLI's environment, which is
+// otherwise the current process's (without its TRACEPARENT, TRACESTATE and
+// BAGGAGE, which would attribute the CLI's work to someone else).
+func WithEnv(env ...string) Option {
+	return optionFunc(func(c *config) { c.env = append(c.env, env...) })
+}
+
+// WithArgs adds command-line arguments for the CLI, after the ones the
+// Client needs (for example "--model", "sonnet" or
+// "--dangerously-skip-permissions").
+func WithArgs(args ...string) Option {
+	return optionFunc(func(c *config) { c.args = append(c.args, args...) })
+}
+
+// WithKillDelay sets how long an interrupted process may take to exit after
+// SIGTERM before SIGKILL (default DefaultKillDelay). Values <= 0 are
+// ignored.
+func WithKillDelay(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.killDelay = d
+		}
+	})
+}
+
+// WithTranscript copies every line the CLI prints on stdout to w, as read
+// (stream-json, one event per line): for debugging, and to record replay
+// fixtures. Writes happen on the goroutine that reads the CLI.
+func WithTranscript(w io.Writer) Option {
+	return optionFunc(func(c *config) { c.transcript = w })
+}
+
+// WithStderr copies the CLI's stderr to w (default: kept only as the tail
+// quoted in errors).
+func WithStderr(w io.Writer) Option {
+	return optionFunc(func(c *config) { c.stderr = w })
+}

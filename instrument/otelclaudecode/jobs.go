@@ -1,0 +1,243 @@
+package otelclaudecode
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// job is a background task (a Bash command run with run_in_background, a
+// background subagent): a background span from task_started until the
+// task's end, whose notification the CLI posts into the session.
+type job struct {
+	taskID, runID string
+	// j is nil for a notification of a task this mapper never saw start.
+	j       *instrument.Job
+	carrier instrument.Carrier
+	ended   bool
+	// notified is set once the CLI posted the task's notification.
+	notified bool
+	// claimed is set when a replayed notification says the next turn reads
+	// it before that turn is known.
+	claimed bool
+	// settled is set once the followup is discharged (a continuation, a
+	// consuming turn) or closed.
+	settled bool
+}
+
+func (m *mapper) taskStarted(t task) {
+	if t.ID == "" {
+		return
+	}
+	if !t.Backgrounded {
+		m.foreground[t.ID] = t
+		return
+	}
+	m.startJob(t)
+}
+
+// startJob starts the background span of a task, as a child of the tool
+// use that launched it. When that span has ended (contract rule 6) the job
+// is parented on the turn the tool ran in, with a launched_by link.
+func (m *mapper) startJob(t task) {
+	if _, ok := m.jobs[t.ID]; ok {
+		return
+	}
+	tl, ok := m.tools[t.ToolUseID]
+	if !ok {
+		// Nobody launched it that we know of: its notification will be a
+		// notification of an unknown task.
+		return
+	}
+	ctx := tl.ctx
+	opts := []trace.SpanStartOption{trace.WithAttributes(
+		attribute.String(AttrTaskID, t.ID),
+		attribute.String(AttrTaskRunID, t.RunID),
+		attribute.String(contract.AttrToolCallID, t.ToolUseID),
+	)}
+	if tl.ended {
+		ctx = tl.turnCtx
+		opts = append(opts, trace.WithLinks(trace.Link{
+			SpanContext: tl.span.SpanContext(),
+			Attributes:  []attribute.KeyValue{attribute.String(contract.AttrLink, contract.LinkLaunchedBy)},
+		}))
+	}
+	_, j := m.tracker.StartBackground(ctx, jobKind(t.Type), opts...)
+	jb := &job{taskID: t.ID, runID: t.RunID, j: j, carrier: j.Carrier()}
+	m.jobs[t.ID] = jb
+	if t.RunID != "" {
+		m.runs[t.RunID] = jb
+	}
+}
+
+func (m *mapper) taskUpdated(t task) {
+	if fg, ok := m.foreground[t.ID]; ok && t.Backgrounded {
+		// A foreground command moved to the background.
+		delete(m.foreground, t.ID)
+		fg.Backgrounded = true
+		m.startJob(fg)
+	}
+	if j, ok := m.jobs[t.ID]; ok && t.Status != "" {
+		m.endJob(j, t.Status, nil)
+	}
+}
+
+// taskNotification handles the notification the CLI posts when a task
+// ends: a background task's job ends and its notification waits for the
+// turn that reads it.
+func (m *mapper) taskNotification(t task) {
+	j, ok := m.jobs[t.ID]
+	if !ok {
+		if _, fg := m.foreground[t.ID]; fg {
+			delete(m.foreground, t.ID)
+			return
+		}
+		if tl, known := m.tools[t.ToolUseID]; known && tl != nil {
+			return // a foreground tool's task: its result answers it
+		}
+		m.pending = append(m.pending, &job{taskID: t.ID, runID: t.RunID, notified: true})
+		return
+	}
+	m.endJob(j, t.Status, nil)
+	if !j.notified {
+		j.notified = true
+		if !j.settled {
+			m.pending = append(m.pending, j)
+		}
+	}
+}
+
+// endJob ends the job's span once; status is the task's final status and
+// cause, when set, why it ended without one. The CLI posts a notification
+// for every task that ends while it runs, so the job promises one
+// followup.
+func (m *mapper) endJob(j *job, status string, cause error) {
+	if j.ended {
+		return
+	}
+	j.ended = true
+	err := cause
+	if status != "" {
+		j.j.Span().SetAttributes(attribute.String(AttrTaskStatus, status))
+		if status != "completed" {
+			err = errors.New("claude code: task " + status)
+		}
+	}
+	j.j.End(err, true)
+}
+
+// replayedNotification handles the CLI's replay of a notification it put
+// into a request of the running turn: that turn reads it.
+func (m *mapper) replayedNotification(runID string) {
+	j, ok := m.runs[runID]
+	if !ok || j.settled {
+		return
+	}
+	if !j.ended {
+		m.endJob(j, "completed", nil)
+	}
+	if !j.notified {
+		j.notified = true
+		m.pending = append(m.pending, j)
+	}
+	if m.turn == nil {
+		j.claimed = true
+		return
+	}
+	m.dropPending(j)
+	m.consume(j)
+}
+
+// consumeClaimed lets the running turn read the notifications a replay
+// claimed before the turn was known.
+func (m *mapper) consumeClaimed() {
+	var keep []*job
+	for _, j := range m.pending {
+		if j.claimed && j.j != nil {
+			m.consume(j)
+			continue
+		}
+		keep = append(keep, j)
+	}
+	m.pending = keep
+}
+
+// consume records that the running turn read j's notification: a followup
+// link when the turn is j's invocation's, else consumed_by.
+func (m *mapper) consume(j *job) {
+	j.settled = true
+	_ = m.tracker.ConsumeFollowup(m.turn.ctx, j.carrier)
+}
+
+func (m *mapper) dropPending(j *job) {
+	for i, p := range m.pending {
+		if p == j {
+			m.pending = append(m.pending[:i], m.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// wake starts the turn the CLI started by itself: for the notifications
+// pending, a continuation of the invocation whose job's notification is
+// the oldest, which also reads (consumes) the others. A turn with no
+// notification of a job we know is unattributed.
+func (m *mapper) wake() {
+	var known []*job
+	unknown := false
+	for _, j := range m.pending {
+		if j.j == nil {
+			unknown = true
+		} else {
+			known = append(known, j)
+		}
+	}
+	m.pending = nil
+	if len(known) == 0 {
+		reason := UnattributedSelfStarted
+		if unknown {
+			reason = UnattributedUnknownTask
+		}
+		m.startUnattributed(reason)
+		return
+	}
+	inv := known[0].j.InvocationID()
+	var carriers []instrument.Carrier
+	var others []*job
+	for _, j := range known {
+		if j.j.InvocationID() == inv {
+			carriers = append(carriers, j.carrier)
+			j.settled = true
+		} else {
+			others = append(others, j)
+		}
+	}
+	ctx, cont, err := m.tracker.StartContinuation(context.Background(), m.agent, m.session, carriers...)
+	if err != nil {
+		// Carriers of our own jobs always parse; keep the turn visible.
+		m.startUnattributed(UnattributedUnknownTask)
+		return
+	}
+	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(cont.Span(), err) }})
+	for _, j := range others {
+		m.consume(j)
+	}
+}
+
+// emptyWake handles a result for a notification when no turn ran: the CLI
+// answered it without a model request. While other notifications wait it
+// is left pending, since the CLI then reads them all in the next request;
+// alone, its turn is a continuation without model calls.
+func (m *mapper) emptyWake(runID string) {
+	j, ok := m.runs[runID]
+	if !ok || j.settled || len(m.pending) != 1 || m.pending[0] != j {
+		return
+	}
+	m.wake()
+	m.switchTurn(nil)
+}

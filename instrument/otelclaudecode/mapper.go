@@ -1,0 +1,372 @@
+package otelclaudecode
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// Attributes this package adds besides the contract's and GenAI's.
+const (
+	// AttrTaskID and AttrTaskRunID are the CLI's ids of a background task
+	// (task_started's task_id and run_id), on background spans.
+	AttrTaskID    = "claude_code.task.id"
+	AttrTaskRunID = "claude_code.task.run_id"
+	// AttrTaskStatus is the task's final status ("completed", "failed",
+	// "stopped", "killed"), on background spans.
+	AttrTaskStatus = "claude_code.task.status"
+	// AttrAttempt is the attempt number of a model request the CLI retried
+	// (system/api_retry), on the failed attempts' spans.
+	AttrAttempt = "claude_code.request.attempt"
+	// AttrUnexplainedPrefix prefixes the attributes of a usage-less model
+	// call span recorded when the usage the CLI reports for a turn
+	// (model_usage_since_last_result) differs from the sum of the calls
+	// seen: ".input_tokens", ".cache_read_input_tokens",
+	// ".cache_creation_input_tokens", ".output_tokens", each the CLI's count
+	// minus ours, in the Anthropic sense (input without cache tokens).
+	AttrUnexplainedPrefix = "claude_code.usage.unexplained"
+)
+
+// Reasons of unattributed turns (contract rule 7, the value of
+// invocation.unattributed).
+const (
+	// UnattributedUnknownTask: the CLI started a turn for notifications of
+	// tasks this Client never saw start.
+	UnattributedUnknownTask = "unknown_task"
+	// UnattributedUnknownPrompt: a turn answering user messages this
+	// Client did not send.
+	UnattributedUnknownPrompt = "unknown_prompt"
+	// UnattributedSelfStarted: a turn the CLI started with no prompt and no
+	// notification pending (a scheduled wakeup, a cron job).
+	UnattributedSelfStarted = "self_started"
+	// UnattributedUnreportedUsage: a result reported usage for model calls
+	// no turn was running for.
+	UnattributedUnreportedUsage = "unreported_usage"
+)
+
+var (
+	errExited      = errors.New("claude code: process exited")
+	errInterrupted = errors.New("claude code: process interrupted")
+	errNoResponse  = errors.New("claude code: model request got no response")
+)
+
+// mapper turns the CLI's events into spans. All its state is guarded by
+// mu, and every span it ends is ended with mu held (see settled).
+type mapper struct {
+	tracer  trace.Tracer
+	tracker *instrument.Tracker
+	agent   string
+	// onMismatch, when set, is told of every usage mismatch (telemetry).
+	onMismatch func()
+
+	// mu guards every field below and the state they point to.
+	mu sync.Mutex
+	// session is the CLI's session id (gen_ai.conversation.id); model is
+	// its main model, from system/init.
+	session, model string
+	// prompts are the prompts written to the CLI whose result has not come.
+	prompts map[string]*prompt
+	// turn is the turn running now, nil between results.
+	turn *turn
+	// calls are the model requests in flight, by the tool use id of the
+	// subagent that makes them ("" for the main conversation).
+	calls map[string]*modelCall
+	// tools are the tool uses of the turns since the last result, and the
+	// open ones of earlier turns, by tool use id.
+	tools map[string]*tool
+	// jobs are the background tasks, by task id and by run id;
+	// foreground are tasks that run in the foreground, by task id.
+	jobs, runs map[string]*job
+	foreground map[string]task
+	// pending are notifications posted that no turn has read yet; an
+	// entry without a job is a task this mapper never saw start.
+	pending []*job
+	// window is the usage of the model calls since the last result.
+	window rawUsage
+	exited bool
+}
+
+// prompt is one prompt written to the CLI: an invocation whose root ends
+// at the result that answers it.
+type prompt struct {
+	uuid string
+	ctx  context.Context
+	inv  *instrument.Invocation
+	// done is closed once res or err is set.
+	done chan struct{}
+	res  Result
+	err  error
+}
+
+// turn is a run of model requests up to a result. ctx is the context its
+// spans start in: a prompt's root, a continuation or an unattributed
+// invocation; end, when set, ends the continuation or unattributed root.
+type turn struct {
+	ctx   context.Context
+	owner *prompt
+	end   func(error)
+}
+
+func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session string) *mapper {
+	return &mapper{
+		tracer:     tracer,
+		tracker:    tracker,
+		agent:      agent,
+		session:    session,
+		prompts:    make(map[string]*prompt),
+		calls:      make(map[string]*modelCall),
+		tools:      make(map[string]*tool),
+		jobs:       make(map[string]*job),
+		runs:       make(map[string]*job),
+		foreground: make(map[string]task),
+	}
+}
+
+// register starts the invocation of a prompt the caller is about to write
+// with id uuid: its root span, a child of ctx's span.
+func (m *mapper) register(ctx context.Context, uuid string) *prompt {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ctx, inv := m.tracker.StartInvocation(ctx, m.agent, m.session)
+	p := &prompt{uuid: uuid, ctx: ctx, inv: inv, done: make(chan struct{})}
+	if m.exited {
+		m.finish(p, Result{}, errExited)
+		return p
+	}
+	m.prompts[uuid] = p
+	return p
+}
+
+// fail ends a prompt that could not be written.
+func (m *mapper) fail(p *prompt, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.prompts[p.uuid]; ok {
+		delete(m.prompts, p.uuid)
+		m.finish(p, Result{}, err)
+	}
+}
+
+// finish ends the prompt's root: the caller has its result (or err).
+func (m *mapper) finish(p *prompt, res Result, err error) {
+	res.InvocationID, res.SessionID = p.inv.ID(), m.session
+	if err != nil {
+		p.inv.Span().RecordError(err)
+		p.inv.Span().SetStatus(codes.Error, err.Error())
+	} else if res.IsError {
+		p.inv.Span().SetStatus(codes.Error, "claude code: result "+res.Subtype)
+	}
+	p.inv.End()
+	p.res, p.err = res, err
+	close(p.done)
+}
+
+// settled returns once every span end in progress has returned: spans are
+// ended with mu held, so a Wait the ledger woke is ordered after the span
+// that settled the invocation has passed the whole pipeline.
+func (m *mapper) settled() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+}
+
+// handle applies one event.
+func (m *mapper) handle(ev event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.exited {
+		return
+	}
+	switch ev.Type {
+	case typeSystem:
+		m.system(ev)
+	case typeStreamEvent:
+		m.stream(ev.ParentToolUseID, ev.Stream)
+	case typeAssistant:
+		for _, b := range ev.Blocks {
+			if b.Type == "tool_use" && b.ID != "" {
+				m.toolUse(ev.ParentToolUseID, b)
+			}
+		}
+	case typeUser:
+		for _, b := range ev.Blocks {
+			if b.Type == "tool_result" {
+				m.toolResult(b)
+			}
+		}
+		if ev.IsReplay && ev.Origin.Kind == originTask {
+			m.replayedNotification(ev.Origin.RunID)
+		}
+	case typeResult:
+		m.result(ev.Result, ev.Origin)
+	}
+}
+
+func (m *mapper) system(ev event) {
+	switch ev.Subtype {
+	case subInit:
+		if ev.Model != "" {
+			m.model = ev.Model
+		}
+		if m.session == "" {
+			m.session = ev.SessionID
+		}
+	case subStatus:
+		if ev.Status == statusRequesting {
+			m.beginTurn(ev.UserMessageUUIDs)
+			m.startCall("")
+		}
+	case subAPIRetry:
+		m.retried(ev.Retry)
+	case subTaskStarted:
+		m.taskStarted(ev.Task)
+	case subTaskUpdated:
+		m.taskUpdated(ev.Task)
+	case subTaskNotification:
+		m.taskNotification(ev.Task)
+	}
+}
+
+// beginTurn makes sure a turn runs for a model request that answers the
+// prompts uuids (none for a turn the CLI started by itself). The newest
+// prompt of ours among them owns the request: a prompt written while a
+// turn ran is read by that turn, whose later requests answer it.
+func (m *mapper) beginTurn(uuids []string) {
+	var owner *prompt
+	for _, u := range uuids {
+		if p, ok := m.prompts[u]; ok {
+			owner = p
+		}
+	}
+	switch {
+	case owner != nil:
+		if m.turn == nil || m.turn.owner != owner {
+			m.switchTurn(&turn{ctx: owner.ctx, owner: owner})
+			m.consumeClaimed()
+		}
+	case m.turn != nil:
+	case len(uuids) > 0:
+		m.startUnattributed(UnattributedUnknownPrompt)
+	default:
+		m.wake()
+	}
+}
+
+// ensureTurn is beginTurn for an event that needs a turn but came without
+// a status line announcing its request.
+func (m *mapper) ensureTurn() {
+	if m.turn == nil {
+		m.beginTurn(nil)
+	}
+}
+
+// switchTurn makes t the running turn; a continuation or unattributed turn
+// it replaces is over (its requests are done; the new owner's follow).
+func (m *mapper) switchTurn(t *turn) {
+	if m.turn != nil && m.turn.end != nil {
+		m.turn.end(nil)
+	}
+	m.turn = t
+}
+
+func (m *mapper) startUnattributed(reason string) {
+	ctx, inv := m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
+	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(inv.Span(), err) }})
+}
+
+// result ends the running turn: the prompts it answered get their result,
+// a continuation or unattributed turn ends.
+func (m *mapper) result(r *result, o origin) {
+	for parent, c := range m.calls {
+		m.endCall(parent, c, errNoResponse)
+	}
+	m.reconcile(r.SinceLast)
+	for _, u := range r.UserUUIDs {
+		if p, ok := m.prompts[u]; ok {
+			delete(m.prompts, u)
+			m.finish(p, Result{Text: r.Text, IsError: r.IsError, Subtype: r.Subtype, NumTurns: r.NumTurns}, nil)
+		}
+	}
+	if m.turn != nil {
+		m.switchTurn(nil)
+	} else if o.Kind == originTask {
+		m.emptyWake(o.RunID)
+	}
+	m.window = rawUsage{}
+	m.prune()
+}
+
+// prune forgets what no later event can change: ended tools, settled jobs,
+// foreground tasks whose tool has answered.
+func (m *mapper) prune() {
+	for id, fg := range m.foreground {
+		if t, ok := m.tools[fg.ToolUseID]; !ok || t.ended {
+			delete(m.foreground, id)
+		}
+	}
+	for id, t := range m.tools {
+		if t.ended {
+			delete(m.tools, id)
+		}
+	}
+	for id, j := range m.jobs {
+		if j.ended && j.settled {
+			delete(m.jobs, id)
+			delete(m.runs, j.runID)
+		}
+	}
+}
+
+// exit ends everything still open when the process has exited. Followups
+// nobody will answer are closed: interrupted when the process was stopped,
+// session_closed when it ended by itself.
+func (m *mapper) exit(interrupted bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.exited {
+		return
+	}
+	reason, cause := contract.ReasonSessionClosed, errExited
+	if interrupted {
+		reason, cause = contract.ReasonInterrupted, errInterrupted
+	}
+	for parent, c := range m.calls {
+		m.endCall(parent, c, cause)
+	}
+	for _, t := range m.tools {
+		if !t.ended {
+			t.ended = true
+			endSpan(t.span, cause)
+		}
+	}
+	for _, j := range m.jobs {
+		m.endJob(j, "", cause)
+		if !j.settled {
+			j.settled = true
+			_ = m.tracker.CloseFollowup(context.Background(), j.carrier, reason, "")
+		}
+	}
+	if m.turn != nil && m.turn.end != nil {
+		m.turn.end(cause)
+	}
+	m.turn = nil
+	for u, p := range m.prompts {
+		delete(m.prompts, u)
+		m.finish(p, Result{}, cause)
+	}
+	m.pending = nil
+	m.exited = true
+}
+
+func endSpan(s trace.Span, err error) {
+	if err != nil {
+		s.RecordError(err)
+		s.SetStatus(codes.Error, err.Error())
+	}
+	s.End()
+}
