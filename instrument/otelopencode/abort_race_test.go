@@ -132,6 +132,7 @@ func TestAbortRacingCompletionOrders(t *testing.T) {
 			if sum.Usage.ModelCalls != tt.calls || sum.Usage.BackgroundJobs != 1 || len(sum.Anomalies) > 0 {
 				t.Errorf("summary %+v", sum)
 			}
+			noUnattributed(t, p)
 		})
 	}
 }

@@ -30,7 +30,7 @@ func sessionEntries(m *mapper, id string) int {
 	if !ok {
 		return 0
 	}
-	return len(s.users) + len(s.assistants) + len(s.tools) + len(s.conts) + len(s.notes) + len(s.launched) + len(s.orphans)
+	return len(s.users) + len(s.assistants) + len(s.tools) + len(s.turns) + len(s.notes) + len(s.launched) + len(s.orphans)
 }
 
 // Every way a job's followup is settled forgets the job: the job map

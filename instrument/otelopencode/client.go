@@ -247,7 +247,7 @@ func (c *Client) stream(ctx context.Context, reconnect bool) (connected bool, er
 			if reconnect {
 				// Whatever happened while disconnected is read back from
 				// the server; events after this one only add to it.
-				c.reconcile(ctx, c.m.tracked())
+				c.reconcile(ctx)
 			}
 			c.mu.Lock()
 			select {
@@ -294,9 +294,16 @@ func truncate(b []byte) string {
 	return string(b)
 }
 
-// reconcile reads the messages of sessions back from the server and marks
-// the idle ones idle: what a broken stream may have missed.
-func (c *Client) reconcile(ctx context.Context, sessions []string) {
+// reconcile reads back from the server what a broken stream may have
+// missed: the messages of the sessions that owe something, and of the
+// tracked sessions the server reports running (a turn may have started
+// while the stream was down), then marks the idle ones idle.
+func (c *Client) reconcile(ctx context.Context) {
+	running, err := c.running(ctx)
+	if err != nil {
+		c.cfg.logger.Warn("otelopencode: reading session status", "error", err)
+	}
+	sessions := c.m.toReconcile(running)
 	if len(sessions) == 0 {
 		return
 	}
@@ -308,18 +315,34 @@ func (c *Client) reconcile(ctx context.Context, sessions []string) {
 		}
 		c.m.applyMessages(msgs)
 	}
-	var busy map[string]json.RawMessage
-	if err := c.getJSON(ctx, "/session/status", &busy); err != nil {
+	// Read again: a session may have finished while its messages were read.
+	if running, err = c.running(ctx); err != nil {
 		c.cfg.logger.Warn("otelopencode: reading session status", "error", err)
 		return
 	}
 	var idle []string
 	for _, id := range sessions {
-		if st, ok := busy[id]; !ok || !bytes.Contains(st, []byte(`"busy"`)) && !bytes.Contains(st, []byte(`"retry"`)) {
+		if !running[id] {
 			idle = append(idle, id)
 		}
 	}
 	c.m.applyIdle(idle)
+}
+
+// running returns the sessions the server reports busy or retrying (GET
+// /session/status lists only those that are not idle).
+func (c *Client) running(ctx context.Context) (map[string]bool, error) {
+	var status map[string]json.RawMessage
+	if err := c.getJSON(ctx, "/session/status", &status); err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(status))
+	for id, st := range status {
+		if bytes.Contains(st, []byte(`"busy"`)) || bytes.Contains(st, []byte(`"retry"`)) {
+			out[id] = true
+		}
+	}
+	return out, nil
 }
 
 func (c *Client) messages(ctx context.Context, session string) ([]messageWithParts, error) {

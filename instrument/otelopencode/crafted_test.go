@@ -160,6 +160,7 @@ func TestConsumedByAnotherInvocation(t *testing.T) {
 	if !consumed {
 		t.Errorf("the consuming turn has no consumed link: %v", root2.Links())
 	}
+	noUnattributed(t, p)
 }
 
 // Deleting the session while its job runs closes the job's followup with
@@ -190,6 +191,7 @@ func TestSessionDeletedWhileJobRuns(t *testing.T) {
 	if len(closed) != 1 || attr(closed[0], contract.AttrFollowupReason).AsString() != contract.ReasonSessionClosed {
 		t.Fatalf("followup_closed spans %v", closed)
 	}
+	noUnattributed(t, p)
 }
 
 // Events replayed (a reconnect reads back what the stream already
@@ -260,6 +262,7 @@ func TestBackgroundShell(t *testing.T) {
 	if n := len(spansNamed(p, "background shell")); n != 1 {
 		t.Errorf("%d background shell spans", n)
 	}
+	noUnattributed(t, p)
 }
 
 // Sessions that owe nothing are forgotten beyond the limit; a session with
@@ -300,4 +303,5 @@ func TestSessionEviction(t *testing.T) {
 	if sum, err := p.sp.Ledger().Wait(ctx, inv1.ID()); err != nil || sum.Usage.InputTokens != 10+30+20 {
 		t.Fatalf("%v %+v", err, sum)
 	}
+	noUnattributed(t, p)
 }

@@ -29,25 +29,38 @@
 //   - a followup_closed span (reason interrupted) when an abort cancels a
 //     job or a notification that had not started its turn, and one with
 //     reason consumed_by when a turn of another invocation read the
-//     notification.
+//     notification;
+//   - a turn in a session the Client tracks (one it prompted, or a child
+//     session of its subagents) that no invocation of the Client owns: the
+//     notification of a job it does not track, another client's prompt, a
+//     message it never saw because its stream was down, a prompt answered
+//     again after its invocation ended. Such a turn is an invocation of
+//     its own (instrument.Tracker.StartUnattributed, contract rule 7) with
+//     the reason (UnattributedUnknownTask, ...) in
+//     invocation.unattributed on its root and the turn's model calls and
+//     tools as its usage; it closes incomplete with
+//     unattributed_wakeup:<reason>, never final, and the session owes work
+//     until the turn ends (the session's idle). Sessions nobody prompted
+//     through the Client are not recorded.
 //
 // The spans go through an instrument.SpanProcessor in the TracerProvider's
 // pipeline; with WithLedger, Client.Wait waits until an invocation is
 // final and Client.Session says whether a session still owes work.
 //
 // The event stream is reconnected when it breaks, and the sessions with
-// open work are then read back (GET /session/:id/message, GET
-// /session/status); events of unknown types are ignored, malformed ones
-// are counted (Stats, metric agentledger.opencode.events.malformed),
-// logged and skipped.
+// open work, and the tracked ones the server reports running, are then
+// read back (GET /session/:id/message, GET /session/status); events of
+// unknown types are ignored, malformed ones are counted (Stats, metric
+// agentledger.opencode.events.malformed), logged and skipped.
 //
 // Memory is bounded: sessions that owe nothing are forgotten beyond
 // WithMaxSessions, what is done in a session is forgotten as it finishes
 // (so a session that always owes something stays small), and jobs are
 // tracked only until their followup is settled, at most WithMaxJobs of
 // them; a job dropped beyond that bound has its followup closed with
-// reason cancelled and its span, if running, ended with an error. Both
-// are counted (Stats, metrics agentledger.opencode.sessions.evicted and
+// reason cancelled and its span, if running, ended with an error, and its
+// later work is recorded as unattributed turns. Both are counted (Stats,
+// metrics agentledger.opencode.sessions.evicted and
 // agentledger.opencode.jobs.evicted).
 //
 // Client.PromptAsync sends a prompt with prompt_async; its root ends when

@@ -1,6 +1,7 @@
 package otelopencode
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/internal/contract"
@@ -372,7 +375,100 @@ func TestServer(t *testing.T) {
 	t.Run("transport", func(t *testing.T) { testTransport(t, s) })
 	t.Run("prompt_async", func(t *testing.T) { testPromptAsync(t, s) })
 	t.Run("stream cut while the job finishes", func(t *testing.T) { testStreamCut(t, s) })
+	t.Run("prompt from another client", func(t *testing.T) { testOtherClient(t, s) })
 	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, s) })
+	t.Run("no other turn unattributed", func(t *testing.T) {
+		for reason, roots := range unattributedRoots(s.p) {
+			for _, r := range roots {
+				if sess := attr(r, contract.AttrConversationID).AsString(); !strings.HasPrefix(sessionTitle(t, s.url, sess), "other client") {
+					t.Errorf("turn of session %s (%q) recorded as unattributed (%s)", sess, sessionTitle(t, s.url, sess), reason)
+				}
+			}
+		}
+	})
+}
+
+// sessionTitle returns the title of a session (a test oracle).
+func sessionTitle(t *testing.T, base, session string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/session/" + session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		Title string `json:"title"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	return info.Title
+}
+
+// postPrompt sends a prompt to the server as another client would, not
+// through the Client, and returns when it is answered.
+func postPrompt(t *testing.T, base, session, text string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"parts": []any{map[string]any{"type": "text", "text": text}}})
+	resp, err := http.Post(base+"/session/"+session+"/message", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST message: %s %v", resp.Status, err)
+	}
+}
+
+// testOtherClient: another client of the server (a TUI, a script) prompts
+// a session the Client tracks. That turn belongs to no invocation of the
+// Client; it is recorded as an unattributed invocation (other_prompt) with
+// its usage, incomplete, never final, and the Client's invocation and it
+// together hold exactly OpenCode's own record of the session's usage.
+func testOtherClient(t *testing.T, s *server) {
+	s.model.reset(func(q req) (string, scriptedmodel.Step) {
+		if strings.Contains(q.lastUser, "FOREIGN") {
+			return "foreign", scriptedmodel.Step{Text: "answer to someone else"}
+		}
+		return "own", scriptedmodel.Step{Text: "own answer"}
+	})
+	sess := s.session(t, "other client")
+	own := s.prompt(t, sess, "hello")
+	postPrompt(t, s.url, sess, "FOREIGN question")
+	var root sdktrace.ReadOnlySpan
+	for i := 0; root == nil; i++ {
+		if i == 1200 {
+			t.Fatalf("no unattributed turn recorded; calls %v", s.model.labels())
+		}
+		for _, r := range unattributedRoots(s.p)[UnattributedOtherPrompt] {
+			if attr(r, contract.AttrConversationID).AsString() == sess {
+				root = r
+			}
+		}
+		if root == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	other := s.wait(t, attr(root, contract.AttrInvocationID).AsString())
+	if other.Status != contract.StatusIncomplete || !slices.Contains(other.Reasons, contract.ReasonUnattributedWakeup+":"+UnattributedOtherPrompt) {
+		t.Errorf("unattributed turn: %+v", other)
+	}
+	checkUsage(t, "unattributed turn", other, s.model.sum("foreign"))
+	mine := s.wait(t, own.InvocationID)
+	if mine.Status != contract.StatusFinal {
+		t.Errorf("the Client's own prompt: %+v", mine)
+	}
+	checkUsage(t, "own prompt", mine, s.model.sum("own"))
+	total := mine
+	total.Usage.InputTokens += other.Usage.InputTokens
+	total.Usage.OutputTokens += other.Usage.OutputTokens
+	total.Usage.CacheReadInputTokens += other.Usage.CacheReadInputTokens
+	total.Usage.ReasoningOutputTokens += other.Usage.ReasoningOutputTokens
+	total.Usage.ModelCalls += other.Usage.ModelCalls
+	checkUsage(t, "both vs OpenCode's records", total, serverUsage(t, s.url, sess))
+	if st, _ := s.client.Session(sess); st.OwesWork {
+		t.Errorf("session owes work after the other client's turn ended: %+v", st)
+	}
 }
 
 func testForegroundBash(t *testing.T, s *server) {
@@ -987,7 +1083,8 @@ func testCollector(t *testing.T, s *server) {
 		t.Fatal(err)
 	}
 	sp := instrument.NewSpanProcessor(sdktrace.NewBatchSpanProcessor(exp))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	c, err := New(s.url, &http.Client{}, WithTracerProvider(tp), WithLedger(sp.Ledger()))
 	if err != nil {
@@ -1023,11 +1120,33 @@ func testCollector(t *testing.T, s *server) {
 		t.Fatal(err)
 	}
 	close(gate)
+	// Another client's prompt into a tracked session: an unattributed
+	// turn, incomplete on both halves with the same usage.
+	s.model.reset(func(req) (string, scriptedmodel.Step) { return "foreign", scriptedmodel.Step{Text: "foreign answer"} })
+	postPrompt(t, s.url, sess, "FOREIGN question")
+	var foreign string
+	for i := 0; foreign == ""; i++ {
+		if i == 1200 {
+			t.Fatal("no unattributed turn recorded")
+		}
+		for _, sp := range rec.Ended() {
+			if attr(sp, contract.AttrUnattributed).AsString() == UnattributedOtherPrompt {
+				foreign = attr(sp, contract.AttrInvocationID).AsString()
+			}
+		}
+		if foreign == "" {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 
 	local := map[string]instrument.Summary{}
-	for _, id := range ids {
+	for _, id := range append(ids, foreign) {
 		sum, err := c.Wait(ctx, id)
-		if err != nil || sum.Status != contract.StatusFinal {
+		want := contract.StatusFinal
+		if id == foreign {
+			want = contract.StatusIncomplete
+		}
+		if err != nil || sum.Status != want {
 			t.Fatalf("ledger %s: %v %+v", id, err, sum)
 		}
 		local[id] = sum
@@ -1042,7 +1161,7 @@ func testCollector(t *testing.T, s *server) {
 			return false, err.Error(), nil
 		}
 		closed = testbin.Closed(sums)
-		for _, id := range ids {
+		for _, id := range append(ids, foreign) {
 			if _, ok := closed[id]; !ok {
 				return false, "no closing summary for " + id, nil
 			}
@@ -1052,14 +1171,23 @@ func testCollector(t *testing.T, s *server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
+	// Contract rule 7 on the collector's half: the root's
+	// invocation.unattributed closes the invocation incomplete.
+	t.Run("unattributed turn closes incomplete", func(t *testing.T) {
+		if r := closed[foreign]; r.Status != contract.StatusIncomplete ||
+			!slices.Contains(r.IncompleteReasons, contract.ReasonUnattributedWakeup+":"+UnattributedOtherPrompt) {
+			t.Errorf("unattributed turn %s: collector %s %v, want incomplete with %s:%s", foreign, r.Status, r.IncompleteReasons,
+				contract.ReasonUnattributedWakeup, UnattributedOtherPrompt)
+		}
+	})
+	for _, id := range append(ids, foreign) {
 		l, r := local[id], closed[id]
 		u := l.Usage
 		got := []int64{r.InputTokens, r.OutputTokens, r.CacheReadTokens, r.CacheCreationTokens, r.ReasoningTokens,
 			r.AfterResultInputTokens, r.AfterResultOutputTokens, r.ModelCalls, r.BackgroundJobs, r.Continuations}
 		want := []int64{u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens, u.ReasoningOutputTokens,
 			u.AfterResultInputTokens, u.AfterResultOutputTokens, u.ModelCalls, u.BackgroundJobs, u.Continuations}
-		if fmt.Sprint(got) != fmt.Sprint(want) || r.Status != contract.StatusFinal || len(r.Anomalies) > 0 {
+		if fmt.Sprint(got) != fmt.Sprint(want) || id != foreign && r.Status != l.Status || len(r.Anomalies) > 0 {
 			t.Errorf("invocation %s: collector %s %v anomalies %v, ledger %s %v", id, r.Status, got, r.Anomalies, l.Status, want)
 		}
 	}

@@ -1,6 +1,7 @@
 package otelopencode
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -30,6 +31,37 @@ const (
 	AttrSessionID = "opencode.session.id"
 	// AttrFinish is OpenCode's finish reason of an assistant message.
 	AttrFinish = "opencode.finish"
+)
+
+// Reasons of an unattributed turn (contract.AttrUnattributed on its root):
+// a turn in a session the Client tracks that no invocation of this Client
+// can own. It is recorded as an invocation of its own
+// (instrument.Tracker.StartUnattributed) with the turn's model calls and
+// tools as its usage, closes incomplete with
+// unattributed_wakeup:<reason>, never final, and its session owes work
+// until the turn ends.
+const (
+	// UnattributedUnknownTask: the turn answers the completion
+	// notification of a job the Client does not track (launched before it
+	// started reading events, or dropped beyond WithMaxJobs), or is a turn
+	// of a child session whose job was never named.
+	UnattributedUnknownTask = "unknown_task"
+	// UnattributedEndedTurn: the turn answers a user message whose turn
+	// had already ended or been settled: a prompt of the Client whose
+	// invocation had ended (the call failed or was given up while
+	// OpenCode went on), a notification whose followup was settled (an
+	// abort closed it, another turn read it, its continuation ended), or a
+	// message older than everything still open in the session.
+	UnattributedEndedTurn = "ended_turn"
+	// UnattributedOtherPrompt: the turn answers a user message the Client
+	// did not send (another client of the server).
+	UnattributedOtherPrompt = "other_prompt"
+	// UnattributedUnseenMessage: the turn answers a user message the Client
+	// never saw (posted while its event stream was detached).
+	UnattributedUnseenMessage = "unseen_message"
+	// UnattributedUntrackedJob: a turn of the child session of a job
+	// dropped from tracking beyond WithMaxJobs.
+	UnattributedUntrackedJob = "untracked_job"
 )
 
 // Job kinds, the suffix of background span names.
@@ -91,17 +123,18 @@ type sessionState struct {
 	owner context.Context
 	job   *job
 	// ended is set when a child session went idle before its job was
-	// known.
-	ended, aborted bool
-	errMsg         string
-	users          map[string]*userMsg
-	assistants     map[string]*assistantMsg
-	tools          map[string]*toolPart
-	// conts are the continuations started in this session, by the id of
-	// the notification message whose turn they are.
-	conts map[string]*contTurn
-	// current is the continuation running now, if any.
-	current *contTurn
+	// known; gaveUp then too, when it had turns: they were recorded as
+	// unattributed, and so are its later ones.
+	ended, aborted, gaveUp bool
+	errMsg                 string
+	users                  map[string]*userMsg
+	assistants             map[string]*assistantMsg
+	tools                  map[string]*toolPart
+	// turns are the turns this session started by itself (continuations
+	// and unattributed turns), by the id of the user message they answer.
+	turns map[string]*turn
+	// current is the one of them running now, if any.
+	current *turn
 	// notes are completion notifications waiting for a turn.
 	notes []*note
 	// orphans are assistant messages and parts of a child session of a
@@ -124,9 +157,13 @@ type sessionState struct {
 
 type userMsg struct {
 	// owner is the root context of a prompt the caller sent through the
-	// Client.
+	// Client, until its root ends; sent stays set.
 	owner context.Context
+	sent  bool
 	note  *note
+	// unknownTask is set when the message is the completion notification
+	// of a job the Client does not track.
+	unknownTask bool
 	// seen is set when the server reported the message.
 	seen bool
 	// finish ends the root of a prompt sent with prompt_async, at the
@@ -140,16 +177,19 @@ type note struct {
 	resolved bool
 }
 
-type contTurn struct {
-	ctx   context.Context
-	c     *instrument.Continuation
-	ended bool
+// turn is a turn the session started by itself: a continuation, or an
+// unattributed turn (reason set). It ends when the session goes idle or
+// the session's next turn answers another user message.
+type turn struct {
+	ctx    context.Context
+	end    func(...trace.SpanEndOption)
+	reason string
+	ended  bool
 }
 
 type assistantMsg struct {
 	// turn is the context of the turn the model call belongs to (its
-	// parent); tool calls of the message run in it too. nil when the
-	// message is not attributed to an invocation.
+	// parent); tool calls of the message run in it too.
 	turn  context.Context
 	span  trace.Span
 	ended bool
@@ -199,7 +239,7 @@ func (m *mapper) session(id string) *sessionState {
 			users:      make(map[string]*userMsg),
 			assistants: make(map[string]*assistantMsg),
 			tools:      make(map[string]*toolPart),
-			conts:      make(map[string]*contTurn),
+			turns:      make(map[string]*turn),
 		}
 		m.sessions[id] = s
 		m.seq++
@@ -286,7 +326,7 @@ func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finis
 	defer m.mu.Unlock()
 	s := m.session(session)
 	s.tracked = true
-	s.users[msgID] = &userMsg{owner: ctx, finish: finish}
+	s.users[msgID] = &userMsg{owner: ctx, sent: true, finish: finish}
 	s.maxMsg = max(s.maxMsg, msgID)
 }
 
@@ -379,7 +419,7 @@ func (m *mapper) deleted(id string) {
 		return
 	}
 	if s.current != nil {
-		m.endContinuation(s, s.current)
+		m.endTurn(s, s.current)
 	}
 	for _, a := range s.assistants {
 		if a.span != nil && !a.ended {
@@ -445,15 +485,15 @@ func (m *mapper) applyIdle(sessions []string) {
 	}
 }
 
-// tracked returns the sessions that have open spans or wait for
-// something, child sessions first: the ones to reconcile after a
-// reconnect.
-func (m *mapper) tracked() []string {
+// toReconcile returns the sessions to read back after a reconnect: the
+// ones that have open spans or wait for something, and the tracked ones
+// the server reports running; child sessions first.
+func (m *mapper) toReconcile(running map[string]bool) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []string
 	for id, s := range m.sessions {
-		if s.busy() {
+		if s.busy() || running[id] && s.tracked {
 			out = append(out, id)
 		}
 	}
@@ -504,10 +544,6 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 			return
 		}
 		ctx := m.turnContext(s, info)
-		if ctx == nil {
-			s.assistants[info.ID] = &assistantMsg{}
-			return
-		}
 		model := info.ModelID
 		attrs := []attribute.KeyValue{
 			attribute.String(contract.AttrOperationName, contract.OpChat),
@@ -563,45 +599,84 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 }
 
 // turnContext returns the context the model calls of assistant message
-// info run in, starting a continuation when the message answers a
-// completion notification, and settles the notifications the turn reads.
-// It returns nil when the turn belongs to no invocation this Client knows.
+// info of a tracked session run in: the prompt's root, the child session's
+// job, a continuation it starts when the message answers a completion
+// notification, or else an unattributed turn it starts (contract rule 7),
+// so that no model call of a tracked session is left out. It settles the
+// notifications the turn reads.
 func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
-	u := s.users[info.ParentID]
-	s.answered = max(s.answered, info.ParentID)
-	if s.current != nil && (u == nil || u.note == nil || s.conts[info.ParentID] != s.current) {
+	parent := info.ParentID
+	u := s.users[parent]
+	s.answered = max(s.answered, parent)
+	tr := s.turns[parent]
+	if s.current != nil && s.current != tr {
 		// The turn moved on to another user message.
-		m.endContinuation(s, s.current)
+		m.endTurn(s, s.current)
 	}
 	var ctx context.Context
+	var reason string
 	switch {
 	case u != nil && u.owner != nil:
 		ctx = u.owner
+	case tr != nil && !tr.ended:
+		ctx = tr.ctx
+	case tr != nil:
+		// Its turn has ended, and the message is answered again.
+		reason = cmp.Or(tr.reason, UnattributedEndedTurn)
 	case u != nil && u.note != nil:
-		if ct, ok := s.conts[info.ParentID]; ok {
-			ctx = ct.ctx
-			if ct.ended {
-				ctx = nil
-			}
-			break
+		if ctx = m.startContinuation(s, info); ctx == nil {
+			reason = UnattributedEndedTurn // settled before its turn
 		}
-		ctx = m.startContinuation(s, info)
 	case s.owner != nil:
 		// A child session: its own turns are the job's work.
 		ctx = s.owner
+	default:
+		reason = s.unownedReason(u, parent)
 	}
 	if ctx == nil {
-		return nil
+		ctx = m.startUnattributed(s, info, reason)
 	}
 	// Notifications posted before this turn's user message and not yet
 	// answered are read by this turn.
 	for _, n := range s.notes {
-		if n.resolved || n.msgID > info.ParentID {
+		if n.resolved || n.msgID > parent {
 			continue
 		}
 		m.resolve(n)
 		_ = m.tracker.ConsumeFollowup(ctx, n.job.carrier)
 	}
+	return ctx
+}
+
+// unownedReason says why a turn answering user message parent (u, nil
+// when unknown) belongs to no invocation of the Client.
+func (s *sessionState) unownedReason(u *userMsg, parent string) string {
+	switch {
+	case u != nil && u.unknownTask:
+		return UnattributedUnknownTask
+	case s.parentID != "" && s.job != nil:
+		return UnattributedUntrackedJob // its job was dropped
+	case s.parentID != "":
+		return UnattributedUnknownTask // a child session no job named
+	case u != nil && (u.sent || u.note != nil), u == nil && parent != "" && parent <= s.floor:
+		return UnattributedEndedTurn
+	case u != nil && u.seen:
+		return UnattributedOtherPrompt
+	default:
+		return UnattributedUnseenMessage
+	}
+}
+
+// startUnattributed starts the unattributed turn that answers info's
+// parent message: an invocation of its own (Tracker.StartUnattributed),
+// running until the session is idle or its next turn answers another
+// message.
+func (m *mapper) startUnattributed(s *sessionState, info rawInfo, reason string) context.Context {
+	agent := cmp.Or(info.Agent, "opencode")
+	ctx, inv := m.tracker.StartUnattributed(context.Background(), agent, s.id, reason)
+	tr := &turn{ctx: ctx, end: inv.End, reason: reason}
+	s.turns[info.ParentID] = tr
+	s.current = tr
 	return ctx
 }
 
@@ -622,26 +697,24 @@ func (m *mapper) startContinuation(s *sessionState, info rawInfo) context.Contex
 	if len(carriers) == 0 {
 		return nil // already answered (closed as interrupted, or read by another turn)
 	}
-	agent := info.Agent
-	if agent == "" {
-		agent = "opencode"
-	}
+	agent := cmp.Or(info.Agent, "opencode")
 	ctx, c, err := m.tracker.StartContinuation(context.Background(), agent, s.id, carriers...)
 	if err != nil {
 		return nil
 	}
-	ct := &contTurn{ctx: ctx, c: c}
-	s.conts[info.ParentID] = ct
-	s.current = ct
+	tr := &turn{ctx: ctx, end: c.End}
+	s.turns[info.ParentID] = tr
+	s.current = tr
 	return ctx
 }
 
-func (m *mapper) endContinuation(s *sessionState, ct *contTurn) {
-	if ct != nil && !ct.ended {
-		ct.ended = true
-		ct.c.End()
+// endTurn ends a turn the session started by itself.
+func (m *mapper) endTurn(s *sessionState, tr *turn) {
+	if tr != nil && !tr.ended {
+		tr.ended = true
+		tr.end()
 	}
-	if s.current == ct {
+	if s.current == tr {
 		s.current = nil
 	}
 }
@@ -790,19 +863,23 @@ func (m *mapper) replay(s *sessionState) {
 // for the job named key.
 func (m *mapper) notification(s *sessionState, msgID, key string) {
 	u, ok := s.users[msgID]
-	if ok && u.note != nil {
+	if ok && (u.note != nil || u.unknownTask) {
 		return // seen before
+	}
+	if !ok {
+		if !s.tracked {
+			return
+		}
+		u = &userMsg{}
+		s.users[msgID] = u
 	}
 	jb := m.jobs.get(key)
 	if jb == nil || jb.note != nil {
-		// A job this Client did not see start, or whose followup is
-		// settled (or dropped from tracking), or a second notification of
-		// one job.
+		// A job this Client does not track (it did not see it start, or
+		// its followup is settled, or it was dropped beyond WithMaxJobs),
+		// or a second notification of one job: its turn is unattributed.
+		u.unknownTask = true
 		return
-	}
-	if !ok {
-		u = &userMsg{}
-		s.users[msgID] = u
 	}
 	if !jb.ended {
 		m.endJob(jb, false, "")
@@ -879,8 +956,14 @@ func (m *mapper) dropJob(jb *job) {
 // turn will get none.
 func (m *mapper) idle(id string) {
 	s := m.session(id)
+	if m.awaitsJob(s) && len(s.orphans) > 0 {
+		// A child session whose turns ran without any job naming it: they
+		// are recorded as unattributed turns rather than lost.
+		s.gaveUp, s.tracked = true, true
+		m.replay(s)
+	}
 	if s.current != nil {
-		m.endContinuation(s, s.current)
+		m.endTurn(s, s.current)
 	}
 	for msgID, u := range s.users {
 		if u.finish != nil && u.seen && msgID <= s.answered {
@@ -942,8 +1025,8 @@ func (m *mapper) prune(s *sessionState) {
 			open(t.msgID)
 		}
 	}
-	for id, ct := range s.conts {
-		if !ct.ended {
+	for id, tr := range s.turns {
+		if !tr.ended {
 			open(id)
 		}
 	}
@@ -965,7 +1048,7 @@ func (m *mapper) prune(s *sessionState) {
 		for _, t := range s.tools {
 			below(t.msgID)
 		}
-		for id := range s.conts {
+		for id := range s.turns {
 			below(id)
 		}
 	}
@@ -985,9 +1068,9 @@ func (m *mapper) prune(s *sessionState) {
 			delete(s.tools, id)
 		}
 	}
-	for id := range s.conts {
+	for id := range s.turns {
 		if id <= s.floor {
-			delete(s.conts, id)
+			delete(s.turns, id)
 		}
 	}
 	s.notes = slices.DeleteFunc(s.notes, func(n *note) bool { return n.resolved })
@@ -998,7 +1081,7 @@ func (m *mapper) prune(s *sessionState) {
 // whose job is not known yet: its messages are kept (orphans) until the
 // task tool's part that names it arrives.
 func (m *mapper) awaitsJob(s *sessionState) bool {
-	if s.parentID == "" || s.owner != nil || s.job != nil {
+	if s.parentID == "" || s.owner != nil || s.job != nil || s.gaveUp {
 		return false
 	}
 	parent, ok := m.sessions[s.parentID]

@@ -83,6 +83,13 @@ type replayed struct {
 // answered), with the recorded clock.
 func replay(t *testing.T, p *pipeline, name string) []*replayed {
 	t.Helper()
+	return replayFiltered(t, p, name, nil)
+}
+
+// replayFiltered is replay with only the events keep accepts (all when
+// keep is nil), as if the others had been lost.
+func replayFiltered(t *testing.T, p *pipeline, name string, keep func(event) bool) []*replayed {
+	t.Helper()
 	events := readFixture(t, name)
 	// Pre-scan: child sessions and synthetic messages are not prompts.
 	child := map[string]bool{}
@@ -108,7 +115,7 @@ func replay(t *testing.T, p *pipeline, name string) []*replayed {
 		if err != nil {
 			t.Fatalf("fixture event: %v", err)
 		}
-		if !known {
+		if !known || keep != nil && !keep(ev) {
 			continue
 		}
 		pr := ev.Properties
@@ -237,6 +244,7 @@ func TestReplayForegroundBash(t *testing.T) {
 		attr(c, contract.AttrUsageReasoningTokens).AsInt64() != 5 {
 		t.Errorf("chat span attributes: %v", c.Attributes())
 	}
+	noUnattributed(t, p)
 }
 
 func TestReplayBackgroundTask(t *testing.T) {
@@ -265,6 +273,7 @@ func TestReplayBackgroundTask(t *testing.T) {
 	if st := p.sp.Ledger().Session(prompts[0].inv.Span().SpanContext().TraceID().String()); st.OwesWork {
 		t.Errorf("unknown session owes work")
 	}
+	noUnattributed(t, p)
 }
 
 func TestReplaySecondPrompt(t *testing.T) {
@@ -280,6 +289,7 @@ func TestReplaySecondPrompt(t *testing.T) {
 			checkSummary(t, p, prompts[0], wantUsage{contract.StatusFinal, in, out, cache, reasoning, aIn, aOut, 4, 1, 1})
 			in, out, cache, reasoning = reqs(4)
 			checkSummary(t, p, prompts[1], wantUsage{contract.StatusFinal, in, out, cache, reasoning, 0, 0, 1, 0, 0})
+			noUnattributed(t, p)
 		})
 	}
 }
@@ -298,6 +308,7 @@ func TestReplayAbort(t *testing.T) {
 		if len(closed) != 1 || attr(closed[0], contract.AttrFollowupReason).AsString() != contract.ReasonInterrupted {
 			t.Fatalf("followup_closed spans %v", closed)
 		}
+		noUnattributed(t, p)
 	})
 	t.Run("during continuation", func(t *testing.T) {
 		p := newPipeline(t)
@@ -311,6 +322,7 @@ func TestReplayAbort(t *testing.T) {
 		if n := len(spansNamed(p, contract.SpanNameFollowupClosed)); n != 0 {
 			t.Fatalf("%d followup_closed spans", n)
 		}
+		noUnattributed(t, p)
 	})
 }
 
@@ -331,4 +343,5 @@ func TestReplayNotificationConsumed(t *testing.T) {
 		attr(closed[0], contract.AttrFollowupConsumer).AsString() != prompts[2].inv.ID() {
 		t.Fatalf("followup_closed spans %v", closed)
 	}
+	noUnattributed(t, p)
 }

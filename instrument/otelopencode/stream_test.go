@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
 )
 
 // fakeStream serves GET /event from a list of scripted connections: each
@@ -214,7 +217,11 @@ func TestParseNotification(t *testing.T) {
 
 // FuzzEvents feeds arbitrary event data to the parser and every event it
 // accepts to a mapper that already holds the state of a recorded session
-// with a background job: nothing may panic.
+// with a background job, whose prompts the fuzzer registers as a caller
+// would. Nothing may panic, and no model call may vanish or float: every
+// model-call span belongs to an invocation whose root started, every
+// unattributed turn names a known reason, and no assistant message of a
+// tracked session is left without a span.
 func FuzzEvents(f *testing.F) {
 	for _, name := range []string{"background_task.sse", "abort_before_completion.sse"} {
 		data, err := readFixtureFile(name)
@@ -229,40 +236,101 @@ func FuzzEvents(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"message.part.updated","properties":{"part":{"id":"p","sessionID":"s","messageID":"m","type":"tool","state":{"status":"completed","input":[1],"metadata":{"sessionId":"c","background":true}}}}}`))
 	f.Add([]byte(`{"type":"message.updated","properties":{"info":{"id":"m","sessionID":"s","role":"assistant","parentID":"u","time":{"completed":-1}}}}`))
+	f.Add([]byte(`{"type":"message.part.updated","properties":{"part":{"id":"p","sessionID":"s","messageID":"n","type":"text","synthetic":true,"text":"<task id=\"ses_x\" state=\"completed\">"}}}`))
+	f.Add([]byte(`{"type":"message.updated","properties":{"info":{"id":"v","sessionID":"s","role":"assistant","parentID":"n","time":{"created":5}}}}`))
 	recorded, err := readFixtureFile("second_prompt.sse")
 	if err != nil {
 		f.Fatal(err)
 	}
+	known := map[string]bool{UnattributedUnknownTask: true, UnattributedOtherPrompt: true,
+		UnattributedEndedTurn: true, UnattributedUnseenMessage: true, UnattributedUntrackedJob: true}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ev, known, err := parseEvent(data)
+		ev, ok, err := parseEvent(data)
 		if err != nil {
 			if !errors.Is(err, errMalformed) {
 				t.Fatalf("error %v does not wrap errMalformed", err)
 			}
 			return
 		}
-		if !known {
+		if !ok {
 			return
 		}
 		p := newPipelineTB(t)
 		m := p.mapper()
-		ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "s")
-		m.registerPrompt("s", "u", ctx)
+		var invs []*instrument.Invocation
+		prompt := func(session, msgID string) {
+			ctx, inv := p.tracker.StartInvocation(context.Background(), "build", session)
+			m.registerPrompt(session, msgID, ctx)
+			invs = append(invs, inv)
+		}
+		prompt("s", "u")
 		m.handle(ev)
 		m.handle(ev)
 		// The same event in the middle of a recorded session with jobs,
 		// continuations and a second prompt.
 		at := len(data) % len(recorded)
+		prompted := map[string]bool{}
 		for i, d := range recorded {
 			if i == at {
 				m.handle(ev)
 			}
-			if rec, ok, err := parseEvent(d); err == nil && ok {
-				m.handle(rec)
+			rec, ok, err := parseEvent(d)
+			if err != nil || !ok {
+				continue
+			}
+			if info := rec.Properties.Info; rec.Type == evMessageUpdated && info != nil && info.Role == "user" &&
+				info.SessionID == recordedSession && !prompted[info.ID] && !syntheticIn(recorded, info.ID) {
+				prompted[info.ID] = true
+				prompt(info.SessionID, info.ID)
+			}
+			m.handle(rec)
+		}
+		for _, inv := range invs {
+			inv.End()
+		}
+		roots := map[string]bool{}
+		for _, sp := range p.rec.Started() {
+			if attr(sp, contract.AttrRole).AsString() == contract.RoleRoot || attr(sp, contract.AttrRole).AsString() == contract.RoleContinuation {
+				roots[attr(sp, contract.AttrInvocationID).AsString()] = true
+			}
+			if r := attr(sp, contract.AttrUnattributed).AsString(); r != "" && !known[r] {
+				t.Errorf("unattributed turn with unknown reason %q", r)
 			}
 		}
-		inv.End()
+		for _, sp := range p.rec.Started() {
+			if attr(sp, contract.AttrOperationName).AsString() == contract.OpChat && !roots[attr(sp, contract.AttrInvocationID).AsString()] {
+				t.Errorf("model call %q outside any invocation: %v", sp.Name(), sp.Attributes())
+			}
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for id, s := range m.sessions {
+			if !s.tracked {
+				continue
+			}
+			for msg, a := range s.assistants {
+				if a.span == nil {
+					t.Errorf("assistant message %s of tracked session %s has no span", msg, id)
+				}
+			}
+		}
 	})
+}
+
+// recordedSession is the top-level session of second_prompt.sse.
+const recordedSession = "ses_dd9303a24ffeAjyDqhGgxPrMUt"
+
+// syntheticIn reports whether message id has a synthetic part in the
+// recorded events (a notification, not a prompt).
+func syntheticIn(recorded [][]byte, id string) bool {
+	for _, d := range recorded {
+		if ev, ok, err := parseEvent(d); err == nil && ok {
+			if pt := ev.Properties.Part; pt != nil && pt.Synthetic && pt.MessageID == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func readFixtureFile(name string) ([][]byte, error) {
