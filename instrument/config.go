@@ -27,6 +27,9 @@ const (
 	// it spans are not indexed and the invocation closes incomplete with
 	// reason span_limit, never final.
 	DefaultMaxSpansPerInvocation = 100000
+	// DefaultClosedRecords bounds the summaries of forgotten invocations
+	// the ledger keeps for a late Wait.
+	DefaultClosedRecords = 1024
 	// DefaultMaxOpenSpans bounds the spans the SpanProcessor tracks at
 	// once (started, not ended); spans beyond it are exported without
 	// invocation.children and marked invocation.remote, so their subtree
@@ -45,6 +48,7 @@ type config struct {
 	retention          time.Duration
 	maxOpenInvocations int
 	maxSpans           int
+	closedRecords      int
 	maxOpenSpans       int
 }
 
@@ -55,6 +59,7 @@ func newConfig(opts []Option) config {
 		retention:          DefaultRetention,
 		maxOpenInvocations: DefaultMaxOpenInvocations,
 		maxSpans:           DefaultMaxSpansPerInvocation,
+		closedRecords:      DefaultClosedRecords,
 		maxOpenSpans:       DefaultMaxOpenSpans,
 	}
 	for _, o := range opts {
@@ -182,6 +187,19 @@ func WithMaxSpansPerInvocation(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {
 			c.maxSpans = n
+		}
+	})
+}
+
+// WithClosedRecords bounds the summaries the ledger keeps of invocations
+// it forgot after the retention, so that Ledger.Wait still answers for
+// them (default DefaultClosedRecords); the oldest is dropped beyond it
+// (counted in agentledger.instrument.ledger.closed_records_dropped). Zero
+// keeps none; negative values are ignored.
+func WithClosedRecords(n int) Option {
+	return optionFunc(func(c *config) {
+		if n >= 0 {
+			c.closedRecords = n
 		}
 	})
 }

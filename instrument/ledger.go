@@ -122,8 +122,9 @@ type Ledger struct {
 	retention    time.Duration
 	maxOpen      int
 	maxSpans     int
-	evictedCount metric.Int64Counter
-	spanLimited  metric.Int64Counter
+	evictedCount  metric.Int64Counter
+	spanLimited   metric.Int64Counter
+	recordDropped metric.Int64Counter
 
 	// mu guards all fields below and every invocation's state.
 	mu       sync.Mutex
@@ -134,6 +135,9 @@ type Ledger struct {
 	// background maps the background spans of remembered invocations to
 	// their invocation, to tell foreign followup links.
 	background map[trace.SpanID]string
+	// record keeps the latest summaries of forgotten invocations for a
+	// late Wait.
+	record *summaryRecord
 	down       bool
 }
 
@@ -150,6 +154,7 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 		closed:      list.New(),
 		sessions:    make(map[string]map[string]struct{}),
 		background:  make(map[trace.SpanID]string),
+		record:      newSummaryRecord(cfg.closedRecords),
 	}
 	l.evictedCount, _ = meter.Int64Counter("agentledger.instrument.ledger.evicted",
 		metric.WithDescription("Invocations closed incomplete because the open-invocation limit was reached."),
@@ -157,6 +162,9 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 	l.spanLimited, _ = meter.Int64Counter("agentledger.instrument.ledger.span_limit",
 		metric.WithDescription("Spans not indexed because their invocation reached the per-invocation span limit; the invocation closes incomplete."),
 		metric.WithUnit("{span}"))
+	l.recordDropped, _ = meter.Int64Counter("agentledger.instrument.ledger.closed_records_dropped",
+		metric.WithDescription("Summaries of forgotten invocations dropped from the bounded record a late Wait answers from."),
+		metric.WithUnit("{invocation}"))
 	return l
 }
 
@@ -357,6 +365,9 @@ func (l *Ledger) sweep() {
 
 func (l *Ledger) forget(inv *invocationState) {
 	delete(l.invs, inv.id)
+	if l.record.add(l.summaryLocked(inv)) {
+		l.recordDropped.Add(context.Background(), 1)
+	}
 	if set, ok := l.sessions[inv.session]; ok {
 		delete(set, inv.id)
 		if len(set) == 0 {
@@ -411,33 +422,66 @@ func (l *Ledger) Summary(id string) (Summary, bool) {
 	return l.summaryLocked(inv), true
 }
 
+// ErrUnknownInvocation is returned by Wait for an invocation the ledger
+// has no record of: no span of it was seen, or it was forgotten after the
+// retention and dropped from the bounded record of closed invocations
+// (WithClosedRecords).
+var ErrUnknownInvocation = errors.New("instrument: unknown invocation")
+
 // Wait blocks until invocation id is final or incomplete, or ctx ends; it
-// then returns the summary (with ctx's error in the latter case). An id
-// the ledger does not know yet is waited for: it is closed incomplete
-// after the open timeout if no span of it ends.
+// then returns the summary (with ctx's error in the latter case).
+//
+// Wait never creates state: an id the ledger holds no state for is
+// answered at once, from the record of invocations closed and forgotten
+// after the retention (bounded by WithClosedRecords), or, when a Tracker
+// started the invocation with a root span that was not sampled, as
+// incomplete with reason not_sampled (nothing of it is observed, here or
+// in the collector); otherwise with ErrUnknownInvocation. Wait on an
+// invocation whose root was not sampled answers not_sampled at once even
+// when some of its spans were sampled.
 func (l *Ledger) Wait(ctx context.Context, id string) (Summary, error) {
 	l.mu.Lock()
-	if l.down {
-		inv, ok := l.invs[id]
-		var s Summary
-		if ok {
-			s = l.summaryLocked(inv)
+	inv, ok := l.invs[id]
+	if !l.down {
+		l.sweep()
+		inv, ok = l.invs[id]
+		if ok && notSampled(id) {
+			l.closeLocked(inv, contract.StatusIncomplete, contract.ReasonNotSampled, []string{contract.ReasonNotSampled})
 		}
-		l.mu.Unlock()
-		if ok && s.Status != contract.StatusPending {
-			return s, nil
-		}
-		return s, ErrLedgerShutdown
 	}
-	l.sweep()
-	inv := l.lookup(id)
+	if !ok {
+		rec, recorded := l.record.get(id)
+		l.mu.Unlock()
+		switch {
+		case recorded:
+			return rec, nil
+		case notSampled(id):
+			return Summary{InvocationID: id, Status: contract.StatusIncomplete, Revision: 1,
+				Reasons: []string{contract.ReasonNotSampled}}, nil
+		case l.down:
+			return Summary{}, ErrLedgerShutdown
+		}
+		return Summary{}, fmt.Errorf("%w %s", ErrUnknownInvocation, id)
+	}
+	if l.down {
+		s := l.summaryLocked(inv)
+		l.mu.Unlock()
+		if s.Status == contract.StatusPending {
+			return s, ErrLedgerShutdown
+		}
+		return s, nil
+	}
 	l.mu.Unlock()
 	select {
 	case <-inv.done:
-	case <-ctx.Done():
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.summaryLocked(inv), fmt.Errorf("instrument: waiting for invocation %s: %w", id, ctx.Err())
+	default:
+		select {
+		case <-inv.done:
+		case <-ctx.Done():
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.summaryLocked(inv), fmt.Errorf("instrument: waiting for invocation %s: %w", id, ctx.Err())
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

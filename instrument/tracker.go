@@ -130,6 +130,10 @@ type Invocation struct {
 // StartInvocation starts a new invocation of agent in session: a root span
 // "invoke_agent {agent}" and a fresh invocation id in the returned
 // context's baggage. Call End when the caller receives its result.
+//
+// When the sampler does not sample the root, neither the ledger nor the
+// collector can observe the invocation: Ledger.Wait then answers at once,
+// incomplete with reason not_sampled (contract.ReasonNotSampled).
 func (t *Tracker) StartInvocation(ctx context.Context, agent, session string) (context.Context, *Invocation) {
 	return t.startRoot(ctx, agent, session)
 }
@@ -176,6 +180,11 @@ func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ..
 		),
 	}, extra...)
 	ctx, span := t.start(ctx, contract.SpanNameRootPrefix+" "+agent, opts...)
+	if !span.SpanContext().IsSampled() {
+		// Nothing of the invocation is observed: Ledger.Wait answers
+		// not_sampled at once instead of waiting for the open timeout.
+		markNotSampled(id)
+	}
 	return ctx, &Invocation{id: id, span: span}
 }
 
