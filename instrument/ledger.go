@@ -116,12 +116,12 @@ var ErrLedgerShutdown = errors.New("instrument: ledger shut down")
 // malformed parentage or links and reused span IDs fail closed, and a
 // model call without usage makes the invocation incomplete.
 type Ledger struct {
-	clock        Clock
-	settle       time.Duration
-	openTimeout  time.Duration
-	retention    time.Duration
-	maxOpen      int
-	maxSpans     int
+	clock         Clock
+	settle        time.Duration
+	openTimeout   time.Duration
+	retention     time.Duration
+	maxOpen       int
+	maxSpans      int
 	evictedCount  metric.Int64Counter
 	spanLimited   metric.Int64Counter
 	recordDropped metric.Int64Counter
@@ -138,7 +138,7 @@ type Ledger struct {
 	// record keeps the latest summaries of forgotten invocations for a
 	// late Wait.
 	record *summaryRecord
-	down       bool
+	down   bool
 }
 
 func newLedger(cfg config, meter metric.Meter) *Ledger {
