@@ -293,6 +293,16 @@ func TestCLI(t *testing.T) {
 	t.Run("foreground", func(t *testing.T) { testForeground(t, h) })
 	t.Run("background continuation", func(t *testing.T) { testBackground(t, h) })
 	t.Run("longer than the caller's patience", func(t *testing.T) { testPatience(t, h) })
+	t.Run("failing shell", func(t *testing.T) { testFailingShell(t, h) })
+	t.Run("several shells in one turn", func(t *testing.T) { testSeveralShells(t, h) })
+	t.Run("warm second prompt", func(t *testing.T) { testWarmSecondPrompt(t, h) })
+	t.Run("notification while a request streams", func(t *testing.T) { testNotificationWhileStreaming(t, h) })
+	t.Run("notification read by a later prompt", func(t *testing.T) { testConsumedByLaterPrompt(t, h) })
+	t.Run("interrupted", func(t *testing.T) { testInterrupted(t, h, func(r *Run, _ context.CancelFunc) error { return r.Process.Interrupt() }) })
+	t.Run("timed out", func(t *testing.T) { testInterrupted(t, h, func(_ *Run, cancel context.CancelFunc) error { cancel(); return nil }) })
+	t.Run("killed during a turn", func(t *testing.T) { testKilledDuringTurn(t, h) })
+	t.Run("own telemetry", func(t *testing.T) { testOwnTelemetry(t, h) })
+	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, h) })
 }
 
 func testForeground(t *testing.T, h *harness) {

@@ -134,4 +134,3 @@ func checkDischargedOnce(t testing.TB, p *pipeline) {
 		}
 	}
 }
-
