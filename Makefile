@@ -14,6 +14,9 @@ PROMETHEUS_BIN ?= $(or $(shell command -v prometheus 2>/dev/null),/usr/bin/prome
 OPENCODE_VERSION := 1.18.33
 OPENCODE_PREFIX := $(abspath .cache/opencode)
 OPENCODE_BIN := $(OPENCODE_PREFIX)/node_modules/opencode-linux-x64/bin/opencode
+CLAUDE_VERSION := 2.1.328
+CLAUDE_PREFIX := $(abspath .cache/claude)
+CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
 # AGENTLEDGER_E2E=1 turns a missing binary in an integration test into a
 # failure instead of a skip; `make test E2E=0` lets them skip.
@@ -27,9 +30,10 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 	AGENTLEDGER_COLLECTOR_BIN=$(COLLECTOR_BIN) \
 	JAEGER_BIN=$(JAEGER_BIN) \
 	PROMETHEUS_BIN=$(PROMETHEUS_BIN) \
-	OPENCODE_BIN=$(OPENCODE_BIN)
+	OPENCODE_BIN=$(OPENCODE_BIN) \
+	CLAUDE_BIN=$(CLAUDE_BIN)
 
-.PHONY: help build jaeger prometheus opencode test demo dashboards fuzz bench vet clean
+.PHONY: help build jaeger prometheus opencode claude test demo dashboards fuzz bench vet clean
 
 help:
 	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
@@ -39,6 +43,7 @@ help:
 	@echo "make jaeger        Jaeger v1.76.0 into .bin/jaeger (skipped when present)"
 	@echo "make prometheus    apt-get install prometheus when missing (needs root)"
 	@echo "make opencode      npm install opencode-ai@$(OPENCODE_VERSION) into .cache/opencode"
+	@echo "make claude        npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into .cache/claude"
 	@echo "make dashboards    regenerate the Grafana dashboards"
 	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
 	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) runs each, into out/bench.txt; benchstat compares modes (-col /mode)"
@@ -75,7 +80,17 @@ opencode:
 		npm install --no-audit --no-fund --prefix $(OPENCODE_PREFIX) opencode-ai@$(OPENCODE_VERSION); \
 	fi
 
-test: build jaeger prometheus opencode
+# The npm package ships the CLI as a self-contained native binary in a
+# platform package (@anthropic-ai/claude-code-linux-x64); npm warns that it
+# wants Node >= 22, which only matters to npm, not to the binary.
+claude:
+	@if [ -x $(CLAUDE_BIN) ]; then echo ">> $(CLAUDE_BIN) present"; else \
+		echo ">> npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into $(CLAUDE_PREFIX)"; \
+		mkdir -p $(CLAUDE_PREFIX); \
+		npm install --no-audit --no-fund --prefix $(CLAUDE_PREFIX) @anthropic-ai/claude-code@$(CLAUDE_VERSION); \
+	fi
+
+test: build jaeger prometheus opencode claude
 	@echo ">> go test -race ./... (AGENTLEDGER_E2E=$(E2E))"
 	$(TEST_ENV) $(GO) test -race -timeout 40m $(TESTFLAGS) ./...
 

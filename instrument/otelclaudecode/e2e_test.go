@@ -298,8 +298,12 @@ func TestCLI(t *testing.T) {
 	t.Run("warm second prompt", func(t *testing.T) { testWarmSecondPrompt(t, h) })
 	t.Run("notification while a request streams", func(t *testing.T) { testNotificationWhileStreaming(t, h) })
 	t.Run("notification read by a later prompt", func(t *testing.T) { testConsumedByLaterPrompt(t, h) })
-	t.Run("interrupted", func(t *testing.T) { testInterrupted(t, h, func(r *Run, _ context.CancelFunc) error { return r.Process.Interrupt() }) })
-	t.Run("timed out", func(t *testing.T) { testInterrupted(t, h, func(_ *Run, cancel context.CancelFunc) error { cancel(); return nil }) })
+	t.Run("interrupted", func(t *testing.T) {
+		testInterrupted(t, h, func(r *Run, _ context.CancelFunc) error { return r.Process.Interrupt() })
+	})
+	t.Run("timed out", func(t *testing.T) {
+		testInterrupted(t, h, func(_ *Run, cancel context.CancelFunc) error { cancel(); return nil })
+	})
 	t.Run("killed during a turn", func(t *testing.T) { testKilledDuringTurn(t, h) })
 	t.Run("own telemetry", func(t *testing.T) { testOwnTelemetry(t, h) })
 	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, h) })
