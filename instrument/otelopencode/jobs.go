@@ -1,6 +1,43 @@
 package otelopencode
 
-import "container/list"
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// Job kinds, the suffix of background span names.
+const (
+	KindSubagent = "subagent"
+	KindShell    = "shell"
+)
+
+// errUntracked is recorded on the span of a job dropped from tracking
+// beyond WithMaxJobs.
+var errUntracked = errors.New("opencode: job no longer tracked (WithMaxJobs): its end and its notification's turn are not recorded in this invocation")
+
+type job struct {
+	key     string
+	kind    string
+	j       *instrument.Job
+	ctx     context.Context
+	carrier instrument.Carrier
+	ended   bool
+	// settled is set once the job's followup is discharged or closed.
+	settled bool
+	// note is the job's completion notification, once posted.
+	note *note
+	// elem is the job's place in the jobTable while tracked.
+	elem *list.Element
+}
 
 // jobTable holds the background jobs whose followup is not settled yet,
 // by key (the child session id of a subagent, the job id of a shell), in
@@ -46,5 +83,179 @@ func (t *jobTable) remove(jb *job) {
 	jb.elem = nil
 	if t.byKey[jb.key] == jb {
 		delete(t.byKey, jb.key)
+	}
+}
+
+// toolJob starts the background job a tool call launched, and maps a
+// subagent's child session to the context its turns run in.
+func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
+	st := p.State
+	var key, kind string
+	switch {
+	case p.Tool == "task" && st.Metadata.SessionID != "":
+		key, kind = st.Metadata.SessionID, KindSubagent
+		child := m.session(key)
+		if child.parentID == "" {
+			child.parentID = s.id
+		}
+		child.tracked = true
+		if !st.Metadata.Background {
+			// A foreground subagent: its turns are part of the tool call.
+			if child.owner == nil {
+				child.owner = t.ctx
+				m.replay(child)
+			}
+			return
+		}
+	case p.Tool == "bash" && st.runsInBackground():
+		key, kind = st.Metadata.JobID, KindShell
+		if key == "" {
+			key = p.CallID
+		}
+	default:
+		return
+	}
+	if t.job != nil || key == "" {
+		return
+	}
+	if m.jobs.get(key) != nil {
+		return
+	}
+	ctx, j := m.tracker.StartBackground(t.ctx, kind, trace.WithAttributes(
+		attribute.String(AttrSessionID, key),
+		attribute.String(contract.AttrToolCallID, p.CallID),
+	))
+	jb := &job{key: key, kind: kind, j: j, ctx: ctx, carrier: j.Carrier()}
+	t.job = jb
+	s.launched = append(s.launched, jb)
+	if dropped := m.jobs.add(jb); dropped != nil {
+		m.dropJob(dropped)
+	}
+	if kind == KindSubagent {
+		child := m.session(key)
+		child.job = jb
+		child.owner = ctx
+		m.replay(child)
+		if child.ended {
+			m.endJob(jb, child.aborted, child.errMsg)
+		}
+	}
+}
+
+// awaitsJob reports whether s is a child session of a tracked session
+// whose job is not known yet: its messages are kept (orphans) until the
+// task tool's part that names it arrives.
+func (m *mapper) awaitsJob(s *sessionState) bool {
+	if s.parentID == "" || s.owner != nil || s.job != nil || s.gaveUp {
+		return false
+	}
+	parent, ok := m.sessions[s.parentID]
+	return ok && parent.tracked
+}
+
+// replay applies the messages and parts of a child session seen before
+// the context of its turns was known.
+func (m *mapper) replay(s *sessionState) {
+	orphans := s.orphans
+	s.orphans, s.orphanAt = nil, nil
+	for _, o := range orphans {
+		if o.Info.ID != "" {
+			m.message(o.Info)
+		}
+		for _, p := range o.Parts {
+			m.part(p, 0)
+		}
+	}
+}
+
+// notification handles a completion notification posted into session s
+// for the job named key.
+func (m *mapper) notification(s *sessionState, msgID, key string) {
+	u, ok := s.users[msgID]
+	if ok && (u.note != nil || u.unknownTask) {
+		return // seen before
+	}
+	if !ok {
+		if !s.tracked {
+			return
+		}
+		u = &userMsg{}
+		s.users[msgID] = u
+	}
+	jb := m.jobs.get(key)
+	if jb == nil || jb.note != nil {
+		// A job this Client does not track (it did not see it start, or
+		// its followup is settled, or it was dropped beyond WithMaxJobs),
+		// or a second notification of one job: its turn is unattributed.
+		u.unknownTask = true
+		return
+	}
+	if !jb.ended {
+		m.endJob(jb, false, "")
+	}
+	n := &note{msgID: msgID, job: jb}
+	jb.note = n
+	u.note = n
+	s.notes = append(s.notes, n)
+	sort.Slice(s.notes, func(i, j int) bool { return s.notes[i].msgID < s.notes[j].msgID })
+}
+
+// endJob ends a job's background span. Every background subagent promises
+// a notification when it starts; an abort cancels it, and then the
+// followup is closed as interrupted.
+func (m *mapper) endJob(jb *job, aborted bool, errMsg string) {
+	if jb.ended {
+		return
+	}
+	jb.ended = true
+	var outcome error
+	switch {
+	case aborted:
+		outcome = errAborted
+	case errMsg != "":
+		outcome = fmt.Errorf("opencode: %s", errMsg)
+	}
+	jb.j.End(outcome, true)
+	if aborted {
+		m.settle(jb)
+		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonInterrupted, "")
+	}
+}
+
+// settle records that jb's followup is discharged or closed: the job is
+// no longer tracked.
+func (m *mapper) settle(jb *job) {
+	jb.settled = true
+	m.jobs.remove(jb)
+}
+
+// resolve records that notification n is answered (by a turn, or closed):
+// its job is settled.
+func (m *mapper) resolve(n *note) {
+	n.resolved = true
+	m.settle(n.job)
+}
+
+// dropJob stops tracking a job beyond WithMaxJobs, fail-closed: its span
+// ends with errUntracked if it still runs, its followup is closed with
+// reason cancelled (a visible reason, never a count met by nothing), and
+// its later work (the child session's turns, the notification's turn) is
+// kept out of its invocation.
+func (m *mapper) dropJob(jb *job) {
+	if !jb.ended {
+		jb.ended = true
+		jb.j.End(errUntracked, true)
+	}
+	jb.settled = true
+	if jb.note != nil {
+		jb.note.resolved = true
+	}
+	if child, ok := m.sessions[jb.key]; ok && child.job == jb {
+		child.owner = nil
+	}
+	_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonCancelled, "")
+	m.droppedJobs++
+	if m.onDropJob != nil {
+		m.onDropJob()
 	}
 }

@@ -1,0 +1,100 @@
+package otelopencode
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// errDeleted is recorded on spans a session's deletion cut short.
+var errDeleted = errors.New("opencode: session deleted")
+
+// idle handles a session that went idle: its continuation has ended, a
+// child session's job is done, and notifications an abort left without a
+// turn will get none.
+func (m *mapper) idle(id string) {
+	s := m.session(id)
+	if m.awaitsJob(s) && len(s.orphans) > 0 {
+		// A child session whose turns ran without any job naming it: they
+		// are recorded as unattributed turns rather than lost.
+		s.gaveUp, s.tracked = true, true
+		m.replay(s)
+	}
+	if s.current != nil {
+		m.endTurn(s, s.current)
+	}
+	for msgID, u := range s.users {
+		if u.finish != nil && u.seen && msgID <= s.answered {
+			finish := u.finish
+			u.finish, u.owner = nil, nil
+			finish()
+		}
+	}
+	if s.parentID != "" {
+		if s.job != nil {
+			m.endJob(s.job, s.aborted, s.errMsg)
+		} else {
+			s.ended = true
+		}
+	}
+	if s.aborted {
+		for _, n := range s.notes {
+			if !n.resolved {
+				m.resolve(n)
+				_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonInterrupted, "")
+			}
+		}
+		if s.parentID == "" {
+			s.aborted = false
+		}
+	}
+	m.prune(s)
+}
+
+// deleted handles a deleted session: what it still ran ends, and the
+// followups of the jobs it launched that no turn answered are closed with
+// reason session_closed.
+func (m *mapper) deleted(id string) {
+	s, ok := m.sessions[id]
+	if !ok {
+		return
+	}
+	if s.current != nil {
+		m.endTurn(s, s.current)
+	}
+	for _, a := range s.assistants {
+		if a.span != nil && !a.ended {
+			a.ended = true
+			a.span.SetStatus(codes.Error, errDeleted.Error())
+			a.span.End()
+		}
+	}
+	for _, t := range s.tools {
+		if t.span != nil && !t.ended {
+			t.ended = true
+			t.span.SetStatus(codes.Error, errDeleted.Error())
+			t.span.End()
+		}
+	}
+	if s.job != nil {
+		m.endJob(s.job, false, errDeleted.Error())
+	}
+	for _, n := range s.notes {
+		if !n.resolved {
+			m.resolve(n)
+			_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonSessionClosed, "")
+		}
+	}
+	for _, jb := range s.launched {
+		if jb.settled {
+			continue
+		}
+		m.endJob(jb, false, errDeleted.Error())
+		m.settle(jb)
+		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonSessionClosed, "")
+	}
+	delete(m.sessions, id)
+}

@@ -1,0 +1,190 @@
+package otelopencode
+
+import (
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// Attributes this package adds besides the contract's and GenAI's.
+const (
+	// AttrCost (double) is OpenCode's cost of an assistant message, in the
+	// currency of its model configuration (USD for models.dev models).
+	AttrCost = "opencode.cost"
+	// AttrMessageID is the OpenCode message id of a model call.
+	AttrMessageID = "opencode.message.id"
+	// AttrSessionID names the OpenCode session a background job runs in
+	// (the child session of a background subagent).
+	AttrSessionID = "opencode.session.id"
+	// AttrFinish is OpenCode's finish reason of an assistant message.
+	AttrFinish = "opencode.finish"
+)
+
+// errAborted is recorded on spans of work an abort cancelled.
+var errAborted = errors.New("opencode: aborted")
+
+// abortErrorName is OpenCode's error name for an aborted message or session.
+const abortErrorName = "MessageAbortedError"
+
+func (m *mapper) message(info rawInfo) {
+	if info.ID == "" || info.SessionID == "" {
+		return
+	}
+	s := m.session(info.SessionID)
+	if info.ID <= s.floor {
+		return
+	}
+	s.maxMsg = max(s.maxMsg, info.ID)
+	if !s.tracked && !m.awaitsJob(s) {
+		// Nobody prompted this session through the Client: its turns are
+		// not recorded, and nothing about them is kept.
+		return
+	}
+	switch info.Role {
+	case "user":
+		u, ok := s.users[info.ID]
+		if !ok {
+			u = &userMsg{}
+			s.users[info.ID] = u
+		}
+		u.seen = true
+	case "assistant":
+		m.assistant(s, info)
+	}
+}
+
+func (m *mapper) assistant(s *sessionState, info rawInfo) {
+	a, ok := s.assistants[info.ID]
+	if !ok {
+		if m.awaitsJob(s) {
+			s.keepOrphan("m:"+info.ID, messageWithParts{Info: info})
+			return
+		}
+		ctx := m.turnContext(s, info)
+		model := info.ModelID
+		attrs := []attribute.KeyValue{
+			attribute.String(contract.AttrOperationName, contract.OpChat),
+			attribute.String(contract.AttrRequestModel, info.ModelID),
+			attribute.String(contract.AttrProviderName, info.ProviderID),
+			attribute.String(contract.AttrConversationID, s.id),
+			attribute.String(AttrMessageID, info.ID),
+		}
+		if info.Agent != "" {
+			attrs = append(attrs, attribute.String(contract.AttrAgentName, info.Agent))
+		}
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
+		if t := msTime(info.Time.Created); !t.IsZero() {
+			opts = append(opts, trace.WithTimestamp(t))
+		}
+		_, span := m.tracer.Start(ctx, contract.OpChat+" "+model, opts...)
+		a = &assistantMsg{turn: ctx, span: span}
+		s.assistants[info.ID] = a
+	}
+	if a.span == nil || a.ended {
+		return
+	}
+	if info.Time.Completed == 0 && info.Error == nil {
+		return
+	}
+	a.ended = true
+	if tk := info.Tokens; tk != nil {
+		// OpenCode's input excludes cache reads and writes and its output
+		// excludes reasoning (measured, testdata/README.md); GenAI counts
+		// them in.
+		a.span.SetAttributes(
+			attribute.Int64(contract.AttrUsageInputTokens, tk.Input+tk.Cache.Read+tk.Cache.Write),
+			attribute.Int64(contract.AttrUsageOutputTokens, tk.Output+tk.Reasoning),
+			attribute.Int64(contract.AttrUsageCacheReadTokens, tk.Cache.Read),
+			attribute.Int64(contract.AttrUsageCacheCreateTokens, tk.Cache.Write),
+			attribute.Int64(contract.AttrUsageReasoningTokens, tk.Reasoning),
+		)
+	}
+	a.span.SetAttributes(attribute.Float64(AttrCost, info.Cost))
+	if info.Finish != "" {
+		a.span.SetAttributes(attribute.String(AttrFinish, info.Finish))
+	}
+	if info.Error != nil {
+		a.span.SetStatus(codes.Error, info.Error.Name+": "+info.Error.Data.Message)
+	}
+	end := msTime(info.Time.Completed)
+	if end.IsZero() {
+		end = time.Now()
+	}
+	a.span.End(trace.WithTimestamp(end))
+	close(m.seen)
+	m.seen = make(chan struct{})
+}
+
+// part applies a message part; at is the event's time (0 when unknown),
+// the start of a tool call first seen before it runs.
+func (m *mapper) part(p part, at int64) {
+	if p.SessionID == "" || p.MessageID == "" {
+		return
+	}
+	s := m.session(p.SessionID)
+	if p.MessageID <= s.floor {
+		return
+	}
+	s.maxMsg = max(s.maxMsg, p.MessageID)
+	if jobKey, _, ok := parseNotification(p); ok {
+		m.notification(s, p.MessageID, jobKey)
+		return
+	}
+	if p.Type != "tool" || p.State == nil || p.ID == "" {
+		return
+	}
+	a, ok := s.assistants[p.MessageID]
+	if !ok {
+		if m.awaitsJob(s) {
+			s.keepOrphan("p:"+p.ID, messageWithParts{Parts: []part{p}})
+		}
+		return
+	}
+	if a.span == nil {
+		return
+	}
+	t, ok := s.tools[p.ID]
+	if !ok {
+		opts := []trace.SpanStartOption{
+			trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(
+				attribute.String(contract.AttrOperationName, contract.OpExecuteTool),
+				attribute.String(contract.AttrToolName, p.Tool),
+				attribute.String(contract.AttrToolCallID, p.CallID),
+			),
+		}
+		start := msTime(p.State.Time.Start)
+		if start.IsZero() {
+			start = msTime(at)
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		opts = append(opts, trace.WithTimestamp(start))
+		// Tools run in the turn, beside its model calls.
+		ctx, span := m.tracer.Start(a.turn, contract.OpExecuteTool+" "+p.Tool, opts...)
+		t = &toolPart{msgID: p.MessageID, ctx: ctx, span: span, start: start}
+		s.tools[p.ID] = t
+	}
+	m.toolJob(s, t, p)
+	if t.ended || (p.State.Status != "completed" && p.State.Status != "error") {
+		return
+	}
+	t.ended = true
+	if p.State.Status == "error" {
+		t.span.SetStatus(codes.Error, p.State.Error)
+	}
+	end := msTime(p.State.Time.End)
+	if end.IsZero() {
+		end = time.Now()
+	}
+	if end.Before(t.start) {
+		end = t.start
+	}
+	t.span.End(trace.WithTimestamp(end))
+}

@@ -1,0 +1,149 @@
+package otelopencode
+
+import (
+	"cmp"
+	"context"
+
+	"github.com/agentledger/agentledger/instrument"
+)
+
+// Reasons of an unattributed turn (contract.AttrUnattributed on its root):
+// a turn in a session the Client tracks that no invocation of this Client
+// can own. It is recorded as an invocation of its own
+// (instrument.Tracker.StartUnattributed) with the turn's model calls and
+// tools as its usage, closes incomplete with
+// unattributed_wakeup:<reason>, never final, and its session owes work
+// until the turn ends.
+const (
+	// UnattributedUnknownTask: the turn answers the completion
+	// notification of a job the Client does not track (launched before it
+	// started reading events, or dropped beyond WithMaxJobs), or is a turn
+	// of a child session whose job was never named.
+	UnattributedUnknownTask = "unknown_task"
+	// UnattributedEndedTurn: the turn answers a user message whose turn
+	// had already ended or been settled: a prompt of the Client whose
+	// invocation had ended (the call failed or was given up while
+	// OpenCode went on), a notification whose followup was settled (an
+	// abort closed it, another turn read it, its continuation ended), or a
+	// message older than everything still open in the session.
+	UnattributedEndedTurn = "ended_turn"
+	// UnattributedOtherPrompt: the turn answers a user message the Client
+	// did not send (another client of the server).
+	UnattributedOtherPrompt = "other_prompt"
+	// UnattributedUnseenMessage: the turn answers a user message the Client
+	// never saw (posted while its event stream was detached).
+	UnattributedUnseenMessage = "unseen_message"
+	// UnattributedUntrackedJob: a turn of the child session of a job
+	// dropped from tracking beyond WithMaxJobs.
+	UnattributedUntrackedJob = "untracked_job"
+)
+
+// turnContext returns the context the model calls of assistant message
+// info of a tracked session run in: the prompt's root, the child session's
+// job, a continuation it starts when the message answers a completion
+// notification, or else an unattributed turn it starts (contract rule 7),
+// so that no model call of a tracked session is left out. It settles the
+// notifications the turn reads.
+func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
+	parent := info.ParentID
+	u := s.users[parent]
+	s.answered = max(s.answered, parent)
+	tr := s.turns[parent]
+	if s.current != nil && s.current != tr {
+		// The turn moved on to another user message.
+		m.endTurn(s, s.current)
+	}
+	var ctx context.Context
+	var reason string
+	switch {
+	case u != nil && u.owner != nil:
+		ctx = u.owner
+	case tr != nil && !tr.ended:
+		ctx = tr.ctx
+	case tr != nil:
+		// Its turn has ended, and the message is answered again.
+		reason = cmp.Or(tr.reason, UnattributedEndedTurn)
+	case u != nil && u.note != nil:
+		if ctx = m.startContinuation(s, info); ctx == nil {
+			reason = UnattributedEndedTurn // settled before its turn
+		}
+	case s.owner != nil:
+		// A child session: its own turns are the job's work.
+		ctx = s.owner
+	default:
+		reason = s.unownedReason(u, parent)
+	}
+	if ctx == nil {
+		ctx = m.startUnattributed(s, info, reason)
+	}
+	// Notifications posted before this turn's user message and not yet
+	// answered are read by this turn.
+	for _, n := range s.notes {
+		if n.resolved || n.msgID > parent {
+			continue
+		}
+		m.resolve(n)
+		_ = m.tracker.ConsumeFollowup(ctx, n.job.carrier)
+	}
+	return ctx
+}
+
+// unownedReason says why a turn answering user message parent (u, nil
+// when unknown) belongs to no invocation of the Client.
+func (s *sessionState) unownedReason(u *userMsg, parent string) string {
+	switch {
+	case u != nil && u.unknownTask:
+		return UnattributedUnknownTask
+	case s.parentID != "" && s.job != nil:
+		return UnattributedUntrackedJob // its job was dropped
+	case s.parentID != "":
+		return UnattributedUnknownTask // a child session no job named
+	case u != nil && (u.sent || u.note != nil), u == nil && parent != "" && parent <= s.floor:
+		return UnattributedEndedTurn
+	case u != nil && u.seen:
+		return UnattributedOtherPrompt
+	default:
+		return UnattributedUnseenMessage
+	}
+}
+
+// startUnattributed starts the unattributed turn that answers info's
+// parent message: an invocation of its own (Tracker.StartUnattributed),
+// running until the session is idle or its next turn answers another
+// message.
+func (m *mapper) startUnattributed(s *sessionState, info rawInfo, reason string) context.Context {
+	agent := cmp.Or(info.Agent, "opencode")
+	ctx, inv := m.tracker.StartUnattributed(context.Background(), agent, s.id, reason)
+	tr := &turn{ctx: ctx, end: inv.End, reason: reason}
+	s.turns[info.ParentID] = tr
+	s.current = tr
+	return ctx
+}
+
+// startContinuation starts the continuation for the notification that
+// info's parent message is, following up every unanswered notification of
+// the same invocation posted up to it.
+func (m *mapper) startContinuation(s *sessionState, info rawInfo) context.Context {
+	u := s.users[info.ParentID]
+	inv := u.note.job.j.InvocationID()
+	var carriers []instrument.Carrier
+	for _, n := range s.notes {
+		if n.resolved || n.msgID > info.ParentID || n.job.j.InvocationID() != inv {
+			continue
+		}
+		m.resolve(n)
+		carriers = append(carriers, n.job.carrier)
+	}
+	if len(carriers) == 0 {
+		return nil // already answered (closed as interrupted, or read by another turn)
+	}
+	agent := cmp.Or(info.Agent, "opencode")
+	ctx, c, err := m.tracker.StartContinuation(context.Background(), agent, s.id, carriers...)
+	if err != nil {
+		return nil
+	}
+	tr := &turn{ctx: ctx, end: c.End}
+	s.turns[info.ParentID] = tr
+	s.current = tr
+	return ctx
+}
