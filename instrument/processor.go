@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/parked"
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
@@ -38,6 +39,10 @@ type SpanProcessor struct {
 
 	lateChildren metric.Int64Counter
 	untracked    metric.Int64Counter
+
+	// holders end the model calls the client wrappers hold open for a
+	// retry, before a flush or shutdown.
+	holders parked.Holders
 
 	// mu guards open and turns.
 	mu sync.Mutex
@@ -159,6 +164,11 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		if probe, ok := parent.Value(probeKey{}).(*startProbe); ok {
 			probe.processor = p
 		}
+	} else if s.SpanKind() == trace.SpanKindClient {
+		// A model call a wrapper may hold open for a retry.
+		if h := parked.HolderFromContext(parent); h != nil {
+			p.holders.Add(h)
+		}
 	}
 
 	if id != "" {
@@ -215,9 +225,12 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 }
 
-// Shutdown shuts down the next processor and closes the ledger: open
-// invocations become incomplete with reason shutdown.
+// Shutdown ends the model calls the client wrappers (otelopenai,
+// otelanthropic) hold open for a retry, so that they reach the next
+// processor, then shuts down the next processor and closes the ledger:
+// open invocations become incomplete with reason shutdown.
 func (p *SpanProcessor) Shutdown(ctx context.Context) error {
+	p.holders.EndParked()
 	p.ledger.shutdown()
 	if p.next != nil {
 		return p.next.Shutdown(ctx)
@@ -225,8 +238,11 @@ func (p *SpanProcessor) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// ForceFlush flushes the next processor.
+// ForceFlush ends the model calls the client wrappers hold open for a
+// retry (a retry that comes later starts a new span), then flushes the
+// next processor.
 func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
+	p.holders.EndParked()
 	if p.next != nil {
 		return p.next.ForceFlush(ctx)
 	}

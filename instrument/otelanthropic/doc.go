@@ -27,7 +27,11 @@
 // the caller closes the stream early (then
 // gen_ai.response.stream_closed_early=true). Retries by the SDK are one
 // span with one "attempt" event each, and usage counted once; see the
-// otelopenai package for how attempts are tied together.
+// otelopenai package for how attempts are tied together, and how a span
+// held open for a retry is exported when the process shuts its provider
+// down. Without WithTracerProvider, each call's span is started with the
+// provider of the span in the request's context (as otelhttp does), or the
+// global provider when the context has none.
 //
 // Message content is recorded only with WithCaptureContent(true).
 package otelanthropic // import "github.com/agentledger/agentledger/instrument/otelanthropic"

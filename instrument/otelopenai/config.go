@@ -30,8 +30,10 @@ func (f optionFunc) apply(c *genaicall.Config) { f(c) }
 
 // WithTracerProvider sets the TracerProvider the model-call spans are
 // started with; for invocation accounting its pipeline should contain an
-// instrument.SpanProcessor. The global provider is used when it is not
-// given or nil.
+// instrument.SpanProcessor. When it is not given or nil, each call uses the
+// provider of the span in its request's context (as otelhttp does), so a
+// call made inside an invocation reaches that invocation's pipeline; the
+// global provider when the context has no span.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(genaicall.TracerProvider(tp))
 }

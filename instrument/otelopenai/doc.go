@@ -31,7 +31,16 @@
 // the attempt's context ends, or when the retry window of WithRetryWindow
 // passes) the span ends at the failed attempt's end time. When the caller
 // removed the SDK's X-Stainless-Retry-Count header, a request identical to
-// a parked one from the same span is taken as its retry.
+// a parked one from the same span is taken as its retry. A span held open
+// for a retry is not lost when the process exits within the window: the
+// instrument.SpanProcessor of its pipeline ends it (at the failed
+// attempt's end) in its Shutdown and ForceFlush, before it flushes, so
+// TracerProvider.Shutdown exports it. A retry after a ForceFlush starts a
+// new span.
+//
+// Without WithTracerProvider, each call's span is started with the
+// provider of the span in the request's context (as otelhttp does), or the
+// global provider when the context has none.
 //
 // Message content is recorded only with WithCaptureContent(true).
 package otelopenai // import "github.com/agentledger/agentledger/instrument/otelopenai"

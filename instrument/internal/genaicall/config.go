@@ -19,6 +19,8 @@ const DefaultRetryWindow = 3 * time.Minute
 // fill it through the Settings below; the zero value of a field means
 // "not set".
 type Config struct {
+	// TracerProvider stays nil when not set: each call then uses the
+	// provider of the span in its request's context, or the global one.
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	Propagators    propagation.TextMapPropagator
@@ -34,12 +36,10 @@ type Stopper = interface{ Stop() bool }
 // Setting changes a Config; each wrapper's Option carries one.
 type Setting func(*Config)
 
-// WithDefaults returns c with the global providers and propagators, the
-// default retry window and real timers where c leaves them unset.
+// WithDefaults returns c with the global meter provider and propagators,
+// the default retry window and real timers where c leaves them unset. An
+// unset TracerProvider stays nil: it is chosen per call.
 func (c Config) WithDefaults() Config {
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}

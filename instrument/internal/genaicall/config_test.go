@@ -41,7 +41,7 @@ func TestNewConfig(t *testing.T) {
 	}
 
 	d := NewConfig[option](nil, option.apply)
-	if d.RetryWindow != DefaultRetryWindow || d.TracerProvider != otel.GetTracerProvider() || d.Propagators != otel.GetTextMapPropagator() {
+	if d.RetryWindow != DefaultRetryWindow || d.TracerProvider != nil || d.Propagators != otel.GetTextMapPropagator() {
 		t.Errorf("defaults %+v", d)
 	}
 }

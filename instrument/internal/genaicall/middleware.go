@@ -16,11 +16,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/parked"
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
@@ -95,10 +97,17 @@ type Parser interface {
 // logical call over all its attempts, with the GenAI client metrics.
 type Middleware struct {
 	cfg      Config
+	scope    Scope
 	provider string
 	// pkg prefixes errors: the wrapper's package name.
-	pkg      string
-	tracer   trace.Tracer
+	pkg string
+	// tracer is that of the configured TracerProvider; nil when none was
+	// given, and each call then uses the provider of the span in its
+	// request's context (tracerFor).
+	tracer trace.Tracer
+	// holder lets the instrument SpanProcessor end the parked calls before
+	// it flushes or shuts down (EndParked).
+	holder   *parked.Holder
 	tokens   metric.Int64Histogram
 	duration metric.Float64Histogram
 	seed     maphash.Seed
@@ -106,7 +115,7 @@ type Middleware struct {
 	// mu guards pending: calls whose last attempt failed in a way the SDK
 	// retries, waiting for their next attempt.
 	mu      sync.Mutex
-	pending map[callKey][]parked
+	pending map[callKey][]parking
 }
 
 // callKey ties the attempts of one logical call together: the caller's
@@ -122,12 +131,16 @@ type callKey struct {
 func New(cfg Config, s Scope) *Middleware {
 	m := &Middleware{
 		cfg:      cfg,
+		scope:    s,
 		provider: s.Provider,
 		pkg:      path.Base(s.Name),
-		tracer:   cfg.TracerProvider.Tracer(s.Name, trace.WithInstrumentationVersion(s.Version)),
 		seed:     maphash.MakeSeed(),
-		pending:  make(map[callKey][]parked),
+		pending:  make(map[callKey][]parking),
 	}
+	if cfg.TracerProvider != nil {
+		m.tracer = cfg.TracerProvider.Tracer(s.Name, trace.WithInstrumentationVersion(s.Version))
+	}
+	m.holder = parked.NewHolder(m.EndParked)
 	meter := cfg.MeterProvider.Meter(s.Name, metric.WithInstrumentationVersion(s.Version))
 	// Instrument creation only fails on invalid names; the no-op
 	// instruments returned alongside the error are still usable.
@@ -295,16 +308,32 @@ func (m *Middleware) start(req *http.Request, info Request) *call {
 		name += " " + info.Model
 	}
 	start := time.Now()
-	_, span := m.tracer.Start(req.Context(), name,
+	ctx := parked.ContextWithHolder(req.Context(), m.holder)
+	_, span := m.tracerFor(ctx).Start(ctx, name,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(start),
 		trace.WithAttributes(attrs...))
 	return &call{m: m, span: span, operation: info.Operation, start: start, requestModel: info.Model, server: host, port: p}
 }
 
-// parked is a call waiting for its next attempt; gen tells its parkings
+// tracerFor returns the tracer of the configured TracerProvider, or, when
+// none was given, of the provider of the span in ctx (as otelhttp does),
+// so that a call inside an invocation reaches that invocation's pipeline;
+// the global provider when ctx has no span.
+func (m *Middleware) tracerFor(ctx context.Context) trace.Tracer {
+	if m.tracer != nil {
+		return m.tracer
+	}
+	tp := otel.GetTracerProvider()
+	if span := trace.SpanFromContext(ctx); span.SpanContext().IsValid() {
+		tp = span.TracerProvider()
+	}
+	return tp.Tracer(m.scope.Name, trace.WithInstrumentationVersion(m.scope.Version))
+}
+
+// parking is a call waiting for its next attempt; gen tells its parkings
 // apart, so that a stale timer of an earlier parking cannot end it.
-type parked struct {
+type parking struct {
 	c   *call
 	gen uint64
 }
@@ -324,7 +353,7 @@ func (m *Middleware) park(key callKey, c *call, ctx context.Context) {
 	gen := c.parkGen
 	c.mu.Unlock()
 	m.mu.Lock()
-	m.pending[key] = append(m.pending[key], parked{c: c, gen: gen})
+	m.pending[key] = append(m.pending[key], parking{c: c, gen: gen})
 	m.mu.Unlock()
 	expire := func() {
 		if m.remove(key, c, gen) {
@@ -381,6 +410,26 @@ func (m *Middleware) remove(key callKey, c *call, gen uint64) bool {
 		}
 	}
 	return false
+}
+
+// EndParked ends every parked call now, at its last attempt's end, as if
+// no retry came: the instrument SpanProcessor calls it before it flushes
+// or shuts down its pipeline, so that a process exiting within the retry
+// window still exports the calls. A retry that comes later starts a new
+// span.
+func (m *Middleware) EndParked() {
+	m.mu.Lock()
+	var calls []*call
+	for _, ps := range m.pending {
+		for _, p := range ps {
+			calls = append(calls, p.c)
+		}
+	}
+	clear(m.pending)
+	m.mu.Unlock()
+	for _, c := range calls {
+		c.endParked()
+	}
 }
 
 // Parked returns how many parkings of calls wait for a next attempt.
