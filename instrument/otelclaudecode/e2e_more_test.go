@@ -250,12 +250,12 @@ func testConsumedByLaterPrompt(t *testing.T, h *harness) {
 // the followup is closed as interrupted, so the invocation is final with
 // what happened, never waiting for a turn that cannot come, and the
 // reason is on record.
-func testInterrupted(t *testing.T, h *harness, stop func(*Run, context.CancelFunc) error) {
+func testInterrupted(t *testing.T, h *harness, name string, stop func(*Run, context.CancelFunc) error) {
 	g := newGate(t, "never")
 	h.router.SetRules(bgRules("BG-STOP", g.command("never", 0))...)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	r := h.run(t, ctx, h.client(t, "interrupted"), "BG-STOP: start the endless job")
+	r := h.run(t, ctx, h.client(t, name), "BG-STOP: start the endless job")
 	if err := stop(r, cancel); err != nil {
 		t.Fatal(err)
 	}

@@ -299,10 +299,10 @@ func TestCLI(t *testing.T) {
 	t.Run("notification while a request streams", func(t *testing.T) { testNotificationWhileStreaming(t, h) })
 	t.Run("notification read by a later prompt", func(t *testing.T) { testConsumedByLaterPrompt(t, h) })
 	t.Run("interrupted", func(t *testing.T) {
-		testInterrupted(t, h, func(r *Run, _ context.CancelFunc) error { return r.Process.Interrupt() })
+		testInterrupted(t, h, "interrupted", func(r *Run, _ context.CancelFunc) error { return r.Process.Interrupt() })
 	})
 	t.Run("timed out", func(t *testing.T) {
-		testInterrupted(t, h, func(_ *Run, cancel context.CancelFunc) error { cancel(); return nil })
+		testInterrupted(t, h, "timed_out", func(_ *Run, cancel context.CancelFunc) error { cancel(); return nil })
 	})
 	t.Run("killed during a turn", func(t *testing.T) { testKilledDuringTurn(t, h) })
 	t.Run("own telemetry", func(t *testing.T) { testOwnTelemetry(t, h) })
