@@ -194,6 +194,13 @@ type sp struct {
 	linkTrace  uint64
 	linkTraces []uint64 // per followup link, when they differ
 	extra      map[string]any
+	late       bool // invocation.late_child = true
+	failed     bool // status Error
+	// uncounted marks, for the generators, a span no count declares: a
+	// late child, an uncounted child of a remote span. extraChildrenOf is
+	// the anomaly a late child causes.
+	uncounted       bool
+	extraChildrenOf string
 }
 
 // batch builds a ptrace.Traces holding the spans, one resource per batch.
@@ -233,6 +240,12 @@ func (s sp) fill(span ptrace.Span) {
 	put(contract.AttrFollowups, s.followups)
 	if s.remote {
 		a.PutBool(contract.AttrRemote, true)
+	}
+	if s.late {
+		a.PutBool(contract.AttrLateChild, true)
+	}
+	if s.failed {
+		span.Status().SetCode(ptrace.StatusCodeError)
 	}
 	if s.op != "" {
 		a.PutStr(contract.AttrOperationName, s.op)
