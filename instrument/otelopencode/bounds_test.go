@@ -26,8 +26,8 @@ func trackedJobs(m *mapper) int {
 func sessionEntries(m *mapper, id string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s, ok := m.sessions[id]
-	if !ok {
+	s := m.sessions.lookup(id)
+	if s == nil {
 		return 0
 	}
 	return len(s.users) + len(s.assistants) + len(s.tools) + len(s.turns) + len(s.notes) + len(s.launched) + len(s.orphans)
@@ -258,7 +258,7 @@ func TestOrphansBounded(t *testing.T) {
 	s.send(`{"type":"message.part.updated","properties":{"sessionID":"ses_C","part":{"type":"tool","tool":"bash","callID":"call_c","state":{"status":"completed","input":{}, "time":{"start":%d,"end":%d}},"id":"prt_c","sessionID":"ses_C","messageID":"msg_04"}}}`, created, s.now())
 	s.send(`{"type":"message.updated","properties":{"sessionID":"ses_C","info":{"id":"msg_04","sessionID":"ses_C","role":"assistant","parentID":"msg_03","modelID":"m","providerID":"p","tokens":{"input":30,"output":3,"reasoning":0,"cache":{"read":0,"write":0}},"time":{"created":%d,"completed":%d}}}}`, created, s.now())
 	s.m.mu.Lock()
-	orphans := len(s.m.sessions["ses_C"].orphans)
+	orphans := len(s.m.sessions.lookup("ses_C").orphans)
 	s.m.mu.Unlock()
 	if orphans > 2 {
 		t.Errorf("%d orphans kept for one message and one part", orphans)

@@ -7,10 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/instrument"
@@ -31,22 +28,13 @@ var ErrNoLedger = errors.New("otelopencode: no ledger (use WithLedger)")
 // event stream. Start it before prompting. A Client is safe for concurrent
 // use.
 type Client struct {
-	base    *url.URL
-	hc      *http.Client
 	cfg     config
+	api     *serverAPI
 	tracker *instrument.Tracker
 	m       *mapper
-
-	events, ignored, malformed, reconnects, evicted, evictedJobs atomic.Int64
-	mEvents, mMalformed, mReconnects, mEvicted, mEvictedJobs     metric.Int64Counter
-
-	// mu guards cancel, done and connected.
-	mu        sync.Mutex
-	cancel    context.CancelFunc
-	done      chan struct{}
-	connected chan struct{}
-
-	ids idSource
+	stream  *eventStream
+	stats   *telemetry
+	ids     idSource
 }
 
 // New returns a Client for the OpenCode server at baseURL (for example
@@ -68,35 +56,17 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
 	tracker := instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators))
 	tracer := cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version()))
-	c := &Client{
-		base:      u,
-		hc:        hc,
-		cfg:       cfg,
-		tracker:   tracker,
-		m:         newMapper(tracer, tracker, cfg.maxSessions, cfg.maxJobs),
-		connected: make(chan struct{}),
-	}
-	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
-	// Errors from instrument creation leave a usable no-op instrument.
-	c.mEvents, _ = meter.Int64Counter("agentledger.opencode.events",
-		metric.WithDescription("Events read from the OpenCode event stream."), metric.WithUnit("{event}"))
-	c.mMalformed, _ = meter.Int64Counter("agentledger.opencode.events.malformed",
-		metric.WithDescription("Events of the OpenCode event stream that could not be decoded (skipped)."), metric.WithUnit("{event}"))
-	c.mReconnects, _ = meter.Int64Counter("agentledger.opencode.reconnects",
-		metric.WithDescription("Reconnections of the OpenCode event stream."), metric.WithUnit("{reconnect}"))
-	c.mEvicted, _ = meter.Int64Counter("agentledger.opencode.sessions.evicted",
-		metric.WithDescription("Sessions that owed nothing, forgotten beyond the session limit (WithMaxSessions)."), metric.WithUnit("{session}"))
-	c.mEvictedJobs, _ = meter.Int64Counter("agentledger.opencode.jobs.evicted",
-		metric.WithDescription("Background jobs dropped from tracking beyond the job limit (WithMaxJobs); their followup is closed with reason cancelled."), metric.WithUnit("{job}"))
-	c.m.onEvict = func() {
-		c.evicted.Add(1)
-		c.mEvicted.Add(context.Background(), 1)
-	}
-	c.m.onDropJob = func() {
-		c.evictedJobs.Add(1)
-		c.mEvictedJobs.Add(context.Background(), 1)
-	}
-	return c, nil
+	api := &serverAPI{base: u, hc: hc, propagators: cfg.propagators}
+	stats := newTelemetry(cfg.meterProvider)
+	m := newMapper(tracer, tracker, stats, cfg.maxSessions, cfg.maxJobs)
+	return &Client{
+		cfg:     cfg,
+		api:     api,
+		tracker: tracker,
+		m:       m,
+		stream:  newEventStream(api, m, stats, cfg),
+		stats:   stats,
+	}, nil
 }
 
 // Start starts reading the server's event stream (GET /event) in a
@@ -104,48 +74,15 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 // goroutine then keeps trying; stop it with Shutdown). The stream is
 // reconnected whenever it breaks, and the sessions with open work are then
 // read again from the server, so no completion is lost.
-func (c *Client) Start(ctx context.Context) error {
-	c.mu.Lock()
-	if c.done == nil {
-		runCtx, cancel := context.WithCancel(context.Background())
-		c.cancel = cancel
-		c.done = make(chan struct{})
-		go c.run(runCtx, c.done)
-	}
-	connected := c.connected
-	c.mu.Unlock()
-	select {
-	case <-connected:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("otelopencode: connecting the event stream: %w", ctx.Err())
-	}
-}
+func (c *Client) Start(ctx context.Context) error { return c.stream.start(ctx) }
 
 // Shutdown stops reading the event stream and waits for the goroutine to
 // end, or for ctx. Spans still open (jobs running, continuations) stay
 // open: their invocations are not final.
-func (c *Client) Shutdown(ctx context.Context) error {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("otelopencode: shutdown: %w", ctx.Err())
-	}
-}
+func (c *Client) Shutdown(ctx context.Context) error { return c.stream.shutdown(ctx) }
 
-func (c *Client) started() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.done != nil
-}
+// started reports whether Start was called.
+func (c *Client) started() bool { return c.stream.started() }
 
 // CreateSession creates a session and returns its id. Give it a title:
 // OpenCode generates a title for an untitled session with an extra model
@@ -158,7 +95,7 @@ func (c *Client) CreateSession(ctx context.Context, title string) (string, error
 	var s struct {
 		ID string `json:"id"`
 	}
-	if err := c.postJSON(ctx, "/session", body, &s); err != nil {
+	if err := c.api.postJSON(ctx, "/session", body, &s); err != nil {
 		return "", err
 	}
 	if s.ID == "" {
@@ -171,7 +108,7 @@ func (c *Client) CreateSession(ctx context.Context, title string) (string, error
 // then cancels the session's running turn and its background subagents;
 // their promised notifications are closed as interrupted.
 func (c *Client) Abort(ctx context.Context, session string) error {
-	return c.postJSON(ctx, "/session/"+url.PathEscape(session)+"/abort", nil, nil)
+	return c.api.postJSON(ctx, "/session/"+url.PathEscape(session)+"/abort", nil, nil)
 }
 
 // Wait blocks until invocation id is final (or incomplete) in the ledger,

@@ -269,7 +269,7 @@ func TestBackgroundShell(t *testing.T) {
 // a job running is kept.
 func TestSessionEviction(t *testing.T) {
 	p := newPipeline(t)
-	m := newMapper(p.tp.Tracer(ScopeName), p.tracker, 3, 1000)
+	m := p.mapperWith(3, 1000)
 	s := &script{t: t, m: m, ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
@@ -283,10 +283,10 @@ func TestSessionEviction(t *testing.T) {
 		s.session(fmt.Sprintf("ses_other_%d", i), "")
 	}
 	m.mu.Lock()
-	_, keptA := m.sessions["ses_A"]
-	_, keptC := m.sessions["ses_C"]
-	_, keptLast := m.sessions["ses_other_9"]
-	n, evicted := len(m.sessions), m.evicted
+	keptA := m.sessions.lookup("ses_A") != nil
+	keptC := m.sessions.lookup("ses_C") != nil
+	keptLast := m.sessions.lookup("ses_other_9") != nil
+	n, evicted := len(m.sessions.byID), m.stats.evictedSessions.Load()
 	m.mu.Unlock()
 	if !keptA || !keptC || !keptLast || n != 3 || evicted != 9 {
 		t.Errorf("kept A %v C %v last %v, %d sessions, %d evicted", keptA, keptC, keptLast, n, evicted)

@@ -12,18 +12,31 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-func (c *Client) url(path string) string {
-	u := *c.base
+// serverAPI sends requests to the OpenCode server's HTTP API: the Client's
+// own (sessions, prompts, aborts) and the event stream's read-backs. It
+// holds no state of its own and is safe for concurrent use.
+type serverAPI struct {
+	base *url.URL
+	hc   *http.Client
+	// propagators inject the context of a request's invocation into the
+	// requests that carry a body (POST).
+	propagators propagation.TextMapPropagator
+}
+
+// url returns the address of path on the server.
+func (a *serverAPI) url(path string) string {
+	u := *a.base
 	u.Path += path
 	return u.String()
 }
 
-func (c *Client) getJSON(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path), nil)
+// getJSON sends GET path and decodes the answer into v.
+func (a *serverAPI) getJSON(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.url(path), nil)
 	if err != nil {
 		return fmt.Errorf("otelopencode: %w", err)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := a.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("otelopencode: GET %s: %w", path, err)
 	}
@@ -37,7 +50,9 @@ func (c *Client) getJSON(ctx context.Context, path string, v any) error {
 	return nil
 }
 
-func (c *Client) postJSON(ctx context.Context, path string, body any, v any) error {
+// postJSON sends POST path with body as JSON (none when nil), injecting
+// ctx's trace context, and decodes the answer into v (discarded when nil).
+func (a *serverAPI) postJSON(ctx context.Context, path string, body any, v any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -46,15 +61,15 @@ func (c *Client) postJSON(ctx context.Context, path string, body any, v any) err
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(path), rd)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url(path), rd)
 	if err != nil {
 		return fmt.Errorf("otelopencode: %w", err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	c.cfg.propagators.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	resp, err := c.hc.Do(req)
+	a.propagators.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	resp, err := a.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("otelopencode: POST %s: %w", path, err)
 	}
@@ -73,9 +88,29 @@ func (c *Client) postJSON(ctx context.Context, path string, body any, v any) err
 	return nil
 }
 
-func (c *Client) messages(ctx context.Context, session string) ([]messageWithParts, error) {
+// events opens the event stream (GET /event) and returns its body.
+func (a *serverAPI) events(ctx context.Context) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.url("/event"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("otelopencode: %w", err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("otelopencode: GET /event: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("otelopencode: GET /event: %s", resp.Status)
+	}
+	return resp.Body, nil
+}
+
+// messages returns the messages of session with their parts, oldest
+// first (GET /session/:id/message).
+func (a *serverAPI) messages(ctx context.Context, session string) ([]messageWithParts, error) {
 	var msgs []messageWithParts
-	if err := c.getJSON(ctx, "/session/"+url.PathEscape(session)+"/message", &msgs); err != nil {
+	if err := a.getJSON(ctx, "/session/"+url.PathEscape(session)+"/message", &msgs); err != nil {
 		return nil, err
 	}
 	return msgs, nil
@@ -83,9 +118,9 @@ func (c *Client) messages(ctx context.Context, session string) ([]messageWithPar
 
 // running returns the sessions the server reports busy or retrying (GET
 // /session/status lists only those that are not idle).
-func (c *Client) running(ctx context.Context) (map[string]bool, error) {
+func (a *serverAPI) running(ctx context.Context) (map[string]bool, error) {
 	var status map[string]json.RawMessage
-	if err := c.getJSON(ctx, "/session/status", &status); err != nil {
+	if err := a.getJSON(ctx, "/session/status", &status); err != nil {
 		return nil, err
 	}
 	out := make(map[string]bool, len(status))

@@ -24,6 +24,8 @@ const (
 // beyond WithMaxJobs.
 var errUntracked = errors.New("opencode: job no longer tracked (WithMaxJobs): its end and its notification's turn are not recorded in this invocation")
 
+// job is a background job a tool call launched, tracked until its
+// followup is settled.
 type job struct {
 	key     string
 	kind    string
@@ -94,7 +96,7 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 	switch {
 	case p.Tool == "task" && st.Metadata.SessionID != "":
 		key, kind = st.Metadata.SessionID, KindSubagent
-		child := m.session(key)
+		child := m.sessions.use(key)
 		if child.parentID == "" {
 			child.parentID = s.id
 		}
@@ -132,7 +134,7 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 		m.dropJob(dropped)
 	}
 	if kind == KindSubagent {
-		child := m.session(key)
+		child := m.sessions.use(key)
 		child.job = jb
 		child.owner = ctx
 		m.replay(child)
@@ -149,8 +151,8 @@ func (m *mapper) awaitsJob(s *sessionState) bool {
 	if s.parentID == "" || s.owner != nil || s.job != nil || s.gaveUp {
 		return false
 	}
-	parent, ok := m.sessions[s.parentID]
-	return ok && parent.tracked
+	parent := m.sessions.lookup(s.parentID)
+	return parent != nil && parent.tracked
 }
 
 // replay applies the messages and parts of a child session seen before
@@ -250,12 +252,9 @@ func (m *mapper) dropJob(jb *job) {
 	if jb.note != nil {
 		jb.note.resolved = true
 	}
-	if child, ok := m.sessions[jb.key]; ok && child.job == jb {
+	if child := m.sessions.lookup(jb.key); child != nil && child.job == jb {
 		child.owner = nil
 	}
 	_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonCancelled, "")
-	m.droppedJobs++
-	if m.onDropJob != nil {
-		m.onDropJob()
-	}
+	m.stats.jobEvicted()
 }

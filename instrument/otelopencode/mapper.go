@@ -15,39 +15,30 @@ import (
 // an event seen twice (a replay after reconnecting, a repeated update)
 // changes nothing.
 type mapper struct {
-	tracer      trace.Tracer
-	tracker     *instrument.Tracker
-	maxSessions int
+	tracer  trace.Tracer
+	tracker *instrument.Tracker
+	stats   *telemetry
 
 	// mu guards every field below and the state they point to.
-	mu       sync.Mutex
-	sessions map[string]*sessionState
+	mu sync.Mutex
+	// sessions are the sessions known, bounded by WithMaxSessions.
+	sessions *sessionTable
 	// jobs are the jobs whose followup is not settled, bounded by
 	// WithMaxJobs.
 	jobs *jobTable
 	// seen is closed and replaced whenever a message completes, for
-	// waitCompleted.
+	// completed.
 	seen chan struct{}
-	// seq orders sessions by last use, for eviction.
-	seq uint64
-	// evicted counts sessions forgotten beyond maxSessions.
-	evicted int64
-	// onEvict, when set, is told of every eviction (internal telemetry).
-	onEvict func()
-	// droppedJobs counts jobs dropped from tracking beyond WithMaxJobs;
-	// onDropJob, when set, is told of each.
-	droppedJobs int64
-	onDropJob   func()
 }
 
-func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, maxSessions, maxJobs int) *mapper {
+func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, stats *telemetry, maxSessions, maxJobs int) *mapper {
 	return &mapper{
-		tracer:      tracer,
-		tracker:     tracker,
-		maxSessions: maxSessions,
-		sessions:    make(map[string]*sessionState),
-		jobs:        newJobTable(maxJobs),
-		seen:        make(chan struct{}),
+		tracer:   tracer,
+		tracker:  tracker,
+		stats:    stats,
+		sessions: newSessionTable(maxSessions, stats),
+		jobs:     newJobTable(maxJobs),
+		seen:     make(chan struct{}),
 	}
 }
 
@@ -59,7 +50,7 @@ func (m *mapper) handle(ev event) {
 	switch ev.Type {
 	case evSessionCreated, evSessionUpdated:
 		if p.Info != nil && p.Info.ID != "" {
-			s := m.session(p.Info.ID)
+			s := m.sessions.use(p.Info.ID)
 			if p.Info.ParentID != "" {
 				s.parentID = p.Info.ParentID
 			}
@@ -74,7 +65,7 @@ func (m *mapper) handle(ev event) {
 		}
 	case evSessionError:
 		if p.SessionID != "" && p.Error != nil {
-			s := m.session(p.SessionID)
+			s := m.sessions.use(p.SessionID)
 			if p.Error.Name == abortErrorName {
 				s.aborted = true
 			} else {
@@ -109,7 +100,7 @@ func (m *mapper) registerPrompt(session, msgID string, ctx context.Context) {
 func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finish func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.session(session)
+	s := m.sessions.use(session)
 	s.tracked = true
 	s.users[msgID] = &userMsg{owner: ctx, sent: true, finish: finish}
 	s.maxMsg = max(s.maxMsg, msgID)
@@ -119,11 +110,11 @@ func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finis
 func (m *mapper) promptDone(session, msgID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.sessions[session]; ok {
+	if s := m.sessions.lookup(session); s != nil {
 		if u, ok := s.users[msgID]; ok {
 			u.owner, u.finish = nil, nil
 		}
-		m.prune(s)
+		s.prune()
 	}
 }
 
@@ -184,7 +175,7 @@ func (m *mapper) toReconcile(running map[string]bool) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []string
-	for id, s := range m.sessions {
+	for id, s := range m.sessions.byID {
 		if s.busy() || running[id] && s.tracked {
 			out = append(out, id)
 		}
@@ -192,7 +183,7 @@ func (m *mapper) toReconcile(running map[string]bool) []string {
 	// Child sessions first: a job's own end is read before the
 	// notification its parent session holds.
 	sort.Slice(out, func(i, j int) bool {
-		ci, cj := m.sessions[out[i]].parentID != "", m.sessions[out[j]].parentID != ""
+		ci, cj := m.sessions.lookup(out[i]).parentID != "", m.sessions.lookup(out[j]).parentID != ""
 		if ci != cj {
 			return ci
 		}
@@ -206,19 +197,19 @@ func (m *mapper) toReconcile(running map[string]bool) []string {
 func (m *mapper) nextAfter(session string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.sessions[session]; ok {
+	if s := m.sessions.lookup(session); s != nil {
 		return s.maxMsg
 	}
 	return ""
 }
 
 // completed reports whether assistant message msgID of session has
-// completed (or is not attributed); otherwise it returns a channel that is
+// completed (or is done and forgotten, below the floor); otherwise it returns a channel that is
 // closed when the next model call completes.
 func (m *mapper) completed(session, msgID string) (bool, <-chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.sessions[session]; ok {
+	if s := m.sessions.lookup(session); s != nil {
 		if a, ok := s.assistants[msgID]; ok && (a.ended || a.span == nil) {
 			return true, nil
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -43,7 +44,13 @@ func openFixture(name string) (*os.File, error) {
 }
 
 func (p *pipeline) mapper() *mapper {
-	return newMapper(p.tp.Tracer(ScopeName), p.tracker, 1000, 1000)
+	return p.mapperWith(1000, 1000)
+}
+
+// mapperWith is a mapper of p with the given bounds and telemetry to a
+// no-op meter.
+func (p *pipeline) mapperWith(maxSessions, maxJobs int) *mapper {
+	return newMapper(p.tp.Tracer(ScopeName), p.tracker, newTelemetry(noop.NewMeterProvider()), maxSessions, maxJobs)
 }
 
 // readFixture returns the data of every event of a recorded stream.

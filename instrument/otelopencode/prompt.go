@@ -50,7 +50,7 @@ func (c *Client) Prompt(ctx context.Context, session string, p Prompt) (*Result,
 	var res *Result
 	_, err = c.invoke(ctx, session, raw, func(ctx context.Context, body []byte) ([]byte, error) {
 		var out json.RawMessage
-		if err := c.postJSON(ctx, "/session/"+url.PathEscape(session)+"/message", json.RawMessage(body), &out); err != nil {
+		if err := c.api.postJSON(ctx, "/session/"+url.PathEscape(session)+"/message", json.RawMessage(body), &out); err != nil {
 			return nil, err
 		}
 		return out, nil
@@ -87,7 +87,7 @@ func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (str
 	}
 	rctx, inv := c.tracker.StartInvocation(ctx, agent, session)
 	c.m.registerAsync(session, msgID, rctx, func() { inv.End() })
-	err := c.postJSON(rctx, "/session/"+url.PathEscape(session)+"/prompt_async", body, nil)
+	err := c.api.postJSON(rctx, "/session/"+url.PathEscape(session)+"/prompt_async", body, nil)
 	if err != nil {
 		c.m.promptDone(session, msgID)
 		inv.Span().RecordError(err)
@@ -185,7 +185,7 @@ func (c *Client) sync(ctx context.Context, session string, answer []byte, sendEr
 	// children the server did run.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.syncTimeout)
 	defer cancel()
-	msgs, err := c.messages(rctx, session)
+	msgs, err := c.api.messages(rctx, session)
 	if err != nil {
 		c.cfg.logger.Warn("otelopencode: reading session messages", "session", session, "error", err)
 		return

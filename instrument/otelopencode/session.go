@@ -8,6 +8,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// sessionState is what the mapper knows of one OpenCode session: its
+// messages, parts and turns above the floor, the jobs it launched and the
+// notifications it holds.
 type sessionState struct {
 	id       string
 	parentID string
@@ -53,6 +56,8 @@ type sessionState struct {
 	maxMsg, floor string
 }
 
+// userMsg is a user message of a session: a prompt, a completion
+// notification, or another client's message.
 type userMsg struct {
 	// owner is the root context of a prompt the caller sent through the
 	// Client, until its root ends; sent stays set.
@@ -69,6 +74,7 @@ type userMsg struct {
 	finish func()
 }
 
+// assistantMsg is an assistant message: one model call and its span.
 type assistantMsg struct {
 	// turn is the context of the turn the model call belongs to (its
 	// parent); tool calls of the message run in it too.
@@ -77,6 +83,8 @@ type assistantMsg struct {
 	ended bool
 }
 
+// toolPart is a tool call (a tool part of an assistant message) and its
+// span.
 type toolPart struct {
 	// msgID is the id of the assistant message the part belongs to.
 	msgID string
@@ -87,6 +95,7 @@ type toolPart struct {
 	job   *job
 }
 
+// note is a completion notification waiting for (or read by) a turn.
 type note struct {
 	msgID    string
 	job      *job
@@ -101,6 +110,16 @@ type turn struct {
 	end    func(...trace.SpanEndOption)
 	reason string
 	ended  bool
+}
+
+func newSessionState(id string) *sessionState {
+	return &sessionState{
+		id:         id,
+		users:      make(map[string]*userMsg),
+		assistants: make(map[string]*assistantMsg),
+		tools:      make(map[string]*toolPart),
+		turns:      make(map[string]*turn),
+	}
 }
 
 // busy reports whether the session has open spans or waits for something.
@@ -142,7 +161,7 @@ func (s *sessionState) busy() bool {
 // jobs. Events about what lies below the floor are ignored, so a session
 // that always owes something (a job that never ends) stays small while it
 // is prompted, and a read-back of its whole history changes nothing.
-func (m *mapper) prune(s *sessionState) {
+func (s *sessionState) prune() {
 	if len(s.orphans) > 0 || s.maxMsg == "" {
 		return
 	}
@@ -234,13 +253,12 @@ func (s *sessionState) keepOrphan(id string, o messageWithParts) {
 	s.orphans = append(s.orphans, o)
 }
 
-// endTurn ends a turn the session started by itself.
-func (m *mapper) endTurn(s *sessionState, tr *turn) {
-	if tr != nil && !tr.ended {
+// endTurn ends the turn the session started by itself that runs now, if
+// any.
+func (s *sessionState) endTurn() {
+	if tr := s.current; tr != nil && !tr.ended {
 		tr.ended = true
 		tr.end()
 	}
-	if s.current == tr {
-		s.current = nil
-	}
+	s.current = nil
 }

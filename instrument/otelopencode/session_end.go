@@ -12,20 +12,19 @@ import (
 // errDeleted is recorded on spans a session's deletion cut short.
 var errDeleted = errors.New("opencode: session deleted")
 
-// idle handles a session that went idle: its continuation has ended, a
-// child session's job is done, and notifications an abort left without a
-// turn will get none.
+// idle handles a session that went idle: the turn it started by itself
+// (continuation or unattributed) has ended, a prompt_async prompt it
+// answered has its result, a child session's job is done, and
+// notifications an abort left without a turn will get none.
 func (m *mapper) idle(id string) {
-	s := m.session(id)
+	s := m.sessions.use(id)
 	if m.awaitsJob(s) && len(s.orphans) > 0 {
 		// A child session whose turns ran without any job naming it: they
 		// are recorded as unattributed turns rather than lost.
 		s.gaveUp, s.tracked = true, true
 		m.replay(s)
 	}
-	if s.current != nil {
-		m.endTurn(s, s.current)
-	}
+	s.endTurn()
 	for msgID, u := range s.users {
 		if u.finish != nil && u.seen && msgID <= s.answered {
 			finish := u.finish
@@ -51,20 +50,18 @@ func (m *mapper) idle(id string) {
 			s.aborted = false
 		}
 	}
-	m.prune(s)
+	s.prune()
 }
 
 // deleted handles a deleted session: what it still ran ends, and the
 // followups of the jobs it launched that no turn answered are closed with
 // reason session_closed.
 func (m *mapper) deleted(id string) {
-	s, ok := m.sessions[id]
-	if !ok {
+	s := m.sessions.lookup(id)
+	if s == nil {
 		return
 	}
-	if s.current != nil {
-		m.endTurn(s, s.current)
-	}
+	s.endTurn()
 	for _, a := range s.assistants {
 		if a.span != nil && !a.ended {
 			a.ended = true
@@ -96,5 +93,5 @@ func (m *mapper) deleted(id string) {
 		m.settle(jb)
 		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonSessionClosed, "")
 	}
-	delete(m.sessions, id)
+	m.sessions.remove(id)
 }

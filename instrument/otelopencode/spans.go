@@ -31,11 +31,13 @@ var errAborted = errors.New("opencode: aborted")
 // abortErrorName is OpenCode's error name for an aborted message or session.
 const abortErrorName = "MessageAbortedError"
 
+// message applies a message (message.updated, or one listed by the
+// server): a user message is noted, an assistant message is a model call.
 func (m *mapper) message(info rawInfo) {
 	if info.ID == "" || info.SessionID == "" {
 		return
 	}
-	s := m.session(info.SessionID)
+	s := m.sessions.use(info.SessionID)
 	if info.ID <= s.floor {
 		return
 	}
@@ -58,6 +60,9 @@ func (m *mapper) message(info rawInfo) {
 	}
 }
 
+// assistant starts the model-call span of an assistant message the first
+// time it is seen, in the context of its turn, and ends it with its usage
+// once the message has completed or failed.
 func (m *mapper) assistant(s *sessionState, info rawInfo) {
 	a, ok := s.assistants[info.ID]
 	if !ok {
@@ -126,7 +131,7 @@ func (m *mapper) part(p part, at int64) {
 	if p.SessionID == "" || p.MessageID == "" {
 		return
 	}
-	s := m.session(p.SessionID)
+	s := m.sessions.use(p.SessionID)
 	if p.MessageID <= s.floor {
 		return
 	}

@@ -5,28 +5,104 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"log/slog"
+	"sync"
 	"time"
 )
 
-func (c *Client) run(ctx context.Context, done chan struct{}) {
+// eventStream reads the server's event stream (GET /event) in a goroutine
+// and hands every event to the mapper. It reconnects, with backoff,
+// whenever the stream breaks, and then reads back from the server what the
+// broken stream may have missed.
+type eventStream struct {
+	api                    *serverAPI
+	m                      *mapper
+	stats                  *telemetry
+	logger                 *slog.Logger
+	minBackoff, maxBackoff time.Duration
+
+	// mu guards cancel, done and connected.
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	// connected is closed once the first connection is up.
+	connected chan struct{}
+}
+
+func newEventStream(api *serverAPI, m *mapper, stats *telemetry, cfg config) *eventStream {
+	return &eventStream{
+		api:        api,
+		m:          m,
+		stats:      stats,
+		logger:     cfg.logger,
+		minBackoff: cfg.minBackoff,
+		maxBackoff: cfg.maxBackoff,
+		connected:  make(chan struct{}),
+	}
+}
+
+// start starts the goroutine, once, and returns when the stream is
+// connected, or with ctx's error (the goroutine then keeps trying).
+func (s *eventStream) start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.done == nil {
+		runCtx, cancel := context.WithCancel(context.Background())
+		s.cancel = cancel
+		s.done = make(chan struct{})
+		go s.run(runCtx, s.done)
+	}
+	connected := s.connected
+	s.mu.Unlock()
+	select {
+	case <-connected:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("otelopencode: connecting the event stream: %w", ctx.Err())
+	}
+}
+
+// shutdown stops the goroutine and waits for it to end, or for ctx.
+func (s *eventStream) shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("otelopencode: shutdown: %w", ctx.Err())
+	}
+}
+
+// started reports whether start was called.
+func (s *eventStream) started() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done != nil
+}
+
+// run reads the stream, and reconnects it with backoff, until ctx ends.
+func (s *eventStream) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	wait := c.cfg.minBackoff
+	wait := s.minBackoff
 	everConnected := false
 	for {
-		connected, err := c.stream(ctx, everConnected)
+		connected, err := s.read(ctx, everConnected)
 		if ctx.Err() != nil {
 			return
 		}
 		if connected {
 			everConnected = true
-			wait = c.cfg.minBackoff
+			wait = s.minBackoff
 		}
 		if err != nil {
-			c.cfg.logger.Warn("otelopencode: event stream ended", "error", err, "retry_in", wait)
+			s.logger.Warn("otelopencode: event stream ended", "error", err, "retry_in", wait)
 		}
-		c.reconnects.Add(1)
-		c.mReconnects.Add(ctx, 1)
+		s.stats.reconnected(ctx)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -34,27 +110,19 @@ func (c *Client) run(ctx context.Context, done chan struct{}) {
 			return
 		case <-t.C:
 		}
-		wait = min(2*wait, c.cfg.maxBackoff)
+		wait = min(2*wait, s.maxBackoff)
 	}
 }
 
-// stream reads the event stream until it ends; connected reports whether
-// the server's server.connected event arrived.
-func (c *Client) stream(ctx context.Context, reconnect bool) (connected bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/event"), nil)
+// read reads one connection of the event stream until it ends; connected
+// reports whether the server's server.connected event arrived.
+func (s *eventStream) read(ctx context.Context, reconnect bool) (connected bool, err error) {
+	body, err := s.api.events(ctx)
 	if err != nil {
-		return false, fmt.Errorf("otelopencode: %w", err)
+		return false, err
 	}
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return false, fmt.Errorf("otelopencode: GET /event: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("otelopencode: GET /event: %s", resp.Status)
-	}
-	r := newSSEReader(resp.Body)
+	defer body.Close()
+	r := newSSEReader(body)
 	for {
 		data, err := r.next()
 		if err != nil {
@@ -63,22 +131,21 @@ func (c *Client) stream(ctx context.Context, reconnect bool) (connected bool, er
 			}
 			return connected, err
 		}
-		c.events.Add(1)
-		c.mEvents.Add(ctx, 1)
-		if c.dispatch(data) == evServerConnected && !connected {
+		s.stats.eventRead(ctx)
+		if s.dispatch(data) == evServerConnected && !connected {
 			connected = true
 			if reconnect {
 				// Whatever happened while disconnected is read back from
 				// the server; events after this one only add to it.
-				c.reconcile(ctx)
+				s.reconcile(ctx)
 			}
-			c.mu.Lock()
+			s.mu.Lock()
 			select {
-			case <-c.connected:
+			case <-s.connected:
 			default:
-				close(c.connected)
+				close(s.connected)
 			}
-			c.mu.Unlock()
+			s.mu.Unlock()
 		}
 	}
 }
@@ -86,26 +153,24 @@ func (c *Client) stream(ctx context.Context, reconnect bool) (connected bool, er
 // dispatch decodes and applies one event and returns its type. A
 // malformed event, or one whose handling fails, is counted, logged and
 // skipped: the stream goes on.
-func (c *Client) dispatch(data []byte) (typ string) {
+func (s *eventStream) dispatch(data []byte) (typ string) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.malformed.Add(1)
-			c.mMalformed.Add(context.Background(), 1)
-			c.cfg.logger.Warn("otelopencode: event not handled", "panic", fmt.Sprint(r), "data", truncate(data))
+			s.stats.eventMalformed()
+			s.logger.Warn("otelopencode: event not handled", "panic", fmt.Sprint(r), "data", truncate(data))
 		}
 	}()
 	ev, known, err := parseEvent(data)
 	if err != nil {
-		c.malformed.Add(1)
-		c.mMalformed.Add(context.Background(), 1)
-		c.cfg.logger.Warn("otelopencode: malformed event skipped", "error", err, "data", truncate(data))
+		s.stats.eventMalformed()
+		s.logger.Warn("otelopencode: malformed event skipped", "error", err, "data", truncate(data))
 		return ""
 	}
 	if !known {
-		c.ignored.Add(1)
+		s.stats.eventIgnored()
 		return ev.Type
 	}
-	c.m.handle(ev)
+	s.m.handle(ev)
 	return ev.Type
 }
 
@@ -121,26 +186,26 @@ func truncate(b []byte) string {
 // missed: the messages of the sessions that owe something, and of the
 // tracked sessions the server reports running (a turn may have started
 // while the stream was down), then marks the idle ones idle.
-func (c *Client) reconcile(ctx context.Context) {
-	running, err := c.running(ctx)
+func (s *eventStream) reconcile(ctx context.Context) {
+	running, err := s.api.running(ctx)
 	if err != nil {
-		c.cfg.logger.Warn("otelopencode: reading session status", "error", err)
+		s.logger.Warn("otelopencode: reading session status", "error", err)
 	}
-	sessions := c.m.toReconcile(running)
+	sessions := s.m.toReconcile(running)
 	if len(sessions) == 0 {
 		return
 	}
 	for _, id := range sessions {
-		msgs, err := c.messages(ctx, id)
+		msgs, err := s.api.messages(ctx, id)
 		if err != nil {
-			c.cfg.logger.Warn("otelopencode: reading session messages", "session", id, "error", err)
+			s.logger.Warn("otelopencode: reading session messages", "session", id, "error", err)
 			continue
 		}
-		c.m.applyMessages(msgs)
+		s.m.applyMessages(msgs)
 	}
 	// Read again: a session may have finished while its messages were read.
-	if running, err = c.running(ctx); err != nil {
-		c.cfg.logger.Warn("otelopencode: reading session status", "error", err)
+	if running, err = s.api.running(ctx); err != nil {
+		s.logger.Warn("otelopencode: reading session status", "error", err)
 		return
 	}
 	var idle []string
@@ -149,5 +214,5 @@ func (c *Client) reconcile(ctx context.Context) {
 			idle = append(idle, id)
 		}
 	}
-	c.m.applyIdle(idle)
+	s.m.applyIdle(idle)
 }

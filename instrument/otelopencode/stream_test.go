@@ -304,7 +304,7 @@ func FuzzEvents(f *testing.F) {
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		for id, s := range m.sessions {
+		for id, s := range m.sessions.byID {
 			if !s.tracked {
 				continue
 			}

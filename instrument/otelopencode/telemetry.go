@@ -1,5 +1,12 @@
 package otelopencode
 
+import (
+	"context"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
 // Stats are counts of the Client's event stream.
 type Stats struct {
 	// Events is the number of events read.
@@ -19,13 +26,67 @@ type Stats struct {
 }
 
 // Stats returns the counts of the event stream so far.
-func (c *Client) Stats() Stats {
+func (c *Client) Stats() Stats { return c.stats.snapshot() }
+
+// telemetry is the Client's internal telemetry: every count of Stats, also
+// added to a metric. It is safe for concurrent use.
+type telemetry struct {
+	events, ignored, malformed, reconnects, evictedSessions, evictedJobs atomic.Int64
+
+	mEvents, mMalformed, mReconnects, mEvictedSessions, mEvictedJobs metric.Int64Counter
+}
+
+func newTelemetry(mp metric.MeterProvider) *telemetry {
+	meter := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
+	t := &telemetry{}
+	// Errors from instrument creation leave a usable no-op instrument.
+	t.mEvents, _ = meter.Int64Counter("agentledger.opencode.events",
+		metric.WithDescription("Events read from the OpenCode event stream."), metric.WithUnit("{event}"))
+	t.mMalformed, _ = meter.Int64Counter("agentledger.opencode.events.malformed",
+		metric.WithDescription("Events of the OpenCode event stream that could not be decoded (skipped)."), metric.WithUnit("{event}"))
+	t.mReconnects, _ = meter.Int64Counter("agentledger.opencode.reconnects",
+		metric.WithDescription("Reconnections of the OpenCode event stream."), metric.WithUnit("{reconnect}"))
+	t.mEvictedSessions, _ = meter.Int64Counter("agentledger.opencode.sessions.evicted",
+		metric.WithDescription("Sessions that owed nothing, forgotten beyond the session limit (WithMaxSessions)."), metric.WithUnit("{session}"))
+	t.mEvictedJobs, _ = meter.Int64Counter("agentledger.opencode.jobs.evicted",
+		metric.WithDescription("Background jobs dropped from tracking beyond the job limit (WithMaxJobs); their followup is closed with reason cancelled."), metric.WithUnit("{job}"))
+	return t
+}
+
+func (t *telemetry) eventRead(ctx context.Context) {
+	t.events.Add(1)
+	t.mEvents.Add(ctx, 1)
+}
+
+func (t *telemetry) eventIgnored() { t.ignored.Add(1) }
+
+func (t *telemetry) eventMalformed() {
+	t.malformed.Add(1)
+	t.mMalformed.Add(context.Background(), 1)
+}
+
+func (t *telemetry) reconnected(ctx context.Context) {
+	t.reconnects.Add(1)
+	t.mReconnects.Add(ctx, 1)
+}
+
+func (t *telemetry) sessionEvicted() {
+	t.evictedSessions.Add(1)
+	t.mEvictedSessions.Add(context.Background(), 1)
+}
+
+func (t *telemetry) jobEvicted() {
+	t.evictedJobs.Add(1)
+	t.mEvictedJobs.Add(context.Background(), 1)
+}
+
+func (t *telemetry) snapshot() Stats {
 	return Stats{
-		Events:          c.events.Load(),
-		Ignored:         c.ignored.Load(),
-		Malformed:       c.malformed.Load(),
-		Reconnects:      c.reconnects.Load(),
-		EvictedSessions: c.evicted.Load(),
-		EvictedJobs:     c.evictedJobs.Load(),
+		Events:          t.events.Load(),
+		Ignored:         t.ignored.Load(),
+		Malformed:       t.malformed.Load(),
+		Reconnects:      t.reconnects.Load(),
+		EvictedSessions: t.evictedSessions.Load(),
+		EvictedJobs:     t.evictedJobs.Load(),
 	}
 }

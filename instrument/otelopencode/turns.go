@@ -51,7 +51,7 @@ func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 	tr := s.turns[parent]
 	if s.current != nil && s.current != tr {
 		// The turn moved on to another user message.
-		m.endTurn(s, s.current)
+		s.endTurn()
 	}
 	var ctx context.Context
 	var reason string

@@ -198,7 +198,7 @@ func TestUnattributedSettledNotification(t *testing.T) {
 // turns and its notification's turn are unattributed invocations.
 func TestUnattributedWorkOfDroppedJob(t *testing.T) {
 	p := newPipeline(t)
-	s := &script{t: t, m: newMapper(p.tp.Tracer(ScopeName), p.tracker, 1000, 1), ms: 1_000_000}
+	s := &script{t: t, m: p.mapperWith(1000, 1), ms: 1_000_000}
 	launchIn(s, p, "ses_A", "ses_C1")
 	launchIn(s, p, "ses_B", "ses_C2") // drops ses_C1's job
 	s.user("ses_C1", "msg_03")
@@ -250,7 +250,7 @@ func TestUnattributedTurnReadBackAfterReconnect(t *testing.T) {
 	status = `{"ses_A":{"type":"busy"}}`
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c.reconcile(ctx)
+	c.stream.reconcile(ctx)
 	if st := p.sp.Ledger().Session("ses_A"); !st.OwesWork || st.UnattributedTurns != 1 {
 		t.Errorf("session while the turn read back runs: %+v, want owing work", st)
 	}
