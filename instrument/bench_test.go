@@ -30,6 +30,18 @@ func benchProvider(b *testing.B, withProcessor bool) (*sdktrace.TracerProvider, 
 	return tp, NewTracker(WithTracerProvider(tp))
 }
 
+// benchInvocation starts the root of an invocation: with the Tracker when
+// the pipeline has the ledger, else a plain span with the same baggage (a
+// Tracker on a pipeline without its SpanProcessor reports that loudly).
+func benchInvocation(tp *sdktrace.TracerProvider, tracker *Tracker, ledger bool) (context.Context, trace.Span) {
+	if ledger {
+		ctx, inv := tracker.StartInvocation(context.Background(), "a", "s")
+		return ctx, inv.Span()
+	}
+	ctx, _ := ContextWithInvocation(context.Background(), NewInvocationID())
+	return tp.Tracer("agent").Start(ctx, "invoke_agent a")
+}
+
 // BenchmarkSpan measures one model-call span inside a running invocation:
 // with the SDK's simple span processor alone (mode=sdk, the baseline) and
 // with the ledger's SpanProcessor wrapping it (mode=ledger). Both export
@@ -42,8 +54,8 @@ func BenchmarkSpan(b *testing.B) {
 	}{{"mode=sdk", false}, {"mode=ledger", true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			tp, tracker := benchProvider(b, tc.on)
-			ctx, inv := tracker.StartInvocation(context.Background(), "a", "s")
-			defer inv.End()
+			ctx, root := benchInvocation(tp, tracker, tc.on)
+			defer root.End()
 			tr := tp.Tracer("llm")
 			attrs := trace.WithAttributes(
 				attribute.String(contract.AttrOperationName, contract.OpChat),
