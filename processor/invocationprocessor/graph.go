@@ -412,6 +412,8 @@ func (inv *invocation) compactAll() {
 		}
 	}
 	inv.Spans = left
+	// The name and trace lookups are rebuilt if a late span needs them.
+	inv.index.names, inv.index.traces = nil, nil
 }
 
 // compactTouched compacts, after close, what indexing one late span may

@@ -537,3 +537,97 @@ func TestRecreatedAfterForgotten(t *testing.T) {
 	require.Len(t, got, 2)
 	assert.Equal(t, int64(1), intAttr(got[1], contract.AttrSpans), "the recreated p knows only its new span")
 }
+
+func TestClosedInvocationKeepsCompactState(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.OpenTimeout = time.Minute })
+	spans := scenario("inv-1", 0)
+	h.consume(batch(spans...))
+	assertStatus(t, requireOne(t, h, "inv-1"), contract.StatusFinal, 1)
+	inv := h.p.shards[0].invs["inv-1"]
+	assert.Empty(t, inv.Spans, "a final invocation owes nothing: no full span state is kept")
+	assert.Len(t, inv.Closed, 6, "one compact record per span ID, for duplicates and revisions")
+	assert.Nil(t, inv.index.names, "lookup tables are dropped at close and rebuilt on demand")
+
+	// A duplicate is still recognised: no revision.
+	h.consume(batch(spans[1]))
+	assert.Len(t, h.of("inv-1"), 1)
+	assert.Equal(t, int64(1), inv.Duplicates)
+	// The same span ID in another trace is not: a revision, never final.
+	reused := spans[1]
+	reused.trace, reused.name = 77, "chat retry"
+	h.consume(batch(reused))
+	got := h.of("inv-1")
+	require.Len(t, got, 2)
+	assertStatus(t, got[1], contract.StatusIncomplete, 2)
+	assert.Equal(t, []string{"span_id_reused:chat retry"}, strsAttr(got[1], contract.AttrIncompleteReasons))
+	assert.Equal(t, int64(150), intAttr(got[1], contract.AttrUsageInputTokens), "the reused span is not indexed")
+
+	// An invocation closed with an obligation open keeps the owing span in
+	// full; when the missing child arrives the revision is final and the
+	// span is compacted too.
+	h2 := newHarness(t, 1, func(c *Config) { c.OpenTimeout = time.Minute; c.EmitPending = false })
+	b := scenario("inv-2", 0)
+	h2.consume(batch(b[0], b[1], b[2]))
+	h2.advance(time.Minute)
+	inv2 := h2.p.shards[0].invs["inv-2"]
+	assert.Len(t, inv2.Spans, 1, "only the tool that still owes its child")
+	assert.Len(t, inv2.Closed, 2)
+	h2.consume(batch(b[3:]...))
+	got2 := h2.of("inv-2")
+	require.Len(t, got2, 2)
+	assertStatus(t, got2[1], contract.StatusFinal, 2)
+	assert.Equal(t, []string{"late_span:background shell", "late_span:chat", "late_span:continue_agent coder"}, strsAttr(got2[1], contract.AttrAnomalies))
+	assert.Empty(t, inv2.Spans)
+	assert.Len(t, inv2.Closed, 6)
+}
+
+func TestRevisionWaitsForRemoteSettle(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second })
+	spans := scenario("inv-1", 0)
+	spans[2].remote = true
+	h.consume(batch(spans...))
+	h.advance(2 * time.Second)
+	got := h.of("inv-1")
+	require.Len(t, got, 2)
+	assertStatus(t, got[1], contract.StatusFinal, 1)
+
+	child := func(id uint64, in int64) sp {
+		return sp{inv: "inv-1", name: "chat", trace: 1, id: id, parent: 3, start: 4, end: 5, op: contract.OpChat, usage: tokens(in, 1)}
+	}
+	// Two uncounted children from the subprocess, a second apart: each
+	// restarts the quiet time, after close as before it.
+	h.consume(batch(child(60, 7)))
+	h.advance(time.Second)
+	h.consume(batch(child(61, 8)))
+	h.advance(1999 * time.Millisecond)
+	assert.Len(t, h.of("inv-1"), 2, "no revision while the remote subtree settles")
+	h.advance(time.Millisecond)
+	got = h.of("inv-1")
+	require.Len(t, got, 3, "one revision for both late spans, by the settle timer")
+	assertStatus(t, got[2], contract.StatusFinal, 2)
+	assert.Equal(t, int64(165), intAttr(got[2], contract.AttrUsageInputTokens))
+
+	t.Run("retention ends first", func(t *testing.T) {
+		h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second; c.Retention = time.Second })
+		h.consume(batch(spans...))
+		h.advance(2 * time.Second)
+		h.consume(batch(child(60, 7)))
+		h.advance(time.Second) // retention ends before the settle time
+		got := h.of("inv-1")
+		require.Len(t, got, 3)
+		assertStatus(t, got[2], contract.StatusIncomplete, 2)
+		assert.Equal(t, []string{"remote_settling:execute_tool shell"}, strsAttr(got[2], contract.AttrIncompleteReasons))
+		h.advance(time.Second)
+		assert.Empty(t, h.p.shards[0].invs, "forgotten once its last summary's retention ended")
+	})
+	t.Run("shutdown while settling", func(t *testing.T) {
+		h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second })
+		h.consume(batch(spans...))
+		h.advance(2 * time.Second)
+		h.consume(batch(child(60, 7)))
+		h.shutdown()
+		got := h.of("inv-1")
+		require.Len(t, got, 3)
+		assertStatus(t, got[2], contract.StatusIncomplete, 2)
+	})
+}
