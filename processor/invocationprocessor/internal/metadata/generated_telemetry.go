@@ -66,7 +66,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	var err, errs error
 	builder.ProcessorInvocationBoundHits, err = builder.meter.Int64Counter(
 		"otelcol_processor_invocation_bound_hits",
-		metric.WithDescription("Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended). [Alpha]"),
+		metric.WithDescription("Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended, a waiting summary dropped). [Alpha]"),
 		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)

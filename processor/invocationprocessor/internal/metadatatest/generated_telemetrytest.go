@@ -24,7 +24,7 @@ func NewSettings(tt *componenttest.Telemetry) processor.Settings {
 func AssertEqualProcessorInvocationBoundHits(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_invocation_bound_hits",
-		Description: "Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended). [Alpha]",
+		Description: "Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended, a waiting summary dropped). [Alpha]",
 		Unit:        "{event}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
