@@ -3,6 +3,7 @@ package otelclaudecode
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -123,17 +124,28 @@ func (m *mapper) startCall(parent string) *modelCall {
 	return c
 }
 
-// endCall ends a model call; err marks a request that failed or was cut.
+// endCall ends a model call; err marks a request that failed or was cut
+// before message_stop. The CLI counts no usage for such an attempt (its
+// result's model_usage_since_last_result leaves it out, and it retries),
+// so its span carries none: the counts its message_start reported are kept
+// as AttrPartialPrefix attributes, not summed.
 func (m *mapper) endCall(parent string, c *modelCall, err error) {
 	delete(m.calls, parent)
 	kv := c.usage.attributes()
-	c.span.SetAttributes(kv...)
-	if len(kv) > 0 {
-		r := c.usage.raw()
-		m.window.Input += r.Input
-		m.window.CacheRead += r.CacheRead
-		m.window.CacheCreation += r.CacheCreation
-		m.window.Output += r.Output
+	switch {
+	case err == nil:
+		c.span.SetAttributes(kv...)
+		if len(kv) > 0 {
+			r := c.usage.raw()
+			addTo(&m.window.Input, r.Input)
+			addTo(&m.window.CacheRead, r.CacheRead)
+			addTo(&m.window.CacheCreation, r.CacheCreation)
+			addTo(&m.window.Output, r.Output)
+		}
+	case c.started:
+		for _, a := range kv {
+			c.span.SetAttributes(attribute.KeyValue{Key: attribute.Key(AttrPartialPrefix + strings.TrimPrefix(string(a.Key), "gen_ai.usage")), Value: a.Value})
+		}
 	}
 	endSpan(c.span, err)
 }

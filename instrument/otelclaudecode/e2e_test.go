@@ -49,9 +49,11 @@ type harness struct {
 	p      *pipeline
 	col    *collectorRun
 
-	// mu guards ids.
+	// mu guards ids and transcript.
 	mu  sync.Mutex
 	ids []string
+	// transcript is the path of the latest client's stream-json output.
+	transcript string
 }
 
 type collectorRun struct {
@@ -123,6 +125,9 @@ func (h *harness) client(t *testing.T, name string, env ...string) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.mu.Lock()
+	h.transcript = path
+	h.mu.Unlock()
 	t.Cleanup(func() {
 		_ = f.Close()
 		if t.Failed() {
@@ -293,11 +298,13 @@ func TestCLI(t *testing.T) {
 	t.Run("foreground", func(t *testing.T) { testForeground(t, h) })
 	t.Run("background continuation", func(t *testing.T) { testBackground(t, h) })
 	t.Run("longer than the caller's patience", func(t *testing.T) { testPatience(t, h) })
+	t.Run("retried request", func(t *testing.T) { testRetried(t, h) })
 	t.Run("failing shell", func(t *testing.T) { testFailingShell(t, h) })
 	t.Run("several shells in one turn", func(t *testing.T) { testSeveralShells(t, h) })
 	t.Run("warm second prompt", func(t *testing.T) { testWarmSecondPrompt(t, h) })
 	t.Run("notification while a request streams", func(t *testing.T) { testNotificationWhileStreaming(t, h) })
 	t.Run("notification read by a later prompt", func(t *testing.T) { testConsumedByLaterPrompt(t, h) })
+	t.Run("prompt read by a running turn", func(t *testing.T) { testPromptDuringTurn(t, h) })
 	t.Run("interrupted", func(t *testing.T) {
 		testInterrupted(t, h, "interrupted", func(r *Run, _ context.CancelFunc) error { return r.Process.Interrupt() })
 	})

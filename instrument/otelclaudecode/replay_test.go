@@ -164,24 +164,31 @@ var fixtures = []struct {
 	{name: "foreground.jsonl", invocations: []want{{status: "final", calls: []int{1, 2}}}},
 	{name: "background.jsonl", invocations: []want{{status: "final", calls: []int{3, 4, 5}, after: []int{5}, jobs: 1, continuations: 1}}},
 	{name: "patience.jsonl", invocations: []want{{status: "final", calls: []int{6, 7, 8}, after: []int{8}, jobs: 1, continuations: 1}}},
-	{name: "failing_shell.jsonl", invocations: []want{{status: "final", calls: []int{9, 10, 11}, after: []int{11}, jobs: 1, continuations: 1}}},
+	// Request 9 failed (500) and 10 was cut: two failed attempts.
+	{name: "retried.jsonl", invocations: []want{{status: "final", calls: []int{11}, failedCalls: 2}}},
+	{name: "failing_shell.jsonl", invocations: []want{{status: "final", calls: []int{12, 13, 14}, after: []int{14}, jobs: 1, continuations: 1}}},
 	// Two notifications read in one request: an empty result for the
 	// first, then one continuation.
-	{name: "several_shells.jsonl", invocations: []want{{status: "final", calls: []int{12, 13, 14}, after: []int{14}, jobs: 2, continuations: 1}}},
+	{name: "several_shells.jsonl", invocations: []want{{status: "final", calls: []int{15, 16, 17}, after: []int{17}, jobs: 2, continuations: 1}}},
 	{name: "warm_second_prompt.jsonl", invocations: []want{
-		{status: "final", calls: []int{15, 16, 18}, after: []int{18}, jobs: 1, continuations: 1},
-		{status: "final", calls: []int{17}}}},
+		{status: "final", calls: []int{18, 19, 21}, after: []int{21}, jobs: 1, continuations: 1},
+		{status: "final", calls: []int{20}}}},
 	{name: "notification_while_streaming.jsonl", invocations: []want{
-		{status: "final", calls: []int{19, 20, 22}, after: []int{22}, jobs: 1, continuations: 1},
-		{status: "final", calls: []int{21}}}},
+		{status: "final", calls: []int{22, 23, 25}, after: []int{25}, jobs: 1, continuations: 1},
+		{status: "final", calls: []int{24}}}},
 	{name: "notification_consumed.jsonl", invocations: []want{
-		{status: "final", calls: []int{23, 24}, jobs: 1},
-		{status: "final", calls: []int{25, 26}}}},
-	{name: "interrupted.jsonl", interrupted: true, invocations: []want{{status: "final", calls: []int{27, 28}, jobs: 1}}},
-	{name: "timed_out.jsonl", interrupted: true, invocations: []want{{status: "final", calls: []int{29, 30}, jobs: 1}}},
-	// Killed while request 31 was held: its span failed, without usage.
+		{status: "final", calls: []int{26, 27}, jobs: 1},
+		{status: "final", calls: []int{28, 29}}}},
+	// The second prompt was read by the first's running turn: the request
+	// after it answers the second.
+	{name: "prompt_during_turn.jsonl", invocations: []want{
+		{status: "final", calls: []int{30}},
+		{status: "final", calls: []int{31}}}},
+	{name: "interrupted.jsonl", interrupted: true, invocations: []want{{status: "final", calls: []int{32, 33}, jobs: 1}}},
+	{name: "timed_out.jsonl", interrupted: true, invocations: []want{{status: "final", calls: []int{34, 35}, jobs: 1}}},
+	// Killed while request 36 was held: its span failed, without usage.
 	{name: "killed.jsonl", interrupted: true, invocations: []want{{status: "final", failedCalls: 1}}},
-	{name: "own_telemetry.jsonl", invocations: []want{{status: "final", calls: []int{32, 33}}}},
+	{name: "own_telemetry.jsonl", invocations: []want{{status: "final", calls: []int{37, 38}}}},
 }
 
 // TestReplay replays the recorded streams of the real CLI and checks each
@@ -366,5 +373,48 @@ func TestUnreportedUsage(t *testing.T) {
 	s4 := scriptedUsage(4)
 	if got := attr(spans[0], AttrUnexplainedPrefix+".output_tokens").AsInt64(); got != int64(s4.OutputTokens) {
 		t.Errorf("unexplained output %d, want request 4's %d", got, s4.OutputTokens)
+	}
+}
+
+// TestCutAttemptNotCounted: the real retried.jsonl with the cut attempt's
+// message_start put back (the CLI prints it or not, depending on timing;
+// its result never counts it). The attempt's span fails and keeps the
+// counts it reported as partial attributes, not as usage: the totals equal
+// the CLI's own (model_usage_since_last_result), so the invocation is
+// final, with the successful request's usage only.
+func TestCutAttemptNotCounted(t *testing.T) {
+	lines := readFixture(t, "retried.jsonl")
+	var start []byte
+	for _, l := range lines {
+		if bytes.Contains(l, []byte(`"type":"message_start"`)) {
+			start = bytes.ReplaceAll(l, []byte("msg_scripted_11"), []byte("msg_scripted_10"))
+		}
+	}
+	var withCut [][]byte
+	retries := 0
+	for _, l := range lines {
+		withCut = append(withCut, l)
+		if bytes.Contains(l, []byte(`"subtype":"api_retry"`)) {
+			if retries++; retries == 1 {
+				withCut = append(withCut, start)
+			}
+		}
+	}
+	p := newPipeline(t, nil)
+	r := replay(t, p, withCut, true, false)
+	ids, _ := r.invocations(p)
+	sum, _ := p.ledger().Summary(ids[0])
+	checkSummary(t, "invocation", sum, want{status: "final", calls: []int{11}, failedCalls: 2})
+	var partial int
+	for _, s := range p.spans("", ids[0]) {
+		if attr(s, AttrPartialPrefix+".input_tokens").AsInt64() > 0 {
+			partial++
+			if attr(s, contract.AttrUsageInputTokens).Type() != 0 || s.Status().Code == 0 {
+				t.Errorf("cut attempt %s: usage %v status %v", s.Name(), s.Attributes(), s.Status())
+			}
+		}
+	}
+	if partial != 1 {
+		t.Errorf("%d spans with partial usage, want the cut attempt's", partial)
 	}
 }

@@ -1,0 +1,121 @@
+package otelclaudecode
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/internal/scriptedmodel"
+)
+
+// testRetried: the model fails a request (HTTP 500), then cuts the
+// retried stream after its first events; the CLI retries (api_retry) and
+// the third attempt succeeds. Each attempt is a model-call span; the
+// failed ones have an error status and no usage. The CLI reports no usage
+// for the cut stream (its message_start never reaches the output, and
+// model_usage_since_last_result leaves it out), so neither does the
+// ledger.
+func testRetried(t *testing.T, h *harness) {
+	attempt := 0
+	h.router.SetRules(
+		scriptedmodel.Rule{Name: "flaky", Match: asks("RETRY-ONE"), Answer: func(scriptedmodel.Request) scriptedmodel.Step {
+			attempt++
+			switch attempt {
+			case 1:
+				return scriptedmodel.Step{Status: 500}
+			case 2:
+				return scriptedmodel.Step{Text: "this stream is cut off here", CutAfter: 6}
+			}
+			return says("third time lucky")
+		}},
+	)
+	r := h.run(t, testCtx(t), h.client(t, "retried"), "RETRY-ONE: answer eventually")
+	if r.Result.Text != "third time lucky" {
+		t.Errorf("result %+v", r.Result)
+	}
+	sum := h.wait(t, r)
+	wantStatus(t, "invocation", sum, contract.StatusFinal)
+	answered := h.router.Answered()
+	if len(answered) != 3 {
+		t.Fatalf("requests %v", h.router.Labels())
+	}
+	ok := scriptedUsage(answered[2].Seq)
+	w := h.want(nil, nil)
+	w.InputTokens, w.OutputTokens = int64(ok.InputTokens), int64(ok.OutputTokens)
+	w.CacheReadInputTokens, w.CacheCreationInputTokens, w.ReasoningOutputTokens = int64(ok.CacheReadTokens), int64(ok.CacheCreationTokens), int64(ok.ReasoningTokens)
+	w.ModelCalls = 3
+	checkUsage(t, "invocation", sum, w)
+	var failed int
+	for _, s := range h.p.spans("", r.Result.InvocationID) {
+		if strings.HasPrefix(s.Name(), "chat ") && s.Status().Code == codes.Error {
+			failed++
+			if attr(s, contract.AttrUsageInputTokens).Type() != 0 {
+				t.Errorf("failed attempt %s has usage", s.Name())
+			}
+		}
+	}
+	if failed != 2 {
+		t.Errorf("%d failed attempts recorded, want 2", failed)
+	}
+}
+
+// testPromptDuringTurn: a prompt written while the first prompt's turn
+// runs a foreground tool is read by that turn (one result answers both).
+// The requests after it answer the second prompt and are its usage; the
+// first keeps the request that asked for the tool.
+func testPromptDuringTurn(t *testing.T, h *harness) {
+	g := newGate(t, "mid")
+	h.router.SetRules(
+		rule("fg", asks("FG-M1"), calls(scriptedmodel.BashCall(g.command("mid", 0), "Wait in the foreground", false))),
+		rule("after", func(r scriptedmodel.Request) bool { return len(r.ToolResults()) > 0 }, says("answered both")),
+	)
+	p := h.start(t, h.client(t, "prompt_during_turn"))
+	type answer struct {
+		res Result
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		res, err := p.Prompt(testCtx(t), "FG-M1: wait in the foreground")
+		first <- answer{res, err}
+	}()
+	<-h.router.Answering("fg")
+	second := make(chan answer, 1)
+	go func() {
+		res, err := p.Prompt(testCtx(t), "PLAIN-M2: and another thing")
+		second <- answer{res, err}
+	}()
+	// The CLI says it queued the second prompt (command_lifecycle) before
+	// the tool ends, so the running turn reads it.
+	h.mu.Lock()
+	transcript := h.transcript
+	h.mu.Unlock()
+	waitUntil(t, "the CLI to queue the second prompt", func() bool {
+		data, err := os.ReadFile(transcript)
+		return err == nil && strings.Count(string(data), `"state":"queued"`) == 2
+	})
+	g.open(t)
+	a1, a2 := <-first, <-second
+	if a1.err != nil || a2.err != nil {
+		t.Fatal(a1.err, a2.err)
+	}
+	h.track(a1.res.InvocationID, a2.res.InvocationID)
+	if a1.res.Text != "answered both" || a2.res.Text != "answered both" {
+		t.Errorf("results %+v %+v", a1.res, a2.res)
+	}
+	answered := h.router.Answered()
+	if len(answered) != 2 || !strings.Contains(answered[1].Text, "PLAIN-M2") {
+		t.Fatalf("the running turn did not read the second prompt: %v", h.router.Labels())
+	}
+	sum1 := h.waitID(t, p, a1.res.InvocationID)
+	wantStatus(t, "first", sum1, contract.StatusFinal)
+	checkUsage(t, "first", sum1, h.want([]string{"fg"}, nil))
+	sum2 := h.waitID(t, p, a2.res.InvocationID)
+	wantStatus(t, "second", sum2, contract.StatusFinal)
+	checkUsage(t, "second", sum2, h.want([]string{"after"}, nil))
+	closeSession(t, p)
+}
+
