@@ -320,4 +320,7 @@ func testKilledDuringTurn(t *testing.T, h *harness) {
 	if sum.Status == contract.StatusPending {
 		t.Errorf("summary %+v", sum)
 	}
+	if _, err := p.Prompt(testCtx(t), "after the end"); err == nil {
+		t.Error("a prompt to an exited CLI succeeded")
+	}
 }

@@ -118,4 +118,3 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 	checkUsage(t, "second", sum2, h.want([]string{"after"}, nil))
 	closeSession(t, p)
 }
-

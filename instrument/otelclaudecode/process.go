@@ -347,6 +347,11 @@ func (p *Process) send(uuid, text string) error {
 // and ends at its result. Work the prompt leaves running (background
 // shells, the turns their notifications wake) stays the invocation's.
 func (p *Process) Prompt(ctx context.Context, text string) (Result, error) {
+	select {
+	case <-p.exited:
+		return Result{}, fmt.Errorf("otelclaudecode: prompt: %w", errExited)
+	default:
+	}
 	id := newUUID()
 	pr := p.m.register(ctx, id)
 	if pr.err != nil {
