@@ -30,9 +30,10 @@ type Config struct {
 	// summarised (late spans then start a new, root-less invocation).
 	Retention time.Duration `mapstructure:"retention"`
 
-	// MaxOpenInvocations bounds the invocations held open; beyond it the
-	// oldest open invocation is summarised incomplete with reason evicted.
-	// The same number bounds the closed invocations kept for retention.
+	// MaxOpenInvocations bounds the invocations held open, across all
+	// shards; when one more opens, the oldest open invocation is summarised
+	// incomplete with reason evicted. The same number bounds the closed
+	// invocations kept for retention (the earliest closed is forgotten).
 	// Default 100000; must be positive.
 	MaxOpenInvocations int `mapstructure:"max_open_invocations"`
 

@@ -65,7 +65,7 @@ type spanRef struct {
 // invocation is the state of one invocation. Its exported fields are plain
 // data (no pointers into pdata, no locks) so a storage extension can persist
 // it; index holds the shard's bookkeeping and lookup tables, which are
-// rebuilt (rebuildIndex), not stored.
+// rebuilt on demand, not stored.
 type invocation struct {
 	ID    string `json:"id"`
 	Phase phase  `json:"phase"`
@@ -147,6 +147,8 @@ type invIndex struct {
 	// closed while closed (the global bounds evict the lowest).
 	seq uint64
 
+	// names and traces look up Names and Traces once they hold more than
+	// smallIndex entries; nil until then, and after close.
 	names  map[string]int32
 	traces map[pcommon.TraceID]int32
 }
@@ -163,30 +165,33 @@ func newInvocation(id string, now int64) *invocation {
 	}
 }
 
-// rebuildIndex rebuilds the lookup tables from the stored fields (after
-// the state was loaded from storage).
-func (inv *invocation) rebuildIndex() {
-	inv.index.names = make(map[string]int32, len(inv.Names))
-	for i, n := range inv.Names {
-		inv.index.names[n] = int32(i)
-	}
-	inv.index.traces = make(map[pcommon.TraceID]int32, len(inv.Traces))
-	for i, t := range inv.Traces {
-		inv.index.traces[t] = int32(i)
-	}
-}
+// smallIndex is how many names or traces are searched linearly before a
+// lookup map is built: most invocations have a few of each.
+const smallIndex = 8
 
 // nameIndex interns a span name.
 func (inv *invocation) nameIndex(name string) int32 {
 	if inv.index.names == nil {
-		inv.rebuildIndex()
-	}
-	if i, ok := inv.index.names[name]; ok {
+		if i := slices.Index(inv.Names, name); i >= 0 {
+			return int32(i)
+		}
+		if len(inv.Names) >= smallIndex {
+			inv.index.names = make(map[string]int32, 2*len(inv.Names))
+			for i, n := range inv.Names {
+				inv.index.names[n] = int32(i)
+			}
+		}
+	} else if i, ok := inv.index.names[name]; ok {
 		return i
 	}
 	i := int32(len(inv.Names))
+	if inv.Names == nil {
+		inv.Names = make([]string, 0, 4)
+	}
 	inv.Names = append(inv.Names, name)
-	inv.index.names[name] = i
+	if inv.index.names != nil {
+		inv.index.names[name] = i
+	}
 	return i
 }
 
@@ -202,7 +207,7 @@ func (inv *invocation) name(i int32) string {
 // span in it.
 func (inv *invocation) traceIndex(t pcommon.TraceID) int32 {
 	if inv.index.traces == nil {
-		inv.rebuildIndex()
+		return int32(slices.Index(inv.Traces, t))
 	}
 	if i, ok := inv.index.traces[t]; ok {
 		return i
@@ -215,9 +220,20 @@ func (inv *invocation) addTrace(t pcommon.TraceID) int32 {
 	if i := inv.traceIndex(t); i >= 0 {
 		return i
 	}
+	if inv.index.traces == nil && len(inv.Traces) >= smallIndex {
+		inv.index.traces = make(map[pcommon.TraceID]int32, 2*len(inv.Traces))
+		for i, t := range inv.Traces {
+			inv.index.traces[t] = int32(i)
+		}
+	}
 	i := int32(len(inv.Traces))
+	if inv.Traces == nil {
+		inv.Traces = make([]pcommon.TraceID, 0, 2)
+	}
 	inv.Traces = append(inv.Traces, t)
-	inv.index.traces[t] = i
+	if inv.index.traces != nil {
+		inv.index.traces[t] = i
+	}
 	return i
 }
 

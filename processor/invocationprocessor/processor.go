@@ -361,33 +361,34 @@ func (p *invocationProcessor) shardOf(id string) int {
 	return int(h % uint64(len(p.shards)))
 }
 
-func (p *invocationProcessor) record(ctx context.Context, st *stats) {
+// record adds what a locked section did to the internal telemetry.
+func (p *invocationProcessor) record(ctx context.Context, done *stats) {
 	ctx = context.WithoutCancel(ctx)
 	t := p.tel
-	if st.indexed > 0 {
-		t.ProcessorInvocationSpansIndexed.Add(ctx, st.indexed)
+	if done.indexed > 0 {
+		t.ProcessorInvocationSpansIndexed.Add(ctx, done.indexed)
 	}
-	if st.duplicates > 0 {
-		t.ProcessorInvocationDuplicateSpans.Add(ctx, st.duplicates)
+	if done.duplicates > 0 {
+		t.ProcessorInvocationDuplicateSpans.Add(ctx, done.duplicates)
 	}
-	if st.evicted > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, st.evicted, boundOpenAttr)
+	if done.evicted > 0 {
+		t.ProcessorInvocationBoundHits.Add(ctx, done.evicted, boundOpenAttr)
 	}
-	if st.spanLimit > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, st.spanLimit, boundSpansAttr)
+	if done.spanLimit > 0 {
+		t.ProcessorInvocationBoundHits.Add(ctx, done.spanLimit, boundSpansAttr)
 	}
-	if st.forgotten > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, st.forgotten, boundRetentionAttr)
+	if done.forgotten > 0 {
+		t.ProcessorInvocationBoundHits.Add(ctx, done.forgotten, boundRetentionAttr)
 	}
-	if d := st.opened - st.closed; d != 0 {
+	if d := done.opened - done.closed; d != 0 {
 		t.ProcessorInvocationOpenInvocations.Add(ctx, d)
 	}
-	for _, d := range st.delays {
+	for _, d := range done.delays {
 		t.ProcessorInvocationFinalityDelay.Record(ctx, d)
 	}
-	if st.outboxDropped > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, st.outboxDropped, boundOutboxAttr)
-		p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", st.outboxDropped))
+	if done.outboxDropped > 0 {
+		t.ProcessorInvocationBoundHits.Add(ctx, done.outboxDropped, boundOutboxAttr)
+		p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", done.outboxDropped))
 	}
 }
 

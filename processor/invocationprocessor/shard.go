@@ -266,7 +266,6 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 	stats.closed++
 	stats.delays = append(stats.delays, float64(now-inv.LastDischarge)/1e9)
 	s.outbox = append(s.outbox, inv.snapshot(status, 1, now, s.cfg))
-	inv.compactAll()
 	inv.index.seq = s.bounds.seq.Add(1)
 	s.closed.pushBack(inv)
 	s.bounds.closed.Add(1)
@@ -274,6 +273,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 		s.forget(inv)
 		return
 	}
+	inv.compactAll()
 	s.schedule(inv)
 }
 
