@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,12 +121,17 @@ func launchIn(s *script, p *pipeline, session, child string) *instrument.Invocat
 }
 
 // Beyond WithMaxJobs the oldest job is dropped from tracking, fail-closed
-// and counted: its running span ends with an error that says so, its
-// followup is closed with a reason (never left to look settled by
-// nothing), and the dropped job's later work is not added to its
-// invocation.
+// and counted: its running span ends with an error that says so, and its
+// followup is never settled (no followup_closed, which would let its
+// invocation be final while the job may still wake a turn whose usage
+// lands elsewhere), so the invocation is never final: it stays pending,
+// whatever the dropped job and its sessions do later, until the open
+// timeout closes it incomplete with open_followup. The adapter forgets
+// the job all the same, and the dropped job's later work is not added to
+// its invocation.
 func TestJobBoundDropsOldestFailClosed(t *testing.T) {
-	p := newPipeline(t)
+	clk := newManualClock()
+	p := newPipeline(t, instrument.WithClock(clk))
 	c, err := New("http://127.0.0.1:1", &http.Client{}, WithTracerProvider(p.tp), WithLedger(p.sp.Ledger()), WithMaxJobs(2))
 	if err != nil {
 		t.Fatal(err)
@@ -144,32 +150,45 @@ func TestJobBoundDropsOldestFailClosed(t *testing.T) {
 		t.Errorf("EvictedJobs = %d, want 1", n)
 	}
 	bg := spanOf(p, "background subagent", inv1.ID())
-	if bg == nil || bg.Status().Code != codes.Error || !strings.Contains(bg.Status().Description, "no longer tracked") {
+	if bg == nil || bg.Status().Code != codes.Error || !strings.Contains(bg.Status().Description, "no longer tracked") ||
+		attr(bg, contract.AttrFollowups).AsInt64() != 1 {
 		t.Fatalf("dropped job's background span: %v", bg)
 	}
-	var closed []string
-	for _, sp := range spansNamed(p, contract.SpanNameFollowupClosed) {
-		closed = append(closed, attr(sp, contract.AttrInvocationID).AsString()+":"+attr(sp, contract.AttrFollowupReason).AsString())
+	notFinal := func(when string) {
+		t.Helper()
+		if sum, _ := p.sp.Ledger().Summary(inv1.ID()); sum.Status != contract.StatusPending {
+			t.Fatalf("%s: the dropped job's invocation is %q, want pending: %+v", when, sum.Status, sum)
+		}
+		if closed := spansNamed(p, contract.SpanNameFollowupClosed); len(closed) != 0 {
+			t.Fatalf("%s: followup_closed spans %v, want none", when, closed)
+		}
 	}
-	if want := []string{inv1.ID() + ":" + contract.ReasonCancelled}; fmt.Sprint(closed) != fmt.Sprint(want) {
-		t.Errorf("followup_closed %v, want %v", closed, want)
-	}
+	notFinal("after the drop")
 	for _, inv := range []*instrument.Invocation{inv2, inv3} {
 		if sum, _ := p.sp.Ledger().Summary(inv.ID()); sum.Status != contract.StatusPending {
 			t.Errorf("tracked job's invocation %q: %+v", sum.Status, sum)
 		}
 	}
-	// The dropped job goes on and notifies: none of it is inv1's, which
-	// has closed its followup.
+	// The dropped job goes on and notifies: none of it is inv1's, and
+	// nothing of it settles inv1's followup.
 	before := spansOf(p, inv1.ID())
 	s.user("ses_C1", "msg_03")
 	s.call("ses_C1", "msg_04", "msg_03", 30, 3, 0)
 	s.idle("ses_C1")
+	notFinal("after the dropped job's turn")
 	s.notification("ses_A", "msg_05", "ses_C1")
 	s.call("ses_A", "msg_06", "msg_05", 20, 2, 0)
 	s.idle("ses_A")
+	notFinal("after the dropped job's notification and its turn")
 	if after := spansOf(p, inv1.ID()); after != before {
 		t.Errorf("%d spans added to the invocation whose job was dropped", after-before)
+	}
+	// Forgotten: the launching session no longer holds the job.
+	c.m.mu.Lock()
+	launched := len(c.m.sessions.lookup("ses_A").launched)
+	c.m.mu.Unlock()
+	if launched != 0 {
+		t.Errorf("the launching session still holds %d jobs", launched)
 	}
 	// The other jobs still settle normally.
 	s.user("ses_C2", "msg_03")
@@ -178,10 +197,24 @@ func TestJobBoundDropsOldestFailClosed(t *testing.T) {
 	s.notification("ses_B", "msg_05", "ses_C2")
 	s.call("ses_B", "msg_06", "msg_05", 20, 2, 0)
 	s.idle("ses_B")
+	if sum, _ := p.sp.Ledger().Summary(inv2.ID()); sum.Status != contract.StatusFinal || sum.Usage.InputTokens != 10+30+20 {
+		t.Errorf("second invocation: %+v", sum)
+	}
+	// Deleting the dropped job's sessions settles nothing either.
+	s.send(`{"type":"session.deleted","properties":{"info":{"id":"ses_C1"}}}`)
+	s.send(`{"type":"session.deleted","properties":{"info":{"id":"ses_A"}}}`)
+	notFinal("after its sessions were deleted")
+	if st, _ := c.Session("ses_A"); !st.OwesWork || len(st.ExpectedFollowups) != 1 {
+		t.Errorf("the dropped job's session: %+v, want its followup expected", st)
+	}
+	clk.Advance(instrument.DefaultOpenTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if sum, err := p.sp.Ledger().Wait(ctx, inv2.ID()); err != nil || sum.Status != contract.StatusFinal || sum.Usage.InputTokens != 10+30+20 {
-		t.Errorf("second invocation: %v %+v", err, sum)
+	sum, err := c.Wait(ctx, inv1.ID())
+	want := contract.ReasonOpenFollowup + ":background subagent"
+	if err != nil || sum.Status != contract.StatusIncomplete || !slices.Contains(sum.Reasons, contract.ReasonOpenTimeout) ||
+		!slices.Contains(sum.Reasons, want) {
+		t.Errorf("the dropped job's invocation at the open timeout: %v %+v, want incomplete with %s", err, sum, want)
 	}
 }
 

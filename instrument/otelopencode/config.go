@@ -193,11 +193,13 @@ func WithMaxSessions(n int) Option {
 // WithMaxJobs bounds the background jobs the Client tracks until their
 // followup is settled (default DefaultMaxJobs). Beyond it the oldest is
 // dropped, fail-closed: its span, if still running, ends with an error
-// saying it is no longer tracked, its followup is closed with reason
-// cancelled, and its later work is not added to its invocation (it is
-// recorded as an unattributed turn). Drops are counted in
-// Stats.EvictedJobs and the metric agentledger.opencode.jobs.evicted.
-// Values <= 0 are ignored.
+// saying it is no longer tracked, its followup is left open (no
+// followup_closed: the job may still wake a turn), so its invocation is
+// never final and closes incomplete with open_followup at the ledger's
+// and the collector's open timeout, and its later work is not added to
+// its invocation (it is recorded as an unattributed turn). Drops are
+// counted in Stats.EvictedJobs and the metric
+// agentledger.opencode.jobs.evicted. Values <= 0 are ignored.
 func WithMaxJobs(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {

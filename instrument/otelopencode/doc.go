@@ -57,9 +57,10 @@
 // WithMaxSessions, what is done in a session is forgotten as it finishes
 // (so a session that always owes something stays small), and jobs are
 // tracked only until their followup is settled, at most WithMaxJobs of
-// them; a job dropped beyond that bound has its followup closed with
-// reason cancelled and its span, if running, ended with an error, and its
-// later work is recorded as unattributed turns. Both are counted (Stats,
+// them; a job dropped beyond that bound has its span, if running, ended
+// with an error and its followup left open, so that its invocation is
+// never final (it closes incomplete with open_followup at the open
+// timeout), and its later work is recorded as unattributed turns. Both are counted (Stats,
 // metrics agentledger.opencode.sessions.evicted and
 // agentledger.opencode.jobs.evicted).
 //

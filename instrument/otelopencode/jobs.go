@@ -22,7 +22,7 @@ const (
 
 // errUntracked is recorded on the span of a job dropped from tracking
 // beyond WithMaxJobs.
-var errUntracked = errors.New("opencode: job no longer tracked (WithMaxJobs): its end and its notification's turn are not recorded in this invocation")
+var errUntracked = errors.New("opencode: job no longer tracked (WithMaxJobs): its end and its notification's turn are not recorded in this invocation, whose followup stays open")
 
 // job is a background job a tool call launched, tracked until its
 // followup is settled.
@@ -33,7 +33,9 @@ type job struct {
 	ctx     context.Context
 	carrier instrument.Carrier
 	ended   bool
-	// settled is set once the job's followup is discharged or closed.
+	// settled is set once the Client owes the job's followup nothing more:
+	// it was discharged or closed, or the job was dropped beyond
+	// WithMaxJobs (its followup then stays open on purpose, see dropJob).
 	settled bool
 	// note is the job's completion notification, once posted.
 	note *note
@@ -239,10 +241,16 @@ func (m *mapper) resolve(n *note) {
 }
 
 // dropJob stops tracking a job beyond WithMaxJobs, fail-closed: its span
-// ends with errUntracked if it still runs, its followup is closed with
-// reason cancelled (a visible reason, never a count met by nothing), and
-// its later work (the child session's turns, the notification's turn) is
-// kept out of its invocation.
+// ends with errUntracked if it still runs (promising its followup), and
+// its followup is never settled: no followup_closed is emitted for it,
+// since the job may still wake a turn, whose usage the Client can then
+// only record as unattributed. Its invocation therefore stays open on
+// both halves until their open timeout closes it incomplete with
+// open_followup:<job>, never final. Its later work (the child session's
+// turns, the notification's turn) is kept out of its invocation, and the
+// Client forgets the job: the followup is settled as far as the Client is
+// concerned, so no later event (an abort, the session's deletion) closes
+// it either.
 func (m *mapper) dropJob(jb *job) {
 	if !jb.ended {
 		jb.ended = true
@@ -255,6 +263,5 @@ func (m *mapper) dropJob(jb *job) {
 	if child := m.sessions.lookup(jb.key); child != nil && child.job == jb {
 		child.owner = nil
 	}
-	_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonCancelled, "")
 	m.stats.jobEvicted()
 }

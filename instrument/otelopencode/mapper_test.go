@@ -28,10 +28,12 @@ type pipeline struct {
 	tracker *instrument.Tracker
 }
 
-func newPipeline(t testing.TB) *pipeline {
+// newPipeline returns a pipeline whose SpanProcessor (and ledger) has
+// the given options, such as a manual clock.
+func newPipeline(t testing.TB, opts ...instrument.Option) *pipeline {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
-	sp := instrument.NewSpanProcessor(rec)
+	sp := instrument.NewSpanProcessor(rec, opts...)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	return &pipeline{tp: tp, rec: rec, sp: sp, tracker: instrument.NewTracker(instrument.WithTracerProvider(tp))}

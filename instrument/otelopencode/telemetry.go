@@ -20,8 +20,9 @@ type Stats struct {
 	// EvictedSessions counts sessions that owed nothing and were
 	// forgotten beyond WithMaxSessions.
 	EvictedSessions int64
-	// EvictedJobs counts background jobs dropped from tracking, with
-	// their followup closed, beyond WithMaxJobs.
+	// EvictedJobs counts background jobs dropped from tracking beyond
+	// WithMaxJobs; their followup stays open, so their invocation closes
+	// incomplete.
 	EvictedJobs int64
 }
 
@@ -49,7 +50,7 @@ func newTelemetry(mp metric.MeterProvider) *telemetry {
 	t.mEvictedSessions, _ = meter.Int64Counter("agentledger.opencode.sessions.evicted",
 		metric.WithDescription("Sessions that owed nothing, forgotten beyond the session limit (WithMaxSessions)."), metric.WithUnit("{session}"))
 	t.mEvictedJobs, _ = meter.Int64Counter("agentledger.opencode.jobs.evicted",
-		metric.WithDescription("Background jobs dropped from tracking beyond the job limit (WithMaxJobs); their followup is closed with reason cancelled."), metric.WithUnit("{job}"))
+		metric.WithDescription("Background jobs dropped from tracking beyond the job limit (WithMaxJobs); their followup stays open, so their invocation closes incomplete at the open timeout."), metric.WithUnit("{job}"))
 	return t
 }
 
