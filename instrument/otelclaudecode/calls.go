@@ -2,8 +2,8 @@ package otelclaudecode
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -20,9 +20,11 @@ const providerName = "anthropic"
 // and ends at message_stop.
 type modelCall struct {
 	span trace.Span
-	// started is set at message_start: the response began.
-	started bool
-	usage   usageAcc
+	// started is set at message_start: the response began; delta at
+	// message_delta, which every complete response has before
+	// message_stop.
+	started, delta bool
+	usage          usageAcc
 }
 
 // usageAcc gathers the usage of one message from message_start and
@@ -125,42 +127,38 @@ func (m *mapper) startCall(parent string) *modelCall {
 }
 
 // endCall ends a model call; err marks a request that failed or was cut
-// before message_stop. The CLI counts no usage for such an attempt (its
-// result's model_usage_since_last_result leaves it out, and it retries),
-// so its span carries none: the counts its message_start reported are kept
-// as AttrPartialPrefix attributes, not summed.
+// off. The usage its events reported counts even then: the CLI counts
+// what it saw of a cut stream (its message_start) in the result's
+// model_usage_since_last_result too, and an attempt that failed before
+// its response began has none.
 func (m *mapper) endCall(parent string, c *modelCall, err error) {
 	delete(m.calls, parent)
-	kv := c.usage.attributes()
-	switch {
-	case err == nil:
+	if kv := c.usage.attributes(); len(kv) > 0 {
 		c.span.SetAttributes(kv...)
-		if len(kv) > 0 {
-			r := c.usage.raw()
-			addTo(&m.window.Input, r.Input)
-			addTo(&m.window.CacheRead, r.CacheRead)
-			addTo(&m.window.CacheCreation, r.CacheCreation)
-			addTo(&m.window.Output, r.Output)
-		}
-	case c.started:
-		for _, a := range kv {
-			c.span.SetAttributes(attribute.KeyValue{Key: attribute.Key(AttrPartialPrefix + strings.TrimPrefix(string(a.Key), "gen_ai.usage")), Value: a.Value})
-		}
+		r := c.usage.raw()
+		addTo(&m.window.Input, r.Input)
+		addTo(&m.window.CacheRead, r.CacheRead)
+		addTo(&m.window.CacheCreation, r.CacheCreation)
+		addTo(&m.window.Output, r.Output)
 	}
 	endSpan(c.span, err)
 }
 
-// retried ends the failed attempt of the main conversation's request and
-// starts the span of the next one.
+// retried ends the failed attempt of the main conversation's request,
+// unless a cut stream already ended it, and starts the span of the next
+// one.
 func (m *mapper) retried(r retry) {
-	c, ok := m.calls[""]
-	if !ok {
-		c = m.startCall("")
+	if c, ok := m.calls[""]; ok {
+		c.span.SetAttributes(attribute.Int64(AttrAttempt, r.Attempt))
+		m.endCall("", c, fmt.Errorf("claude code: model request attempt %d failed: %d %s", r.Attempt, r.ErrorStatus, r.Error))
 	}
-	c.span.SetAttributes(attribute.Int64(AttrAttempt, r.Attempt))
-	m.endCall("", c, fmt.Errorf("claude code: model request attempt %d failed: %d %s", r.Attempt, r.ErrorStatus, r.Error))
 	m.startCall("")
 }
+
+// errCut is recorded on a request whose stream broke off: the CLI closes
+// it with message_stop but without the message_delta every complete
+// response has, and retries.
+var errCut = errors.New("claude code: model response cut off")
 
 func (m *mapper) stream(parent string, s *streamEvent) {
 	c, ok := m.calls[parent]
@@ -179,6 +177,7 @@ func (m *mapper) stream(parent string, s *streamEvent) {
 		c.usage.merge(s.Usage)
 	case "message_delta":
 		if ok {
+			c.delta = true
 			c.usage.merge(s.Usage)
 			if s.StopReason != "" {
 				c.span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", []string{s.StopReason}))
@@ -186,7 +185,11 @@ func (m *mapper) stream(parent string, s *streamEvent) {
 		}
 	case "message_stop":
 		if ok {
-			m.endCall(parent, c, nil)
+			var err error
+			if !c.delta {
+				err = errCut
+			}
+			m.endCall(parent, c, err)
 		}
 	}
 }

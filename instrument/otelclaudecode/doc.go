@@ -29,9 +29,10 @@
 //     "requesting" status to message_stop, with gen_ai.usage.* in the GenAI
 //     sense (input_tokens = input + cache read + cache creation, as in
 //     otelanthropic), from the message_start and message_delta events the
-//     CLI passes through; a failed attempt (system/api_retry) or a request
-//     cut off is a span with an error status and no usage, as the CLI
-//     counts none;
+//     CLI passes through; a failed attempt (system/api_retry) is a span
+//     with an error status, and a stream cut off (message_stop without
+//     message_delta) one with the usage its message_start reported, which
+//     the CLI counts too;
 //   - an "execute_tool {tool}" span per tool use, from the assistant message
 //     that asks for it to its tool_result;
 //   - a "background shell" span (task type local_bash; "background

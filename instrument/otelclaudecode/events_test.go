@@ -49,7 +49,9 @@ func TestDecodeEvent(t *testing.T) {
 		{`{"type":"system","subtype":"status","status":"requesting","user_message_uuids":["u1","u2"]}`,
 			func(e event) bool { return e.Status == statusRequesting && len(e.UserMessageUUIDs) == 2 }},
 		{`{"type":"system","subtype":"task_started","task_id":"b1","run_id":"r1","tool_use_id":"t1","is_backgrounded":true,"task_type":"local_bash"}`,
-			func(e event) bool { return e.Task == task{ID: "b1", RunID: "r1", ToolUseID: "t1", Type: "local_bash", Backgrounded: true} }},
+			func(e event) bool {
+				return e.Task == task{ID: "b1", RunID: "r1", ToolUseID: "t1", Type: "local_bash", Backgrounded: true}
+			}},
 		{`{"type":"system","subtype":"task_updated","task_id":"b1","run_id":"r1","patch":{"status":"killed","end_time":1}}`,
 			func(e event) bool { return e.Task.Status == "killed" }},
 		{`{"type":"system","subtype":"task_updated","task_id":"b1","patch":{"status":"running"}}`,
@@ -68,7 +70,9 @@ func TestDecodeEvent(t *testing.T) {
 				return e.Stream.StopReason == "end_turn" && *e.Stream.Usage.OutputTokens == 9 && *e.Stream.Usage.OutputTokensDetails.ThinkingTokens == 1
 			}},
 		{`{"type":"user","isReplay":true,"origin":{"kind":"task-notification","runId":"r1"},"message":{"role":"user","content":"<task-notification>"}}`,
-			func(e event) bool { return e.IsReplay && e.Origin == origin{Kind: originTask, RunID: "r1"} && len(e.Blocks) == 0 }},
+			func(e event) bool {
+				return e.IsReplay && e.Origin == origin{Kind: originTask, RunID: "r1"} && len(e.Blocks) == 0
+			}},
 		{`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","is_error":true}]}}`,
 			func(e event) bool { return len(e.Blocks) == 1 && e.Blocks[0].ToolUseID == "t1" && e.Blocks[0].IsError }},
 		{`{"type":"result","subtype":"success","result":"ok","user_message_uuid":"u1","user_message_uuids":null,"origin":{"kind":"task-notification","runId":"r"},"model_usage_since_last_result":{"a":{"inputTokens":3,"outputTokens":4,"cacheReadInputTokens":1,"cacheCreationInputTokens":2},"b":{"inputTokens":1}}}`,

@@ -31,11 +31,6 @@ const (
 	// ".cache_creation_input_tokens", ".output_tokens", each the CLI's count
 	// minus ours, in the Anthropic sense (input without cache tokens).
 	AttrUnexplainedPrefix = "claude_code.usage.unexplained"
-	// AttrPartialPrefix prefixes the usage counts (".input_tokens",
-	// ".output_tokens", ...) a failed or cut model request reported in its
-	// message_start before it broke off; they are not summed, since the
-	// CLI does not count them either.
-	AttrPartialPrefix = "claude_code.usage.partial"
 )
 
 // Reasons of unattributed turns (contract rule 7, the value of

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
 
 // readFixture returns the lines of a recorded stream (testdata/README.md).
@@ -87,8 +88,11 @@ func queued(line []byte) string {
 // model's request numbers it owns (testdata/README.md), those after its
 // result, and its counts.
 type want struct {
-	status               string
-	calls, after         []int
+	status       string
+	calls, after []int
+	// cut are requests whose stream broke off after message_start: they
+	// count with what it reported (cutUsage).
+	cut                  []int
 	failedCalls          int64
 	jobs, continuations  int64
 	reasons              []string
@@ -109,7 +113,15 @@ func (w want) usage() instrument.Usage {
 			u.AfterResultOutputTokens += int64(s.OutputTokens)
 		}
 	}
-	u.ModelCalls = int64(len(w.calls)) + w.failedCalls
+	for _, seq := range w.cut {
+		c := cutUsage(seq)
+		u.InputTokens += int64(c.InputTokens)
+		u.OutputTokens += int64(c.OutputTokens)
+		u.CacheReadInputTokens += int64(c.CacheReadTokens)
+		u.CacheCreationInputTokens += int64(c.CacheCreationTokens)
+		u.ReasoningOutputTokens += int64(c.ReasoningTokens)
+	}
+	u.ModelCalls = int64(len(w.calls)+len(w.cut)) + w.failedCalls
 	u.BackgroundJobs, u.Continuations = w.jobs, w.continuations
 	return u
 }
@@ -164,8 +176,13 @@ var fixtures = []struct {
 	{name: "foreground.jsonl", invocations: []want{{status: "final", calls: []int{1, 2}}}},
 	{name: "background.jsonl", invocations: []want{{status: "final", calls: []int{3, 4, 5}, after: []int{5}, jobs: 1, continuations: 1}}},
 	{name: "patience.jsonl", invocations: []want{{status: "final", calls: []int{6, 7, 8}, after: []int{8}, jobs: 1, continuations: 1}}},
-	// Request 9 failed (500) and 10 was cut: two failed attempts.
+	// Request 9 failed (500) and 10 was cut before the CLI printed
+	// anything of it: two failed attempts without usage.
 	{name: "retried.jsonl", invocations: []want{{status: "final", calls: []int{11}, failedCalls: 2}}},
+	// Recorded alone (requests 1-3): the CLI printed the cut request's
+	// message_start, then message_stop without message_delta, and counted
+	// that message_start's usage in its result; so does the ledger.
+	{name: "retried_cut.jsonl", invocations: []want{{status: "final", calls: []int{3}, cut: []int{2}, failedCalls: 1}}},
 	{name: "failing_shell.jsonl", invocations: []want{{status: "final", calls: []int{12, 13, 14}, after: []int{14}, jobs: 1, continuations: 1}}},
 	// Two notifications read in one request: an empty result for the
 	// first, then one continuation.
@@ -214,6 +231,7 @@ func TestReplay(t *testing.T) {
 				checkSummary(t, fmt.Sprintf("invocation %d", i), sum, w)
 				all = append(all, w.calls...)
 			}
+			all = append(all, fx.invocations[0].cut...)
 			slices.Sort(all)
 			if seqs := modelSeqs(lines); fmt.Sprint(seqs) != fmt.Sprint(all) {
 				t.Errorf("requests in the stream %v, owned by the invocations %v", seqs, all)
@@ -376,45 +394,10 @@ func TestUnreportedUsage(t *testing.T) {
 	}
 }
 
-// TestCutAttemptNotCounted: the real retried.jsonl with the cut attempt's
-// message_start put back (the CLI prints it or not, depending on timing;
-// its result never counts it). The attempt's span fails and keeps the
-// counts it reported as partial attributes, not as usage: the totals equal
-// the CLI's own (model_usage_since_last_result), so the invocation is
-// final, with the successful request's usage only.
-func TestCutAttemptNotCounted(t *testing.T) {
-	lines := readFixture(t, "retried.jsonl")
-	var start []byte
-	for _, l := range lines {
-		if bytes.Contains(l, []byte(`"type":"message_start"`)) {
-			start = bytes.ReplaceAll(l, []byte("msg_scripted_11"), []byte("msg_scripted_10"))
-		}
-	}
-	var withCut [][]byte
-	retries := 0
-	for _, l := range lines {
-		withCut = append(withCut, l)
-		if bytes.Contains(l, []byte(`"subtype":"api_retry"`)) {
-			if retries++; retries == 1 {
-				withCut = append(withCut, start)
-			}
-		}
-	}
-	p := newPipeline(t, nil)
-	r := replay(t, p, withCut, true, false)
-	ids, _ := r.invocations(p)
-	sum, _ := p.ledger().Summary(ids[0])
-	checkSummary(t, "invocation", sum, want{status: "final", calls: []int{11}, failedCalls: 2})
-	var partial int
-	for _, s := range p.spans("", ids[0]) {
-		if attr(s, AttrPartialPrefix+".input_tokens").AsInt64() > 0 {
-			partial++
-			if attr(s, contract.AttrUsageInputTokens).Type() != 0 || s.Status().Code == 0 {
-				t.Errorf("cut attempt %s: usage %v status %v", s.Name(), s.Attributes(), s.Status())
-			}
-		}
-	}
-	if partial != 1 {
-		t.Errorf("%d spans with partial usage, want the cut attempt's", partial)
-	}
+// cutUsage is what the scripted model reported for request seq in its
+// message_start: the whole input, output (and thinking) 1.
+func cutUsage(seq int) scriptedmodel.Usage {
+	u := scriptedUsage(seq)
+	u.OutputTokens, u.ReasoningTokens = min(1, u.OutputTokens), min(1, u.ReasoningTokens)
+	return u
 }
