@@ -3,7 +3,10 @@ package otelclaudecode
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
+	"sync"
+	"time"
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
@@ -11,6 +14,7 @@ import (
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/internal/contract"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/internal/testbin"
 )
 
 // start starts a warm session that is stopped when the test ends.
@@ -153,9 +157,19 @@ func testWarmSecondPrompt(t *testing.T, h *harness) {
 func testNotificationWhileStreaming(t *testing.T, h *harness) {
 	g := newGate(t, "stream")
 	var p *Process
+	// Hold runs on the model server's goroutine: it must not end the test.
 	hold := func(scriptedmodel.Request) {
-		g.open(t)
-		waitUntil(t, "the shell's notification", jobEnded(p))
+		if err := os.WriteFile(string(g), nil, 0o644); err != nil {
+			t.Error(err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := testbin.Poll(ctx, 20*time.Millisecond, func() (bool, string, error) {
+			return jobEnded(p)(), "the shell's notification", nil
+		}); err != nil {
+			t.Error(err)
+		}
 	}
 	h.router.SetRules(append(bgRules("BG-S1", g.command("streamed", 0)),
 		scriptedmodel.Rule{Name: "slow", Match: asks("SLOW-S2"), Hold: hold,
@@ -199,11 +213,11 @@ func testConsumedByLaterPrompt(t *testing.T, h *harness) {
 		res, err := p.Prompt(testCtx(t), "FG-C2: wait in the foreground")
 		done <- answer{res, err}
 	}()
-	<-h.router.Answering("fg")
+	recv(t, "foreground tool request", h.router.Answering("fg"))
 	g1.open(t)
 	waitUntil(t, "the first shell's notification", jobEnded(p))
 	g2.open(t)
-	a := <-done
+	a := recv(t, "second result", done)
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
@@ -282,11 +296,12 @@ func testInterrupted(t *testing.T, h *harness, name string, stop func(*Run, cont
 // error, and the invocation is not left open.
 func testKilledDuringTurn(t *testing.T, h *harness) {
 	arrived := make(chan struct{})
+	var arrivedOnce sync.Once
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	h.router.SetRules(scriptedmodel.Rule{Name: "held", Match: asks("HOLD-K"),
 		Hold: func(scriptedmodel.Request) {
-			close(arrived)
+			arrivedOnce.Do(func() { close(arrived) })
 			<-release
 		},
 		Answer: func(scriptedmodel.Request) scriptedmodel.Step { return says("too late") }})
@@ -298,11 +313,11 @@ func testKilledDuringTurn(t *testing.T, h *harness) {
 		res, err = p.Prompt(testCtx(t), "HOLD-K: never answered")
 		done <- err
 	}()
-	<-arrived
+	recv(t, "held request", arrived)
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	err := <-done
+	err := recv(t, "prompt error", done)
 	if err == nil || !errors.Is(err, errInterrupted) {
 		t.Fatalf("prompt of a killed CLI: %v", err)
 	}

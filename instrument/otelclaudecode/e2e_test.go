@@ -278,6 +278,20 @@ func (g gate) open(t *testing.T) {
 	}
 }
 
+// recv receives from ch, or fails the test after a minute.
+func recv[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timeout.C:
+		t.Fatalf("no %s within a minute", what)
+		panic("unreachable")
+	}
+}
+
 // waitUntil polls cond (a state of the ledger or the model, never a
 // timer) until it holds, or fails the test after a minute.
 func waitUntil(t *testing.T, what string, cond func() bool) {

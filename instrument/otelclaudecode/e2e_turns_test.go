@@ -89,7 +89,7 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 		res, err := p.Prompt(testCtx(t), "FG-M1: wait in the foreground")
 		first <- answer{res, err}
 	}()
-	<-h.router.Answering("fg")
+	recv(t, "foreground tool request", h.router.Answering("fg"))
 	second := make(chan answer, 1)
 	go func() {
 		res, err := p.Prompt(testCtx(t), "PLAIN-M2: and another thing")
@@ -105,7 +105,7 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 		return err == nil && strings.Count(string(data), `"state":"queued"`) == 2
 	})
 	g.open(t)
-	a1, a2 := <-first, <-second
+	a1, a2 := recv(t, "first result", first), recv(t, "second result", second)
 	if a1.err != nil || a2.err != nil {
 		t.Fatal(a1.err, a2.err)
 	}
