@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 
