@@ -1,7 +1,6 @@
 package instrument
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -29,7 +28,9 @@ import (
 // also waits for spans it saw start and not end (rule 6), which a case's
 // withheld spans would then be; the replay does not start them, so the
 // outcomes are those of the collector, which sees only arrivals. The
-// starts are tested through a real SDK pipeline in jobs_test.go.
+// cases the SDK's API can produce also run through a real pipeline
+// (TestContractFixturesThroughSDK); the starts the ledger waits for are
+// tested in jobs_test.go.
 func TestContractFixtures(t *testing.T) {
 	cases, err := fixtures.Load()
 	if err != nil {
@@ -45,20 +46,12 @@ func TestContractFixtures(t *testing.T) {
 				WithOpenTimeout(c.Config.OpenTimeout()),
 			}), noopMeter())
 			arrivals := c.Arrivals()
-			delivered := c.Delivered()
-			finalOnPrefix := ""
-			for i, s := range delivered {
+			for i, s := range c.Delivered() {
 				if d := start.Add(arrivals[i]).Sub(clk.Now()); d > 0 {
 					clk.Advance(d)
 				}
 				stub := fixtureStub(s)
 				l.arrived(stub.Snapshot(), childrenOf(stub.Attributes))
-				if sum, ok := l.Summary(invocationOf(s)); ok && sum.Status == "final" && sum.Revision == 1 && i < len(delivered)-1 && finalOnPrefix == "" {
-					finalOnPrefix = fmt.Sprintf("final after span %d of %d (%s)", i+1, len(delivered), s.Name)
-				}
-			}
-			if why, known := fixtureIssues[c.Name]; known && finalOnPrefix != "" {
-				t.Skipf("%s: %s; the case expects no prefix to close", why, finalOnPrefix)
 			}
 			check := func(when fixtures.When) {
 				for _, want := range c.Expect {
@@ -72,18 +65,6 @@ func TestContractFixtures(t *testing.T) {
 			check(fixtures.WhenSettled)
 		})
 	}
-}
-
-// fixtureIssues are cases whose delivery order lets a prefix close the
-// invocation final by the contract's own rule, so the expected outcome
-// (pending) contradicts rule 4's revision; they are skipped only while that
-// still happens, and run again once the case is reordered.
-var fixtureIssues = map[string]string{
-	// The root (children 1) and its counted chat arrive first: final by
-	// rule; the self-parented tool, which no count declares, arrives
-	// after it as a late span (an incomplete revision 2), not while
-	// pending.
-	"v02_r3_self_parent": "fixture delivers the self-parented span after a final prefix",
 }
 
 func invocationOf(s fixtures.Span) string {
