@@ -25,6 +25,40 @@
 //     can tell in process when an invocation is final, and whether a
 //     session still owes work.
 //
+// The Ledger applies the contract's v0.2 rules the same way the collector
+// does (both are tested on internal/contract/fixtures): a late child never
+// discharges its parent's count; a span discharges at most one followup
+// per job it links to; self parents, parents in another trace, parent
+// cycles, self or followup-and-consumed links and reused span IDs, counts
+// that cannot be proven, a model call that did not fail yet carries no
+// usage, and an unattributed turn (Tracker.StartUnattributed) close the
+// invocation incomplete, never final. A span that arrives after the
+// invocation closed revises its summary by the whole rule. Because it
+// sees every span start, the Ledger also never says final while a span of
+// the invocation that no count declares is open (a background job, a
+// continuation, a late child): its pending reasons name it
+// "open_span:<name>".
+//
+// A job launched from a span that has already ended (a tool that returned
+// before its job started) is declared by the nearest open span of its
+// invocation (Tracker.StartBackground), with a launched_by link to the
+// ended span; with none open, it starts its own trace marked
+// invocation.late_child and the Ledger reports orphan_job.
+//
+// Pitfalls the package reports rather than hides: a Tracker whose
+// TracerProvider has no SpanProcessor in its pipeline reaches no Ledger;
+// it says so through otel.Handle (ErrNoSpanProcessor, once per Tracker) and
+// counts its spans in agentledger.instrument.tracker.unledgered_spans. An
+// invocation whose root the sampler does not sample cannot be observed:
+// Ledger.Wait answers it at once, incomplete with reason not_sampled.
+// Ledger.Wait never creates state for an id it does not know; it answers
+// from a bounded record of forgotten invocations (WithClosedRecords) or
+// with ErrUnknownInvocation.
+//
+// Shutdown and ForceFlush of the SpanProcessor first end the model calls
+// the client wrappers (otelopenai, otelanthropic) hold open for an SDK
+// retry, so that a process exiting within the retry window exports them.
+//
 // The ledger only sees spans that end in this process. Spans exported by
 // subprocesses that received a job's context are not seen; as in the
 // collector, a remote span's subtree must be quiet for the remote settle
