@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,10 +58,20 @@ type Client struct {
 }
 
 // New returns a Client that runs the CLI at bin (for example the path
-// `make claude` installs, or "claude" from PATH).
+// `make claude` installs, or "claude" from PATH). A relative path is taken
+// from the current directory, not from WithDir.
 func New(bin string, opts ...Option) (*Client, error) {
 	if bin == "" {
 		return nil, errors.New("otelclaudecode: no CLI path")
+	}
+	var err error
+	if strings.ContainsRune(bin, filepath.Separator) {
+		bin, err = filepath.Abs(bin)
+	} else {
+		bin, err = exec.LookPath(bin)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otelclaudecode: CLI %w", err)
 	}
 	cfg := newConfig(opts)
 	c := &Client{
