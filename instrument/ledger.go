@@ -39,7 +39,9 @@ type Usage struct {
 }
 
 // Summary is the ledger's view of one invocation, with the fields of the
-// collector's invocation.summary span.
+// collector's invocation.summary span. While the invocation is pending it
+// is its current state; once it closed, it is the latest summary: the
+// first final or incomplete one, or the latest revision.
 type Summary struct {
 	InvocationID string
 	SessionID    string
@@ -47,14 +49,18 @@ type Summary struct {
 	// Status is contract.StatusPending, StatusFinal or StatusIncomplete.
 	Status string
 	// Reasons says, each as "kind:detail", what keeps a pending
-	// invocation open or why it closed incomplete.
+	// invocation open or why it closed incomplete: the contract's kinds,
+	// and in process also "open_span:<name>" for a span the ledger saw
+	// start, that no count declares, and that has not ended.
 	Reasons []string
 	// Anomalies lists, each as "kind:detail", what did not block finality
 	// but a reader must know (extra_children, invalid_usage, late_span,
-	// foreign_followup).
+	// foreign_followup, duplicate_link, orphan_job).
 	Anomalies []string
-	// Revision is 1 for the first final or incomplete status and grows by
-	// one for each span that arrived after it; 0 while pending.
+	// Revision is 1 for the first final or incomplete summary and grows
+	// by one for each revision a span arriving later causes (contract
+	// rule 4: final only when every condition holds, the remote settle
+	// time included); 0 while pending.
 	Revision int
 	Usage    Usage
 	// TimeToFinal is the latest end of any member span minus the root's
