@@ -430,7 +430,8 @@ func (inv *invocationState) addUsage(s sdktrace.ReadOnlySpan, f *spanFacts) {
 		u.AfterResultOutputTokens += f.usage[1]
 	}
 	for _, k := range f.invalidUsage {
-		inv.anomaly(contract.AnomalyInvalidUsage, k)
+		// The collector's detail: which attribute, on which span.
+		inv.anomaly(contract.AnomalyInvalidUsage, k+" on "+s.Name())
 	}
 	if !f.hasUsage && !f.failed {
 		inv.fail(contract.ReasonUsageMissing, s.Name())

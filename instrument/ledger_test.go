@@ -370,7 +370,7 @@ func TestLedgerInvalidUsage(t *testing.T) {
 	p.chat(ctx, -1, 2)
 	inv.End()
 	s := p.summary(t, inv.ID())
-	if s.Usage.InputTokens != 0 || s.Usage.OutputTokens != 2 || !contains(s.Anomalies, "invalid_usage:"+contract.AttrUsageInputTokens) {
+	if s.Usage.InputTokens != 0 || s.Usage.OutputTokens != 2 || !contains(s.Anomalies, "invalid_usage:"+contract.AttrUsageInputTokens+" on chat m") {
 		t.Errorf("summary = %+v", s)
 	}
 }
