@@ -24,6 +24,9 @@ const (
 	// (a job, a continuation, a late child, a span of a new trace) has not
 	// ended.
 	reasonOpenSpan = "open_span"
+	// anomalyExtraRoot: a second root span (another span ID) of one
+	// invocation; a member like any other (CONTRACT.md, v0.1).
+	anomalyExtraRoot = "extra_root"
 )
 
 // node is the ledger's record of one span ID of an invocation: the span
@@ -124,17 +127,23 @@ func newInvocationState(id string) *invocationState {
 	}
 }
 
+// maxAnomalies bounds the distinct anomaly entries and the distinct
+// reasons that forbid final kept per invocation (as in the collector), so
+// a stream of oddly named spans cannot grow one invocation without limit.
+// Beyond it an invocation that cannot be final stays so.
+const maxAnomalies = 64
+
 // fail records a reason that forbids final, once.
 func (inv *invocationState) fail(kind, detail string) {
 	r := kind + ":" + detail
-	if !slices.Contains(inv.failures, r) {
+	if !slices.Contains(inv.failures, r) && len(inv.failures) < maxAnomalies {
 		inv.failures = append(inv.failures, r)
 	}
 }
 
 func (inv *invocationState) anomaly(kind, detail string) {
 	a := kind + ":" + detail
-	if _, ok := inv.anomalySet[a]; ok {
+	if _, ok := inv.anomalySet[a]; ok || len(inv.anomalies) >= maxAnomalies {
 		return
 	}
 	if inv.anomalySet == nil {
@@ -258,7 +267,9 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		if f.unattributed != "" {
 			inv.fail(contract.ReasonUnattributedWakeup, f.unattributed)
 		}
-		if !inv.rootArrived {
+		if inv.rootArrived {
+			inv.anomaly(anomalyExtraRoot, name)
+		} else {
 			inv.unattributedRunning = false
 			inv.rootArrived = true
 			inv.rootEnd = s.EndTime()

@@ -1,6 +1,7 @@
 package instrument
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -253,4 +254,37 @@ func withAttr(s tracetest.SpanStub, kv attribute.KeyValue) tracetest.SpanStub {
 	}
 	s.Attributes = append(attrs, kv)
 	return s
+}
+
+// TestSecondRootIsAnAnomaly: a second root span (another span ID) of one
+// invocation is a member, reported extra_root as the collector does.
+func TestSecondRootIsAnAnomaly(t *testing.T) {
+	sl := newStubLedger(t)
+	second := rootStub(spanCtx(2, 9), 0)
+	second.Name = "invoke_agent b"
+	sl.feed(rootStub(spanCtx(1, 1), 0), second)
+	s := sl.summary("inv")
+	if !slices.Contains(s.Anomalies, "extra_root:invoke_agent b") || s.Usage.Spans != 2 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+// TestAnomaliesAndFailuresBounded: distinct anomaly and failure entries
+// per invocation are bounded as in the collector; the invocation stays
+// unprovable.
+func TestAnomaliesAndFailuresBounded(t *testing.T) {
+	sl := newStubLedger(t)
+	root := spanCtx(1, 1)
+	sl.feed(rootStub(root, 0))
+	for i := range 200 {
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2, byte(i)}, TraceFlags: trace.FlagsSampled})
+		// Late (after the final), without usage: a late_span anomaly and
+		// a usage_missing reason each.
+		call := stub(fmt.Sprintf("chat %d", i), sc, root, 40, attribute.String(contract.AttrOperationName, contract.OpChat))
+		sl.feed(call)
+	}
+	s := sl.summary("inv")
+	if len(s.Anomalies) > maxAnomalies || len(s.Reasons) > maxAnomalies+1 || s.Status == contract.StatusFinal {
+		t.Errorf("%d anomalies, %d reasons, status %s", len(s.Anomalies), len(s.Reasons), s.Status)
+	}
 }
