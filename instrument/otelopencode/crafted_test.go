@@ -194,6 +194,26 @@ func TestSessionDeletedWhileJobRuns(t *testing.T) {
 	noUnattributed(t, p)
 }
 
+// Deleting a session while a prompt_async prompt's turn runs ends the
+// prompt's root (nothing can answer it any more) and the turn's model call:
+// the invocation is final, not left open until the open timeout.
+func TestSessionDeletedEndsAsyncPrompt(t *testing.T) {
+	p := newPipeline(t)
+	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
+	s.session("ses_A", "")
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+	s.m.registerAsync("ses_A", "msg_01", ctx, func() { inv.End() })
+	s.user("ses_A", "msg_01")
+	s.assistantStart("ses_A", "msg_02", "msg_01")
+	s.send(`{"type":"session.deleted","properties":{"info":{"id":"ses_A"}}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sum, err := p.sp.Ledger().Wait(ctx, inv.ID())
+	if err != nil || sum.Status != contract.StatusFinal || sum.Usage.ModelCalls != 1 {
+		t.Fatalf("%v %+v", err, sum)
+	}
+}
+
 // Events replayed (a reconnect reads back what the stream already
 // delivered) change nothing.
 func TestReplayedEventsChangeNothing(t *testing.T) {

@@ -26,6 +26,14 @@
 //     invocation that launched the job, with a followup link to the job,
 //     even when the caller has sent other prompts since; the turn's model
 //     calls are that invocation's usage;
+//   - a "background turn" job (KindTurn) when the caller gives up a
+//     prompt call (Prompt, PromptAsync or through the Transport: its
+//     context ends, its connection breaks) after the request may have
+//     reached the server, since OpenCode runs the turn on: a child of the
+//     invocation's root that ends when the session goes idle after the
+//     turn (or is deleted), with the turn's later model calls and tools
+//     under it, so the turn the caller started stays its invocation's and
+//     the invocation is final only once the turn ended;
 //   - a followup_closed span (reason interrupted) when an abort cancels a
 //     job or a notification that had not started its turn, and one with
 //     reason consumed_by when a turn of another invocation read the

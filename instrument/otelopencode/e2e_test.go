@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -376,6 +377,7 @@ func TestServer(t *testing.T) {
 	t.Run("prompt_async", func(t *testing.T) { testPromptAsync(t, s) })
 	t.Run("stream cut while the job finishes", func(t *testing.T) { testStreamCut(t, s) })
 	t.Run("prompt from another client", func(t *testing.T) { testOtherClient(t, s) })
+	t.Run("prompt abandoned while its turn runs", func(t *testing.T) { testAbandonedPrompt(t, s) })
 	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, s) })
 	t.Run("no other turn unattributed", func(t *testing.T) {
 		for reason, roots := range unattributedRoots(s.p) {
@@ -468,6 +470,87 @@ func testOtherClient(t *testing.T, s *server) {
 	checkUsage(t, "both vs OpenCode's records", total, serverUsage(t, s.url, sess))
 	if st, _ := s.client.Session(sess); st.OwesWork {
 		t.Errorf("session owes work after the other client's turn ended: %+v", st)
+	}
+}
+
+// abandonRoute holds the first model call of a prompt containing
+// "ABANDON" at first, which then runs bash; the call after the tool
+// answers at once. Other prompts get a text answer labelled "other".
+func abandonRoute(stop <-chan struct{}, first *gate) func(req) (string, scriptedmodel.Step) {
+	return func(q req) (string, scriptedmodel.Step) {
+		switch {
+		case strings.Contains(q.firstUser, "ABANDON") && q.lastRole == "tool":
+			return "after-tool", scriptedmodel.Step{Text: "done"}
+		case strings.Contains(q.lastUser, "ABANDON"):
+			first.pass(stop)
+			return "first", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "bash", Arguments: `{"command":"echo hi","description":"say hi"}`}}}
+		}
+		return "other", scriptedmodel.Step{Text: "other"}
+	}
+}
+
+// abandonPrompt sends a prompt containing "ABANDON" with c and gives the
+// call up (cancels its context) while its first model call is held; it
+// returns the invocation id and the gate that holds the call (open it to
+// let the turn go on).
+func abandonPrompt(t *testing.T, c *Client, m *model, sess string) (string, *gate) {
+	t.Helper()
+	first := newGate()
+	m.reset(abandonRoute(m.stop, first))
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		res *Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := c.Prompt(ctx, sess, Prompt{Text: "ABANDON this call"})
+		done <- result{res, err}
+	}()
+	select {
+	case <-first.arrived:
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("the first model call never arrived; calls %v", m.labels())
+	}
+	cancel()
+	r := <-done
+	if !errors.Is(r.err, context.Canceled) || r.res == nil || r.res.InvocationID == "" {
+		t.Fatalf("abandoned Prompt: %+v %v, want context.Canceled and an invocation", r.res, r.err)
+	}
+	return r.res.InvocationID, first
+}
+
+// testAbandonedPrompt: the caller gives a Prompt call up while the first
+// model call of its turn runs; OpenCode goes on with the turn (the bash
+// call, the model call after it). The whole turn is the caller's
+// invocation, which is not final before the turn ends, then final with
+// exactly OpenCode's record of the session.
+func testAbandonedPrompt(t *testing.T, s *server) {
+	sess := s.session(t, "abandoned prompt")
+	id, first := abandonPrompt(t, s.client, s.model, sess)
+	if sum, _ := s.p.sp.Ledger().Summary(id); sum.Status != contract.StatusPending {
+		t.Errorf("status when the call was given up = %q, want pending (%+v)", sum.Status, sum)
+	}
+	if st, _ := s.client.Session(sess); !st.OwesWork {
+		t.Errorf("session owes nothing while the abandoned turn runs: %+v", st)
+	}
+	close(first.open)
+	sum := s.wait(t, id)
+	if sum.Status != contract.StatusFinal {
+		t.Fatalf("status %q: %+v", sum.Status, sum)
+	}
+	checkUsage(t, "invocation vs the scripted model", sum, s.model.sum("first", "after-tool"))
+	checkUsage(t, "invocation vs OpenCode's records", sum, serverUsage(t, s.url, sess))
+	after := s.model.sum("after-tool")
+	if sum.Usage.AfterResultInputTokens < after.InputTokens || sum.Usage.BackgroundJobs != 1 || len(sum.Anomalies) > 0 {
+		t.Errorf("summary %+v, want the call after the tool after the result, one job, no anomaly", sum)
+	}
+	if spanOf(s.p, "execute_tool bash", id) == nil {
+		t.Errorf("the turn's bash call is not in the invocation")
+	}
+	if st, _ := s.client.Session(sess); st.OwesWork {
+		t.Errorf("session owes work after the turn: %+v", st)
 	}
 }
 
@@ -1138,6 +1221,11 @@ func testCollector(t *testing.T, s *server) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// A prompt given up while its turn runs: on the wire too, the rest of
+	// the turn is a job the root counts, so the collector waits for it.
+	abandoned, first := abandonPrompt(t, c, s.model, s.session(t, "collector 3"))
+	close(first.open)
+	ids = append(ids, abandoned)
 
 	local := map[string]instrument.Summary{}
 	for _, id := range append(ids, foreign) {

@@ -76,7 +76,7 @@ func (a *serverAPI) postJSON(ctx context.Context, path string, body any, v any) 
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("otelopencode: POST %s: %s: %s", path, resp.Status, bytes.TrimSpace(msg))
+		return &statusError{path: path, status: resp.Status, code: resp.StatusCode, detail: string(bytes.TrimSpace(msg))}
 	}
 	if v == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -86,6 +86,22 @@ func (a *serverAPI) postJSON(ctx context.Context, path string, body any, v any) 
 		return fmt.Errorf("otelopencode: POST %s: %w", path, err)
 	}
 	return nil
+}
+
+// statusError is the error of a POST the server answered with a status
+// other than 2xx.
+type statusError struct {
+	path, status string
+	code         int
+	// detail is the start of the answer's body, if any.
+	detail string
+}
+
+func (e *statusError) Error() string {
+	if e.detail == "" {
+		return fmt.Sprintf("otelopencode: POST %s: %s", e.path, e.status)
+	}
+	return fmt.Sprintf("otelopencode: POST %s: %s: %s", e.path, e.status, e.detail)
 }
 
 // events opens the event stream (GET /event) and returns its body.

@@ -18,6 +18,9 @@ import (
 const (
 	KindSubagent = "subagent"
 	KindShell    = "shell"
+	// KindTurn is the rest of a prompt's turn that OpenCode runs on after
+	// the caller gave up the call (see Client.Prompt).
+	KindTurn = "turn"
 )
 
 // errUntracked is recorded on the span of a job dropped from tracking

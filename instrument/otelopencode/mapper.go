@@ -106,12 +106,13 @@ func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finis
 	s.maxMsg = max(s.maxMsg, msgID)
 }
 
-// promptDone drops the registration of a prompt whose root has ended.
+// promptDone drops the registration of a prompt whose root has ended,
+// unless the rest of its turn runs on (mapper.abandon).
 func (m *mapper) promptDone(session, msgID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.sessions.lookup(session); s != nil {
-		if u, ok := s.users[msgID]; ok {
+		if u, ok := s.users[msgID]; ok && u.rest == nil {
 			u.owner, u.finish = nil, nil
 		}
 		s.prune()

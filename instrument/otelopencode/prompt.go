@@ -3,8 +3,12 @@ package otelopencode
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http/httptrace"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -39,6 +43,16 @@ type Result struct {
 // ends when the answer is here and the spans of the answer's model calls
 // and tool calls have started. Background jobs the prompt launched go on;
 // Wait tells when the invocation is final.
+//
+// A call that fails after the request may have reached the server (ctx
+// cancelled or its deadline passed while OpenCode works, the connection
+// broken) returns the error at once, but OpenCode runs the prompt's turn
+// on: the rest of the turn is a background job of the invocation,
+// "background turn" (KindTurn), that ends when the session goes idle after
+// the turn, so the invocation is final only then, with the whole turn's
+// usage. When the server cannot have received the request (ctx done
+// before sending, no connection made) or answered it with an HTTP 4xx,
+// no turn is running and nothing is kept.
 func (c *Client) Prompt(ctx context.Context, session string, p Prompt) (*Result, error) {
 	if !c.started() {
 		return nil, ErrNotStarted
@@ -73,7 +87,9 @@ func (c *Client) Prompt(ctx context.Context, session string, p Prompt) (*Result,
 // /session/:id/prompt_async) as an invocation and returns its id. The
 // caller gets OpenCode's answer from the session later, so the root span
 // ends when the session is first idle after a turn answered the prompt;
-// work left running after that is after the result, as with Prompt.
+// work left running after that is after the result, as with Prompt. A call
+// that fails after the request may have reached the server keeps the
+// prompt's turn in the invocation as Prompt does.
 func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (string, error) {
 	if !c.started() {
 		return "", ErrNotStarted
@@ -87,8 +103,14 @@ func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (str
 	}
 	rctx, inv := c.tracker.StartInvocation(ctx, agent, session)
 	c.m.registerAsync(session, msgID, rctx, func() { inv.End() })
-	err := c.api.postJSON(rctx, "/session/"+url.PathEscape(session)+"/prompt_async", body, nil)
+	var probe sendProbe
+	err := probe.send(rctx, func(ctx context.Context) error {
+		return c.api.postJSON(ctx, "/session/"+url.PathEscape(session)+"/prompt_async", body, nil)
+	})
 	if err != nil {
+		if probe.turnMayRun(err) {
+			c.m.abandon(session, msgID)
+		}
 		c.m.promptDone(session, msgID)
 		inv.Span().RecordError(err)
 		inv.Span().SetStatus(codes.Error, err.Error())
@@ -116,7 +138,9 @@ func promptBody(p Prompt) map[string]any {
 
 // invoke runs one prompt as an invocation: body is the JSON object of POST
 // /session/:id/message, send delivers it and returns the answer's body,
-// done sees the invocation id and answer before the root ends.
+// done sees the invocation id and answer before the root ends. When send
+// fails while the server may run the prompt's turn, the rest of the turn
+// becomes a job of the invocation before the root ends (mapper.abandon).
 func (c *Client) invoke(ctx context.Context, session string, body []byte, send func(context.Context, []byte) ([]byte, error), done func(string, []byte)) (string, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
@@ -143,8 +167,20 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 	}
 	ctx, inv := c.tracker.StartInvocation(ctx, agent, session)
 	c.m.registerPrompt(session, msgID, ctx)
-	answer, err := send(ctx, body)
-	c.sync(ctx, session, answer, err)
+	var answer []byte
+	var probe sendProbe
+	err = probe.send(ctx, func(ctx context.Context) (err error) {
+		answer, err = send(ctx, body)
+		return err
+	})
+	if probe.turnMayRun(err) {
+		// The caller gave up (or the connection broke) while OpenCode
+		// may run the turn: the rest of it stays this invocation's, in a
+		// job the events end; no read-back is needed for it.
+		c.m.abandon(session, msgID)
+	} else {
+		c.sync(ctx, session, answer, err)
+	}
 	c.m.promptDone(session, msgID)
 	if err != nil {
 		inv.Span().RecordError(err)
@@ -191,4 +227,50 @@ func (c *Client) sync(ctx context.Context, session string, answer []byte, sendEr
 		return
 	}
 	c.m.applyMessages(msgs)
+}
+
+// errNotSent wraps the error of a prompt that was not sent: its context
+// was done before.
+var errNotSent = errors.New("otelopencode: prompt not sent")
+
+// sendProbe tells whether a prompt's request may have reached the server,
+// from what net/http reports through httptrace: a transport built on
+// net/http asks for a connection (GetConn) before anything else, and
+// reports when it wrote the request (WroteRequest). Until the request is
+// written, the server cannot have started the prompt's turn.
+type sendProbe struct {
+	asked, wrote atomic.Bool
+}
+
+// send calls post with ctx traced by the probe, unless ctx is done
+// already: then nothing is sent, and the error wraps errNotSent.
+func (p *sendProbe) send(ctx context.Context, post func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	return post(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn:      func(string) { p.asked.Store(true) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { p.wrote.Store(true) },
+	}))
+}
+
+// turnMayRun reports whether a prompt whose send failed with err may have
+// a turn running on the server. It does unless the failure proves
+// otherwise: the request was not sent (its context was done, net/http
+// asked for a connection and never wrote the request, or the connection
+// could not be made), or the server answered it with a 4xx status
+// (OpenCode answers a prompt only once its turn has ended, or with 400
+// when it cannot start one). A 5xx may come from a proxy in front of a
+// server that still runs the turn; a request written and never answered
+// (the caller's context ended, the connection broke) may be running.
+func (p *sendProbe) turnMayRun(err error) bool {
+	if err == nil || errors.Is(err, errNotSent) || p.asked.Load() && !p.wrote.Load() {
+		return false
+	}
+	var status *statusError
+	if errors.As(err, &status) && status.code/100 == 4 {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
 }

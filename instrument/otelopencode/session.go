@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
 )
 
 // sessionState is what the mapper knows of one OpenCode session: its
@@ -72,6 +74,13 @@ type userMsg struct {
 	// finish ends the root of a prompt sent with prompt_async, at the
 	// first idle after a turn answered it.
 	finish func()
+	// rest is the background job that holds the rest of the prompt's
+	// turn after the caller gave up the call (mapper.abandon); owner is
+	// then its context. It ends with the turn.
+	rest *instrument.Job
+	// turnEnded is set when the session went idle after a turn answered
+	// the message: that turn is over.
+	turnEnded bool
 }
 
 // assistantMsg is an assistant message: one model call and its span.

@@ -13,8 +13,9 @@ import (
 var errDeleted = errors.New("opencode: session deleted")
 
 // idle handles a session that went idle: the turn it started by itself
-// (continuation or unattributed) has ended, a prompt_async prompt it
-// answered has its result, a child session's job is done, and
+// (continuation or unattributed) has ended, the turns that answered its
+// user messages are over (a prompt_async prompt has its result, the rest
+// of an abandoned prompt's turn ends), a child session's job is done, and
 // notifications an abort left without a turn will get none.
 func (m *mapper) idle(id string) {
 	s := m.sessions.use(id)
@@ -26,10 +27,21 @@ func (m *mapper) idle(id string) {
 	}
 	s.endTurn()
 	for msgID, u := range s.users {
-		if u.finish != nil && u.seen && msgID <= s.answered {
+		if !u.seen || msgID > s.answered {
+			continue
+		}
+		u.turnEnded = true
+		if u.finish != nil {
 			finish := u.finish
 			u.finish, u.owner = nil, nil
 			finish()
+		}
+		if u.rest != nil {
+			var outcome error
+			if s.aborted {
+				outcome = errAborted
+			}
+			endRest(u, outcome)
 		}
 	}
 	if s.parentID != "" {
@@ -53,15 +65,26 @@ func (m *mapper) idle(id string) {
 	s.prune()
 }
 
-// deleted handles a deleted session: what it still ran ends, and the
-// followups of the jobs it launched that no turn answered are closed with
-// reason session_closed.
+// deleted handles a deleted session: what it still ran ends (the roots of
+// its prompt_async prompts and the rest of its abandoned prompts' turns
+// too), and the followups of the jobs it launched that no turn answered
+// are closed with reason session_closed.
 func (m *mapper) deleted(id string) {
 	s := m.sessions.lookup(id)
 	if s == nil {
 		return
 	}
 	s.endTurn()
+	for _, u := range s.users {
+		if u.finish != nil {
+			finish := u.finish
+			u.finish, u.owner = nil, nil
+			finish()
+		}
+		if u.rest != nil {
+			endRest(u, errDeleted)
+		}
+	}
 	for _, a := range s.assistants {
 		if a.span != nil && !a.ended {
 			a.ended = true

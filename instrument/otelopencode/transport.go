@@ -79,7 +79,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("otelopencode: reading prompt answer: %w", err)
 		}
 		if r.StatusCode/100 != 2 {
-			return nil, fmt.Errorf("otelopencode: POST %s: %s", req.URL.Path, r.Status)
+			return nil, &statusError{path: req.URL.Path, status: r.Status, code: r.StatusCode}
 		}
 		return answer, nil
 	}, nil)

@@ -21,10 +21,11 @@ const (
 	// of a child session whose job was never named.
 	UnattributedUnknownTask = "unknown_task"
 	// UnattributedEndedTurn: the turn answers a user message whose turn
-	// had already ended or been settled: a prompt of the Client whose
-	// invocation had ended (the call failed or was given up while
-	// OpenCode went on), a notification whose followup was settled (an
-	// abort closed it, another turn read it, its continuation ended), or a
+	// had already ended or been settled: a prompt of the Client answered
+	// again after its turn ended (the session went idle after answering
+	// it; a call given up while OpenCode ran the turn keeps that turn, see
+	// Client.Prompt), a notification whose followup was settled (an abort
+	// closed it, another turn read it, its continuation ended), or a
 	// message older than everything still open in the session.
 	UnattributedEndedTurn = "ended_turn"
 	// UnattributedOtherPrompt: the turn answers a user message the Client
