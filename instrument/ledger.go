@@ -310,7 +310,12 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	case arriveDuplicate:
 		return
 	case arriveSpanLimit:
+		// Its totals can no longer be proven: it closes at once, as in
+		// the collector.
 		l.spanLimited.Add(context.Background(), 1)
+		if !closed {
+			l.closeForced(inv, reasonSpanLimit)
+		}
 		return
 	case arriveNotIndexed:
 		if !closed {

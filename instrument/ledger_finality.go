@@ -88,7 +88,10 @@ func (l *Ledger) timedOut(inv *invocationState) {
 // l.mu must be held.
 func (l *Ledger) closeForced(inv *invocationState, reason string) {
 	inv.checkCycles()
-	reasons := append([]string{reason}, inv.openReasons(l.clock.Now())...)
+	reasons := inv.openReasons(l.clock.Now())
+	if !slices.Contains(reasons, reason) {
+		reasons = append([]string{reason}, reasons...)
+	}
 	l.closeLocked(inv, contract.StatusIncomplete, reason, reasons)
 }
 

@@ -2,10 +2,13 @@ package instrument
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/agentledger/agentledger/internal/contract"
 )
 
 func TestInternalTelemetry(t *testing.T) {
@@ -38,5 +41,36 @@ func TestInternalTelemetry(t *testing.T) {
 	}
 	if got["agentledger.instrument.late_children"] != 1 || got["agentledger.instrument.ledger.evicted"] != 1 {
 		t.Errorf("counters = %v", got)
+	}
+}
+
+// TestSpanLimitFailsClosed (issue 9 item 12): an invocation with more span
+// IDs than WithMaxSpansPerInvocation is cut, counted, and closes
+// incomplete with span_limit at once, never final.
+func TestSpanLimitFailsClosed(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	p := newPipelineWith(t, []Option{WithMeterProvider(mp), WithMaxSpansPerInvocation(3)})
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	for range 3 {
+		p.chat(ctx, 10, 1)
+	}
+	s, err := p.sp.Ledger().Wait(cancelled(), inv.ID())
+	if err != nil {
+		t.Fatalf("not closed at the limit: %v", err)
+	}
+	wantStatus(t, s, contract.StatusIncomplete)
+	if want := []string{contract.ReasonRootMissing, "span_limit"}; !slices.Equal(s.Reasons, want) {
+		t.Errorf("reasons %v, want %v", s.Reasons, want)
+	}
+	p.chat(ctx, 10, 1)
+	inv.End()
+	if s := p.summary(t, inv.ID()); s.Status == contract.StatusFinal {
+		t.Errorf("final after the cut: %+v", s)
+	}
+	// The first chat's parent (the root) takes a span ID too: the third
+	// and fourth chats are cut, the root (already known) is not.
+	if n := counterValue(t, reader, "agentledger.instrument.ledger.span_limit"); n != 2 {
+		t.Errorf("span_limit counter %d, want 2", n)
 	}
 }
