@@ -79,7 +79,9 @@ func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
 			// for the settle time is the conservative reading.
 			f.remote = kv.Value.Type() != attribute.BOOL || kv.Value.AsBool()
 		case contract.AttrLateChild:
-			f.late = kv.Value.Type() == attribute.BOOL && kv.Value.AsBool()
+			// A flag of the wrong type reads as true: the child then
+			// discharges nothing, the reading that fails closed.
+			f.late = kv.Value.Type() != attribute.BOOL || kv.Value.AsBool()
 		case contract.AttrUnattributed:
 			f.unattributed = UnattributedUnknown
 			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
