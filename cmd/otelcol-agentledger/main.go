@@ -1,6 +1,7 @@
 // Command otelcol-agentledger is the agentledger OpenTelemetry Collector
 // distribution: the core and contrib components an invocation-accounting
-// pipeline needs, plus the invocation processor.
+// pipeline needs, plus the invocation processor and the invocation_status
+// extension it publishes its live state to.
 package main
 
 import (
@@ -30,10 +31,12 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor"
 
+	"github.com/agentledger/agentledger/extension/invocationstatusextension"
 	"github.com/agentledger/agentledger/processor/invocationprocessor"
 )
 
@@ -66,6 +69,8 @@ func components() (otelcol.Factories, error) {
 	if f.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
 		filestorage.NewFactory(),
 		healthcheckextension.NewFactory(),
+		bearertokenauthextension.NewFactory(),
+		invocationstatusextension.NewFactory(),
 	); err != nil {
 		return f, err
 	}

@@ -57,6 +57,11 @@ type Config struct {
 	// (the default) means no invocation.cost attribute.
 	Prices map[string]Price `mapstructure:"prices"`
 
+	// Status names an invocation_status extension that the processor
+	// publishes its open and recently closed invocations to, for the HTTP
+	// API and page it serves. Default none: nothing is published.
+	Status *component.ID `mapstructure:"status"`
+
 	// prevent unkeyed literal initialization
 	_ struct{}
 }

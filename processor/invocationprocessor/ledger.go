@@ -125,6 +125,10 @@ type invocation struct {
 	BackgroundJobs int64   `json:"background_jobs"`
 	Continuations  int64   `json:"continuations"`
 
+	// JobTimes holds each background span's start and end, for the status
+	// extension (status.go).
+	JobTimes map[pcommon.SpanID]jobTimes `json:"job_times,omitempty"`
+
 	Anomalies   []string `json:"anomalies,omitempty"`
 	PendingSent bool     `json:"pending_sent"`
 	Revision    int64    `json:"revision"`
@@ -402,6 +406,7 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 	switch role {
 	case contract.RoleBackground:
 		inv.BackgroundJobs++
+		inv.noteJob(id, sp)
 		var n int32
 		valid := false
 		if v, ok := attrs.Get(contract.AttrFollowups); ok {

@@ -67,6 +67,10 @@ type invocationProcessor struct {
 	// consumer that does not take them.
 	outboxLimit int
 
+	// statusID is the status extension the shards publish to (nil: none),
+	// found in Start.
+	statusID *component.ID
+
 	// lifeMu guards stop, done and cancel, the timer goroutine's controls.
 	lifeMu sync.Mutex
 	stop   chan struct{}
@@ -108,6 +112,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		// A shard's share of the open invocations' summaries, and slack.
 		outboxLimit: (cfg.MaxOpenInvocations+numShards-1)/numShards + outboxSlack,
 	}
+	p.statusID = cfg.Status
 	for _, op := range cfg.UsageOperations {
 		p.cfg.usageOps[op] = struct{}{}
 	}
@@ -123,12 +128,16 @@ func (*invocationProcessor) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: false}
 }
 
-// Start starts the goroutine that fires timers.
-func (p *invocationProcessor) Start(context.Context, component.Host) error {
+// Start finds the status extension, if one is configured, and starts the
+// goroutine that fires timers.
+func (p *invocationProcessor) Start(_ context.Context, host component.Host) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
 	if p.stop != nil {
 		return nil
+	}
+	if err := p.startStatus(host); err != nil {
+		return err
 	}
 	p.stop = make(chan struct{})
 	p.done = make(chan struct{})
@@ -318,6 +327,7 @@ func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, s
 	for _, inv := range s.touched {
 		s.evaluate(inv, now, stats)
 	}
+	s.publishOpen(s.touched, now)
 	clear(s.touched)
 	s.touched = s.touched[:0]
 	stats.outboxDropped += s.trimOutbox()

@@ -33,6 +33,9 @@ type shard struct {
 	// then leave the retry to the timer goroutine instead of rebuilding
 	// the whole outbox for every batch.
 	sendFailed bool
+	// status receives the shard's invocation views (status.go); nil when
+	// the processor has no status extension. Set in Start.
+	status StatusSink
 
 	// sending is a one-slot semaphore held by the goroutine sending this
 	// shard's outbox, so summaries reach the next consumer in the order they
@@ -250,6 +253,7 @@ func (s *shard) revise(inv *invocation, now int64) {
 	inv.Revision++
 	inv.LastSummary = now
 	s.outbox = append(s.outbox, inv.snapshot(inv.status(now, s.cfg), inv.Revision, now, s.cfg))
+	s.publishClosed(now)
 }
 
 // closeInvocation emits the first final or incomplete summary (revision
@@ -266,6 +270,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 	stats.closed++
 	stats.delays = append(stats.delays, float64(now-inv.LastDischarge)/1e9)
 	s.outbox = append(s.outbox, inv.snapshot(status, 1, now, s.cfg))
+	s.publishClosed(now)
 	inv.index.seq = s.bounds.seq.Add(1)
 	s.closed.pushBack(inv)
 	s.bounds.closed.Add(1)

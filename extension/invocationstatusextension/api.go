@@ -1,0 +1,236 @@
+package invocationstatusextension // import "github.com/agentledger/agentledger/extension/invocationstatusextension"
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+)
+
+// defaultPageSize is the page size of GET /v1/invocations without limit.
+const defaultPageSize = 100
+
+// handler routes the API and the page.
+func (e *statusExtension) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/invocations/{id}", e.getInvocation)
+	mux.HandleFunc("GET /v1/invocations", e.listInvocations)
+	mux.HandleFunc("GET /v1/sessions/{session}", e.getSession)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API path %s", r.URL.Path))
+	})
+	mux.HandleFunc("GET /{$}", e.servePage)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(statusapi.Error{Error: msg})
+}
+
+// present returns the view as it is answered at now: ages filled in. The
+// stored view is shared and never modified.
+func present(v *statusapi.Invocation, now time.Time) statusapi.Invocation {
+	out := *v
+	if v.Waiting != nil && len(v.Waiting.ExpectedFollowups) > 0 {
+		w := *v.Waiting
+		w.ExpectedFollowups = slices.Clone(w.ExpectedFollowups)
+		for i := range w.ExpectedFollowups {
+			w.ExpectedFollowups[i].AgeSeconds = age(w.ExpectedFollowups[i].Started, now)
+		}
+		out.Waiting = &w
+	}
+	return out
+}
+
+func age(since, now time.Time) float64 {
+	d := now.Sub(since)
+	if d < 0 {
+		return 0
+	}
+	return d.Seconds()
+}
+
+func (e *statusExtension) getInvocation(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "this path takes no query parameters")
+		return
+	}
+	id := r.PathValue("id")
+	v, ok := e.store.get(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q is not open and not among the recently closed ones", id))
+		return
+	}
+	writeJSON(w, present(v, e.now()))
+}
+
+func (e *statusExtension) getSession(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "this path takes no query parameters")
+		return
+	}
+	session := r.PathValue("session")
+	views := e.store.list(filter{session: session})
+	if len(views) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no open or recently closed invocation of session %q", session))
+		return
+	}
+	writeJSON(w, sessionOf(session, views, e.now()))
+}
+
+// sessionOf answers for a session from its views, oldest first.
+func sessionOf(session string, views []*statusapi.Invocation, now time.Time) statusapi.Session {
+	out := statusapi.Session{
+		Session:           session,
+		OpenInvocations:   []statusapi.Invocation{},
+		Jobs:              []statusapi.SessionJob{},
+		ClosedInvocations: []string{},
+	}
+	for _, v := range views {
+		if !v.Open() {
+			out.ClosedInvocations = append(out.ClosedInvocations, v.ID)
+			continue
+		}
+		p := present(v, now)
+		out.OpenInvocations = append(out.OpenInvocations, p)
+		if p.Waiting.OwesWork() {
+			out.OwesWork = true
+		}
+		if p.Waiting != nil {
+			for _, f := range p.Waiting.ExpectedFollowups {
+				out.Jobs = append(out.Jobs, statusapi.SessionJob{InvocationID: p.ID, ExpectedFollowup: f})
+			}
+		}
+	}
+	slices.SortStableFunc(out.Jobs, func(a, b statusapi.SessionJob) int { return a.Started.Compare(b.Started) })
+	return out
+}
+
+// listQuery is a parsed GET /v1/invocations query.
+type listQuery struct {
+	filter filter
+	limit  int
+	after  *pageKey
+}
+
+// pageKey is the sort key of the last invocation of a page.
+type pageKey struct {
+	started time.Time
+	id      string
+}
+
+func (k pageKey) token() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.started.UnixNano(), 10) + "/" + k.id))
+}
+
+func parsePageToken(tok string) (*pageKey, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, errors.New("page_token is not a token this server made")
+	}
+	ns, id, ok := strings.Cut(string(raw), "/")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return nil, errors.New("page_token is not a token this server made")
+	}
+	return &pageKey{started: time.Unix(0, n).UTC(), id: id}, nil
+}
+
+var listParams = []string{"status", "older_than", "session", "limit", "page_token"}
+
+func parseListQuery(q url.Values, now time.Time) (listQuery, error) {
+	out := listQuery{limit: defaultPageSize, filter: filter{now: now}}
+	for k, vs := range q {
+		if !slices.Contains(listParams, k) {
+			return out, fmt.Errorf("unknown query parameter %q (known: %s)", k, strings.Join(listParams, ", "))
+		}
+		if len(vs) != 1 {
+			return out, fmt.Errorf("query parameter %q given %d times", k, len(vs))
+		}
+	}
+	if s := q.Get("status"); q.Has("status") {
+		st := statusapi.Status(s)
+		if !st.Valid() {
+			return out, fmt.Errorf("status must be pending, final or incomplete, got %q", s)
+		}
+		out.filter.status = st
+	}
+	if s := q.Get("older_than"); q.Has("older_than") {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return out, fmt.Errorf("older_than must be a non-negative duration such as 10m or 1h30m, got %q", s)
+		}
+		out.filter.olderThan = d
+	}
+	if q.Has("session") {
+		if out.filter.session = q.Get("session"); out.filter.session == "" {
+			return out, errors.New("session must not be empty")
+		}
+	}
+	if s := q.Get("limit"); q.Has("limit") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxPageSize {
+			return out, fmt.Errorf("limit must be an integer from 1 to %d, got %q", maxPageSize, s)
+		}
+		out.limit = n
+	}
+	if q.Has("page_token") {
+		k, err := parsePageToken(q.Get("page_token"))
+		if err != nil {
+			return out, err
+		}
+		out.after = k
+	}
+	return out, nil
+}
+
+func (e *statusExtension) listInvocations(w http.ResponseWriter, r *http.Request) {
+	now := e.now()
+	q, err := parseListQuery(r.URL.Query(), now)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	views := e.store.list(q.filter)
+	out := statusapi.InvocationList{Total: len(views), Invocations: []statusapi.Invocation{}}
+	start := 0
+	if q.after != nil {
+		start, _ = slices.BinarySearchFunc(views, *q.after, func(v *statusapi.Invocation, k pageKey) int {
+			if n := v.Started.Compare(k.started); n != 0 {
+				return n
+			}
+			return strings.Compare(v.ID, k.id)
+		})
+		// Skip the token's own invocation if it is still there.
+		if start < len(views) && views[start].ID == q.after.id && views[start].Started.Equal(q.after.started) {
+			start++
+		}
+	}
+	end := min(start+q.limit, len(views))
+	for _, v := range views[start:end] {
+		out.Invocations = append(out.Invocations, present(v, now))
+	}
+	if end < len(views) {
+		out.NextPageToken = pageKey{started: views[end-1].Started, id: views[end-1].ID}.token()
+	}
+	writeJSON(w, out)
+}

@@ -1,0 +1,75 @@
+package invocationstatusextension // import "github.com/agentledger/agentledger/extension/invocationstatusextension"
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/confighttp"
+)
+
+// maxPageSize is the largest page the API and the page's tables serve.
+const maxPageSize = 1000
+
+// Config is the configuration of the invocation_status extension. Defaults
+// are set in createDefaultConfig.
+type Config struct {
+	// ServerConfig is the HTTP server: endpoint (default 127.0.0.1:55690,
+	// loopback only), tls, auth (an authenticator extension such as
+	// bearertokenauth), cors and the other confighttp server settings.
+	confighttp.ServerConfig `mapstructure:",squash"`
+
+	// JaegerURL is the base URL of a Jaeger UI (for example
+	// http://127.0.0.1:16686); when set, every invocation on the page links
+	// to its traces there. Default empty: no links.
+	JaegerURL string `mapstructure:"jaeger_url"`
+
+	// MaxClosed is how many recently closed invocations (final or
+	// incomplete) are kept for the API and the page, the most recently
+	// closed first to stay. Default 1000; must be positive. Open
+	// invocations are all kept: the processor's max_open_invocations
+	// bounds them.
+	MaxClosed int `mapstructure:"max_closed"`
+
+	// PageRefresh is how often the page reloads its tables. Default 2s;
+	// must be at least 100ms.
+	PageRefresh time.Duration `mapstructure:"page_refresh"`
+
+	// PageRows bounds the rows of each of the page's two tables (open,
+	// recently closed). Default 200; must be between 1 and 1000.
+	PageRows int `mapstructure:"page_rows"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+var _ component.Config = (*Config)(nil)
+
+// Validate checks the configuration; each error names its YAML key.
+func (cfg *Config) Validate() error {
+	var errs []error
+	if cfg.NetAddr.Endpoint == "" {
+		errs = append(errs, errors.New("endpoint must not be empty"))
+	}
+	if cfg.JaegerURL != "" {
+		u, err := url.Parse(cfg.JaegerURL)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("jaeger_url: %w", err))
+		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+			errs = append(errs, fmt.Errorf("jaeger_url must be an absolute http or https URL, got %q", cfg.JaegerURL))
+		}
+	}
+	if cfg.MaxClosed <= 0 {
+		errs = append(errs, errors.New("max_closed must be positive"))
+	}
+	if cfg.PageRefresh < 100*time.Millisecond {
+		errs = append(errs, errors.New("page_refresh must be at least 100ms"))
+	}
+	if cfg.PageRows < 1 || cfg.PageRows > maxPageSize {
+		errs = append(errs, fmt.Errorf("page_rows must be between 1 and %d", maxPageSize))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,100 @@
+package invocationstatusextension // import "github.com/agentledger/agentledger/extension/invocationstatusextension"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/extension"
+	"go.uber.org/zap"
+
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+)
+
+// statusExtension keeps what the invocation processor publishes and serves
+// it over HTTP.
+type statusExtension struct {
+	cfg   *Config
+	set   component.TelemetrySettings
+	now   func() time.Time
+	store *store
+	page  *pageRenderer
+
+	// lifeMu guards server and served, the HTTP server's lifecycle.
+	lifeMu sync.Mutex
+	server *http.Server
+	served chan struct{}
+}
+
+var _ extension.Extension = (*statusExtension)(nil)
+
+func newExtension(cfg *Config, set component.TelemetrySettings, now func() time.Time) (*statusExtension, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invocation_status config: %w", err)
+	}
+	page, err := newPageRenderer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &statusExtension{cfg: cfg, set: set, now: now, store: newStore(cfg.MaxClosed), page: page}, nil
+}
+
+// PublishInvocations records the processor's latest views (see
+// invocationprocessor.StatusSink).
+func (e *statusExtension) PublishInvocations(views []statusapi.Invocation) {
+	e.store.publish(views)
+}
+
+// Start listens on the configured endpoint and serves the API and the page.
+func (e *statusExtension) Start(ctx context.Context, host component.Host) error {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	if e.server != nil {
+		return nil
+	}
+	ln, err := e.cfg.ToListener(ctx)
+	if err != nil {
+		return fmt.Errorf("invocation_status: listen on %s: %w", e.cfg.NetAddr.Endpoint, err)
+	}
+	srv, err := e.cfg.ToServer(ctx, host.GetExtensions(), e.set, e.handler())
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("invocation_status: server: %w", err)
+	}
+	scheme := "http"
+	if e.cfg.TLS.HasValue() {
+		scheme = "https"
+	}
+	e.set.Logger.Info("invocation status page and API", zap.String("url", scheme+"://"+ln.Addr().String()+"/"))
+	e.server, e.served = srv, make(chan struct{})
+	go func(done chan<- struct{}) {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			componentstatus.ReportStatus(host, componentstatus.NewFatalErrorEvent(err))
+		}
+	}(e.served)
+	return nil
+}
+
+// Shutdown stops the HTTP server and waits for it to return.
+func (e *statusExtension) Shutdown(ctx context.Context) error {
+	e.lifeMu.Lock()
+	srv, served := e.server, e.served
+	e.server, e.served = nil, nil
+	e.lifeMu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	select {
+	case <-served:
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	}
+	return err
+}

@@ -1,0 +1,183 @@
+package invocationstatusextension // import "github.com/agentledger/agentledger/extension/invocationstatusextension"
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+)
+
+//go:embed page.html.tmpl
+var pageTemplate string
+
+// pageRenderer renders the page at / from the store: open invocations
+// (oldest first) and recently closed ones (latest first).
+type pageRenderer struct {
+	tmpl      *template.Template
+	jaegerURL string
+	refresh   time.Duration
+	rows      int
+}
+
+func newPageRenderer(cfg *Config) (*pageRenderer, error) {
+	tmpl, err := template.New("page").Funcs(template.FuncMap{
+		"tokens": func(n int64) string { return groupDigits(n) },
+	}).Parse(pageTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("invocation_status: page template: %w", err)
+	}
+	return &pageRenderer{
+		tmpl:      tmpl,
+		jaegerURL: strings.TrimRight(cfg.JaegerURL, "/"),
+		refresh:   cfg.PageRefresh,
+		rows:      cfg.PageRows,
+	}, nil
+}
+
+type pageData struct {
+	Now         string
+	RefreshMS   int64
+	Open        []pageRow
+	OpenTotal   int
+	Closed      []pageRow
+	ClosedTotal int
+	Rows        int
+	Jaeger      bool
+}
+
+type pageRow struct {
+	statusapi.Invocation
+	// Age is how long ago it started, rounded.
+	Age string
+	// Waits are one line each of what it waits on (open) or why it is
+	// incomplete (closed).
+	Waits []string
+	// Links point at its traces in Jaeger.
+	Links []pageLink
+}
+
+type pageLink struct {
+	Label string
+	URL   string
+}
+
+func (e *statusExtension) servePage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "fragment" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (the page takes only fragment=1)", k))
+			return
+		}
+	}
+	now := e.now()
+	data := e.page.data(e.store, now)
+	name := "page"
+	if q.Get("fragment") == "1" {
+		name = "content"
+	}
+	var buf bytes.Buffer
+	if err := e.page.tmpl.ExecuteTemplate(&buf, name, data); err != nil {
+		writeError(w, http.StatusInternalServerError, "rendering the page: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (p *pageRenderer) data(s *store, now time.Time) pageData {
+	d := pageData{
+		Now:       now.UTC().Format(time.RFC3339),
+		RefreshMS: p.refresh.Milliseconds(),
+		Rows:      p.rows,
+		Jaeger:    p.jaegerURL != "",
+	}
+	open := s.list(filter{status: statusapi.StatusPending, now: now})
+	d.OpenTotal = len(open)
+	for _, v := range open[:min(len(open), p.rows)] {
+		d.Open = append(d.Open, p.row(present(v, now), now))
+	}
+	closed, total := s.recentlyClosed(p.rows)
+	d.ClosedTotal = total
+	for _, v := range closed {
+		d.Closed = append(d.Closed, p.row(*v, now))
+	}
+	return d
+}
+
+func (p *pageRenderer) row(v statusapi.Invocation, now time.Time) pageRow {
+	r := pageRow{Invocation: v, Age: roundAge(now.Sub(v.Started))}
+	if w := v.Waiting; w != nil {
+		if w.RootMissing {
+			r.Waits = append(r.Waits, "root span not arrived yet")
+		}
+		for _, m := range w.MissingChildren {
+			r.Waits = append(r.Waits, fmt.Sprintf("%d missing child span(s) of %s", m.Missing, m.Parent))
+		}
+		for _, f := range w.ExpectedFollowups {
+			r.Waits = append(r.Waits, fmt.Sprintf("followup of %s (started %s ago)", f.Job, roundAge(now.Sub(f.Started))))
+		}
+		if w.Truncated > 0 {
+			r.Waits = append(r.Waits, fmt.Sprintf("and %d more", w.Truncated))
+		}
+		if rs := w.RemoteSettling; rs != nil {
+			r.Waits = append(r.Waits, fmt.Sprintf("remote %s settling until %s", strings.Join(rs.Spans, ", "), rs.Until.Format("15:04:05.000")))
+		}
+		for _, u := range w.Unprovable {
+			r.Waits = append(r.Waits, "never final: "+u)
+		}
+		r.Waits = append(r.Waits, "open timeout at "+w.OpenTimeoutAt.Format(time.RFC3339))
+	} else if v.Status == statusapi.StatusIncomplete {
+		r.Waits = append(r.Waits, v.Reasons...)
+	}
+	if p.jaegerURL != "" {
+		for i, t := range v.TraceIDs {
+			label := "root trace"
+			if i > 0 {
+				label = fmt.Sprintf("trace %d", i+1)
+			}
+			r.Links = append(r.Links, pageLink{Label: label, URL: p.jaegerURL + "/trace/" + url.PathEscape(t)})
+		}
+		if v.Service != "" {
+			q := url.Values{"service": {v.Service}, "tags": {fmt.Sprintf(`{"invocation.id":%q}`, v.ID)}}
+			r.Links = append(r.Links, pageLink{Label: "all traces", URL: p.jaegerURL + "/search?" + q.Encode()})
+		}
+	}
+	return r
+}
+
+// roundAge prints a duration to the second (to the millisecond below one
+// second).
+func roundAge(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// groupDigits prints n with thin spaces between groups of three digits.
+func groupDigits(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteString("\u202f")
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

@@ -1,0 +1,246 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+)
+
+// StatusSink receives the processor's live view of its invocations. The
+// extension named by the status key (invocation_status) implements it;
+// the processor finds it by that id in Start.
+type StatusSink interface {
+	// PublishInvocations records the latest view of each invocation; a
+	// later view of an ID replaces the earlier one. Open invocations are
+	// published when a batch changes them, closed ones with each final or
+	// incomplete summary. It is called with a shard's lock held, so the
+	// views of one invocation arrive in the order they were made; it must
+	// not block, keep the slice, or call back into the processor.
+	PublishInvocations(views []statusapi.Invocation)
+}
+
+// maxWaitEntries bounds the missing-children and expected-followup entries
+// of one published view; the rest are counted in Waiting.Truncated.
+const maxWaitEntries = 32
+
+// maxRemoteNames bounds the remote span names of one published view.
+const maxRemoteNames = 8
+
+// jobTimes are a background span's start and end (Unix nanoseconds of the
+// agent's clock), kept to say since when a followup is expected.
+type jobTimes struct {
+	Start uint64 `json:"start"`
+	End   uint64 `json:"end"`
+}
+
+// noteJob remembers when a background span ran.
+func (inv *invocation) noteJob(id pcommon.SpanID, sp ptrace.Span) {
+	if inv.JobTimes == nil {
+		inv.JobTimes = make(map[pcommon.SpanID]jobTimes, 1)
+	}
+	inv.JobTimes[id] = jobTimes{Start: uint64(sp.StartTimestamp()), End: uint64(sp.EndTimestamp())}
+}
+
+// startStatus finds the status extension named in the config, if any,
+// and hands it to every shard.
+func (p *invocationProcessor) startStatus(host component.Host) error {
+	if p.statusID == nil {
+		return nil
+	}
+	ext, ok := host.GetExtensions()[*p.statusID]
+	if !ok {
+		return fmt.Errorf("status: extension %q is not configured (add it under extensions and service::extensions)", p.statusID)
+	}
+	sink, ok := ext.(StatusSink)
+	if !ok {
+		return fmt.Errorf("status: extension %q does not take invocation state (use an invocation_status extension)", p.statusID)
+	}
+	for _, s := range p.shards {
+		s.mu.Lock()
+		s.status = sink
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// publishClosed publishes the view of the final or incomplete summary just
+// added to the outbox. s.mu must be held.
+func (s *shard) publishClosed(now int64) {
+	if s.status == nil {
+		return
+	}
+	s.status.PublishInvocations([]statusapi.Invocation{s.outbox[len(s.outbox)-1].statusView(now)})
+}
+
+// publishOpen publishes the views of the invocations a batch touched that
+// are still open (the closed ones were published as they closed). s.mu
+// must be held.
+func (s *shard) publishOpen(touched []*invocation, now int64) {
+	if s.status == nil {
+		return
+	}
+	var views []statusapi.Invocation
+	for _, inv := range touched {
+		if inv.Phase == phaseOpen && s.live(inv) {
+			views = append(views, inv.statusView(now, s.cfg))
+		}
+	}
+	if len(views) > 0 {
+		s.status.PublishInvocations(views)
+	}
+}
+
+func unixTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+func spanTime(ns uint64) time.Time { return time.Unix(0, int64(ns)).UTC() }
+
+func serviceName(res map[string]any) string {
+	s, _ := res["service.name"].(string)
+	return s
+}
+
+// statusView is a closed invocation as its latest summary shows it.
+func (s *summary) statusView(now int64) statusapi.Invocation {
+	closed := unixTime(now)
+	traces := []string{s.traceID.String()}
+	for _, l := range s.links {
+		if t := l.TraceID.String(); !slices.Contains(traces, t) {
+			traces = append(traces, t)
+		}
+	}
+	return statusapi.Invocation{
+		ID:       s.id,
+		Session:  s.conversationID,
+		Agent:    s.agentName,
+		Service:  serviceName(s.resource),
+		Status:   statusapi.Status(s.status),
+		Revision: s.revision,
+		Started:  spanTime(s.start),
+		ClosedAt: &closed,
+		Usage: statusapi.Usage{
+			InputTokens: s.usage.Input, OutputTokens: s.usage.Output,
+			CacheReadInputTokens: s.usage.CacheRead, CacheCreationInputTokens: s.usage.CacheCreation,
+			ReasoningOutputTokens: s.usage.Reasoning,
+		},
+		AfterResult:    statusapi.AfterResult{InputTokens: s.afterIn, OutputTokens: s.afterOut},
+		ModelCalls:     s.modelCalls,
+		BackgroundJobs: s.backgroundJobs,
+		Continuations:  s.continuations,
+		Spans:          s.spans,
+		TraceIDs:       traces,
+		Reasons:        slices.Clone(s.reasons),
+		Anomalies:      slices.Clone(s.anomalies),
+	}
+}
+
+// statusView is an open invocation as it stands at now, with what it
+// waits on.
+func (inv *invocation) statusView(now int64, cfg *ledgerConfig) statusapi.Invocation {
+	lastSeen := unixTime(inv.LastArrival)
+	v := statusapi.Invocation{
+		ID:       inv.ID,
+		Session:  inv.ConversationID,
+		Agent:    inv.AgentName,
+		Service:  serviceName(inv.Resource),
+		Status:   statusapi.StatusPending,
+		Started:  spanTime(inv.MinStart),
+		LastSeen: &lastSeen,
+		Usage: statusapi.Usage{
+			InputTokens: inv.Usage.Input, OutputTokens: inv.Usage.Output,
+			CacheReadInputTokens: inv.Usage.CacheRead, CacheCreationInputTokens: inv.Usage.CacheCreation,
+			ReasoningOutputTokens: inv.Usage.Reasoning,
+		},
+		AfterResult:    statusapi.AfterResult{InputTokens: inv.AfterInput, OutputTokens: inv.AfterOutput},
+		ModelCalls:     inv.ModelCalls,
+		BackgroundJobs: inv.BackgroundJobs,
+		Continuations:  inv.Continuations,
+		Spans:          inv.Indexed,
+		TraceIDs:       []string{},
+		Reasons:        inv.reasons(now, cfg),
+		Anomalies:      inv.anomalies(false),
+		Waiting:        inv.waiting(now, cfg),
+	}
+	switch {
+	case inv.RootArrived:
+		resultAt := spanTime(inv.RootEnd)
+		v.Started, v.ResultAt = spanTime(inv.RootStart), &resultAt
+		v.TraceIDs = append(v.TraceIDs, inv.RootTraceID.String())
+	case len(inv.Traces) > 0:
+		v.TraceIDs = append(v.TraceIDs, inv.Traces[0].String()) // the first trace seen
+	}
+	for _, c := range inv.ContinuationRoots {
+		if t := c.TraceID.String(); !slices.Contains(v.TraceIDs, t) {
+			v.TraceIDs = append(v.TraceIDs, t)
+		}
+	}
+	return v
+}
+
+// waiting lists what the open invocation waits on, from the same span
+// states reasons() reads.
+func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting {
+	w := &statusapi.Waiting{
+		RootMissing:   !inv.RootArrived,
+		OpenTimeoutAt: unixTime(satAdd(inv.FirstArrival, cfg.openTimeout)),
+	}
+	var remote []string
+	parentIdx := map[int32]int{}
+	for id, st := range inv.Spans {
+		if !st.Arrived {
+			continue
+		}
+		if missing := st.DeclaredChildren - st.ArrivedChildren; st.DeclaredChildren >= 0 && missing > 0 {
+			i, ok := parentIdx[st.Name]
+			if !ok {
+				i = len(w.MissingChildren)
+				parentIdx[st.Name] = i
+				w.MissingChildren = append(w.MissingChildren, statusapi.MissingChildren{Parent: inv.name(st.Name)})
+			}
+			w.MissingChildren[i].Missing += int(missing)
+			w.MissingChildren[i].Parents++
+		}
+		if missing := st.DeclaredFollowups - st.ArrivedFollowups; st.DeclaredFollowups >= 0 && missing > 0 {
+			jt := inv.JobTimes[id]
+			w.ExpectedFollowups = append(w.ExpectedFollowups, statusapi.ExpectedFollowup{
+				Job: inv.name(st.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
+			})
+		}
+		if name := inv.name(st.Name); st.Remote && !slices.Contains(remote, name) {
+			remote = append(remote, name)
+		}
+	}
+	slices.SortFunc(w.MissingChildren, func(a, b statusapi.MissingChildren) int { return strings.Compare(a.Parent, b.Parent) })
+	slices.SortFunc(w.ExpectedFollowups, func(a, b statusapi.ExpectedFollowup) int {
+		if n := a.Started.Compare(b.Started); n != 0 {
+			return n
+		}
+		return strings.Compare(a.SpanID, b.SpanID)
+	})
+	if n := len(w.MissingChildren) - maxWaitEntries; n > 0 {
+		w.Truncated += n
+		w.MissingChildren = w.MissingChildren[:maxWaitEntries]
+	}
+	if n := len(w.ExpectedFollowups) - maxWaitEntries; n > 0 {
+		w.Truncated += n
+		w.ExpectedFollowups = w.ExpectedFollowups[:maxWaitEntries]
+	}
+	if inv.HasRemote && !inv.settled(now, cfg) {
+		slices.Sort(remote)
+		w.RemoteSettling = &statusapi.RemoteSettling{
+			Spans: remote[:min(len(remote), maxRemoteNames)],
+			Until: unixTime(satAdd(inv.LastArrival, cfg.settle)),
+		}
+	}
+	w.Unprovable = slices.Sorted(slices.Values(slices.Concat(inv.Invalid, inv.Taints)))
+	if inv.SpanLimitHit {
+		w.Unprovable = append(w.Unprovable, reasonSpanLimit)
+	}
+	return w
+}
