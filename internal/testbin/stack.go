@@ -18,12 +18,13 @@ type CollectorAddrs struct {
 	Prometheus string // AGENTLEDGER_PROMETHEUS_ENDPOINT (jaeger.yaml)
 	JaegerOTLP string // AGENTLEDGER_JAEGER_OTLP_ENDPOINT (jaeger.yaml)
 	TracesFile string // AGENTLEDGER_TRACES_FILE (local.yaml)
+	Status     string // AGENTLEDGER_STATUS_ENDPOINT (the invocation_status extension)
 }
 
 // NewCollectorAddrs picks free loopback ports for every listener and puts
 // the traces file in dir. JaegerOTLP is left empty for the caller to set.
 func NewCollectorAddrs(dir string) (CollectorAddrs, error) {
-	addrs, err := FreeAddrs(5)
+	addrs, err := FreeAddrs(6)
 	if err != nil {
 		return CollectorAddrs{}, err
 	}
@@ -33,6 +34,7 @@ func NewCollectorAddrs(dir string) (CollectorAddrs, error) {
 		Health:     addrs[2],
 		Telemetry:  addrs[3],
 		Prometheus: addrs[4],
+		Status:     addrs[5],
 		TracesFile: filepath.Join(dir, "traces.json"),
 	}, nil
 }
@@ -47,6 +49,7 @@ func (a CollectorAddrs) Env() []string {
 		"AGENTLEDGER_TELEMETRY_PORT=" + Port(a.Telemetry),
 		"AGENTLEDGER_PROMETHEUS_ENDPOINT=" + a.Prometheus,
 		"AGENTLEDGER_TRACES_FILE=" + a.TracesFile,
+		"AGENTLEDGER_STATUS_ENDPOINT=" + a.Status,
 	}
 	if a.JaegerOTLP != "" {
 		env = append(env, "AGENTLEDGER_JAEGER_OTLP_ENDPOINT="+a.JaegerOTLP)
