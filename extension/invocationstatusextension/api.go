@@ -24,6 +24,12 @@ func (e *statusExtension) handler() http.Handler {
 	mux.HandleFunc("GET /v1/invocations/{id}", e.getInvocation)
 	mux.HandleFunc("GET /v1/invocations", e.listInvocations)
 	mux.HandleFunc("GET /v1/sessions/{session}", e.getSession)
+	for _, p := range []string{"/v1/invocations/{id}", "/v1/invocations", "/v1/sessions/{session}"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed; the API is read-only (GET)")
+		})
+	}
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API path %s", r.URL.Path))
 	})

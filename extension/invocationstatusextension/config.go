@@ -18,8 +18,10 @@ const maxPageSize = 1000
 type Config struct {
 	// ServerConfig is the HTTP server: endpoint (default 127.0.0.1:55690,
 	// loopback only), tls, auth (an authenticator extension such as
-	// bearertokenauth), cors and the other confighttp server settings.
-	confighttp.ServerConfig `mapstructure:",squash"`
+	// bearertokenauth), cors and the other confighttp server settings. A
+	// named field, not an embedded one: ServerConfig's own Unmarshal would
+	// otherwise be promoted and decode only its fields.
+	ServerConfig confighttp.ServerConfig `mapstructure:",squash"`
 
 	// JaegerURL is the base URL of a Jaeger UI (for example
 	// http://127.0.0.1:16686); when set, every invocation on the page links
@@ -50,7 +52,7 @@ var _ component.Config = (*Config)(nil)
 // Validate checks the configuration; each error names its YAML key.
 func (cfg *Config) Validate() error {
 	var errs []error
-	if cfg.NetAddr.Endpoint == "" {
+	if cfg.ServerConfig.NetAddr.Endpoint == "" {
 		errs = append(errs, errors.New("endpoint must not be empty"))
 	}
 	if cfg.JaegerURL != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -25,10 +26,11 @@ type statusExtension struct {
 	store *store
 	page  *pageRenderer
 
-	// lifeMu guards server and served, the HTTP server's lifecycle.
+	// lifeMu guards server, served and addr, the HTTP server's lifecycle.
 	lifeMu sync.Mutex
 	server *http.Server
 	served chan struct{}
+	addr   net.Addr
 }
 
 var _ extension.Extension = (*statusExtension)(nil)
@@ -57,21 +59,21 @@ func (e *statusExtension) Start(ctx context.Context, host component.Host) error 
 	if e.server != nil {
 		return nil
 	}
-	ln, err := e.cfg.ToListener(ctx)
+	ln, err := e.cfg.ServerConfig.ToListener(ctx)
 	if err != nil {
-		return fmt.Errorf("invocation_status: listen on %s: %w", e.cfg.NetAddr.Endpoint, err)
+		return fmt.Errorf("invocation_status: listen on %s: %w", e.cfg.ServerConfig.NetAddr.Endpoint, err)
 	}
-	srv, err := e.cfg.ToServer(ctx, host.GetExtensions(), e.set, e.handler())
+	srv, err := e.cfg.ServerConfig.ToServer(ctx, host.GetExtensions(), e.set, e.handler())
 	if err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("invocation_status: server: %w", err)
 	}
 	scheme := "http"
-	if e.cfg.TLS.HasValue() {
+	if e.cfg.ServerConfig.TLS.HasValue() {
 		scheme = "https"
 	}
 	e.set.Logger.Info("invocation status page and API", zap.String("url", scheme+"://"+ln.Addr().String()+"/"))
-	e.server, e.served = srv, make(chan struct{})
+	e.server, e.served, e.addr = srv, make(chan struct{}), ln.Addr()
 	go func(done chan<- struct{}) {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -81,11 +83,18 @@ func (e *statusExtension) Start(ctx context.Context, host component.Host) error 
 	return nil
 }
 
+// Addr returns the address the server listens on; nil before Start.
+func (e *statusExtension) Addr() net.Addr {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	return e.addr
+}
+
 // Shutdown stops the HTTP server and waits for it to return.
 func (e *statusExtension) Shutdown(ctx context.Context) error {
 	e.lifeMu.Lock()
 	srv, served := e.server, e.served
-	e.server, e.served = nil, nil
+	e.server, e.served, e.addr = nil, nil, nil
 	e.lifeMu.Unlock()
 	if srv == nil {
 		return nil
