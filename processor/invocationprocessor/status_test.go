@@ -61,7 +61,9 @@ func (s *viewSink) count(id string) int {
 func statusHarness(t *testing.T, shards int, mod func(*Config)) (*harness, *viewSink) {
 	h := newHarness(t, shards, mod)
 	views := &viewSink{}
-	h.p.status = views
+	for _, s := range h.p.shards {
+		s.status = views
+	}
 	return h, views
 }
 
@@ -115,7 +117,9 @@ func TestStatusStartFindsExtension(t *testing.T) {
 	ext := &sinkExtension{}
 	p, err := start(map[component.ID]component.Component{id: ext})
 	require.NoError(t, err)
-	assert.Same(t, StatusSink(ext), p.status)
+	for _, s := range p.shards {
+		assert.Same(t, StatusSink(ext), s.status)
+	}
 }
 
 // TestStatusFollowsBackgroundInvocation publishes the canonical invocation
@@ -272,7 +276,7 @@ func TestStatusWaitingIsBounded(t *testing.T) {
 
 func TestStatusOffPublishesNothing(t *testing.T) {
 	h := newHarness(t, 1, nil)
-	require.Nil(t, h.p.status)
+	require.Nil(t, h.p.shards[0].status)
 	h.consume(batch(scenario("inv-off", 0)...))
 	require.Len(t, h.of("inv-off"), 1)
 }
