@@ -61,7 +61,18 @@ func (a CollectorAddrs) Env() []string {
 // its health_check extension reports ready. extraEnv is appended after the
 // address variables.
 func StartCollector(ctx context.Context, bin, config string, a CollectorAddrs, logPath string, extraEnv ...string) (*Process, error) {
-	p, err := Start("otelcol-agentledger", logPath, "", append(a.Env(), extraEnv...), bin, "--config", config)
+	return StartCollectorConfigs(ctx, bin, []string{config}, a, logPath, extraEnv...)
+}
+
+// StartCollectorConfigs is StartCollector with several configs, merged by
+// the collector in order (a later one overrides and extends an earlier
+// one).
+func StartCollectorConfigs(ctx context.Context, bin string, configs []string, a CollectorAddrs, logPath string, extraEnv ...string) (*Process, error) {
+	var args []string
+	for _, c := range configs {
+		args = append(args, "--config", c)
+	}
+	p, err := Start("otelcol-agentledger", logPath, "", append(a.Env(), extraEnv...), bin, args...)
 	if err != nil {
 		return nil, err
 	}
