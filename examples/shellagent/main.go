@@ -9,9 +9,13 @@
 // invocation one JSON line on stdout with its final usage; logs go to
 // stderr. With -otlp it also exports its spans over OTLP/gRPC, so a
 // collector with the invocation processor can compute the same numbers.
+// With -status as well, its idle-session reaper asks that collector's
+// invocation_status API whether a session still owes work, as an
+// orchestrator in another process would, instead of its own ledger.
 //
 //	go run ./examples/shellagent -scenario background
 //	go run ./examples/shellagent -all -otlp 127.0.0.1:4317
+//	go run ./examples/shellagent -scenario long-background -otlp 127.0.0.1:4317 -status http://127.0.0.1:55690
 package main
 
 import (
@@ -23,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -32,6 +37,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelopenai"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
@@ -44,6 +50,10 @@ type config struct {
 	model        string
 	timeout      time.Duration
 	remoteSettle time.Duration
+	// status lists the invocation_status API base URLs (one per backend of
+	// a load-balanced tier) the idle reaper asks; empty: the in-process
+	// ledger answers.
+	status []string
 	// exporter, when set, also receives every span (tests).
 	exporter sdktrace.SpanExporter
 }
@@ -56,7 +66,11 @@ func main() {
 	flag.StringVar(&cfg.model, "model", "", "OpenAI-compatible base URL (it must answer like the scripted responder in scenario.go; the consumed and interrupt-queued scenarios hold a response only in process); none: start the scripted model server in process")
 	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "longest wait for every invocation to be final")
 	flag.DurationVar(&cfg.remoteSettle, "remote-settle", instrument.DefaultRemoteSettle, "the ledger's remote settle time")
+	status := flag.String("status", "", "invocation_status API URL(s) of the collector -otlp exports to, comma-separated (one per load-balanced backend); the idle reaper then asks it whether a session owes work")
 	flag.Parse()
+	if *status != "" {
+		cfg.status = strings.Split(*status, ",")
+	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(context.Background(), cfg, os.Stdout, log); err != nil {
@@ -162,6 +176,16 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (*app, error) {
 		idleTimeout: idleWindow,
 		log:         log,
 		sessions:    make(map[string]*Session),
+	}
+	if len(cfg.status) > 0 {
+		if cfg.otlp == "" {
+			return nil, errors.New("-status needs -otlp: the collector must receive the spans it is asked about")
+		}
+		client, err := statusapi.NewClient(cfg.status)
+		if err != nil {
+			return nil, fmt.Errorf("-status: %w", err)
+		}
+		a.rt.collector = &collectorView{client: client, flush: tp.ForceFlush}
 	}
 	a.driver = newDriver(a.rt, sc, idle, dir)
 	return a, nil

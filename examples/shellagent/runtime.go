@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/internal/contract"
 )
@@ -35,7 +36,10 @@ type Runtime struct {
 	tracer      trace.Tracer
 	idle        instrument.Clock
 	idleTimeout time.Duration
-	log         *slog.Logger
+	// collector, when set, answers whether an idle session owes work
+	// instead of the in-process ledger.
+	collector *collectorView
+	log       *slog.Logger
 	// onNotify, when set, is called after a completion notification was
 	// posted into a session's inbox (the scenario driver synchronizes on
 	// it).
@@ -422,8 +426,18 @@ func (rt *Runtime) ReapIdle(ctx context.Context) []string {
 	rt.mu.Unlock()
 	var reaped []string
 	for _, id := range idle {
-		if st := rt.ledger.Session(id); st.OwesWork {
-			rt.log.Info("idle session owes work; kept", "session", id,
+		if rt.collector != nil {
+			owes, err := rt.collector.owesWork(ctx, id)
+			if err != nil {
+				rt.log.Warn("cannot ask the collector whether the idle session owes work; kept", "session", id, "err", err)
+				continue
+			}
+			if owes {
+				rt.log.Info("idle session owes work; kept", "session", id, "source", "collector")
+				continue
+			}
+		} else if st := rt.ledger.Session(id); st.OwesWork {
+			rt.log.Info("idle session owes work; kept", "session", id, "source", "ledger",
 				"open_jobs", len(st.OpenJobs), "expected_followups", len(st.ExpectedFollowups))
 			continue
 		}
@@ -431,6 +445,22 @@ func (rt *Runtime) ReapIdle(ctx context.Context) []string {
 		reaped = append(reaped, id)
 	}
 	return reaped
+}
+
+// collectorView asks the collector's invocation_status API, as an
+// orchestrator in another process would.
+type collectorView struct {
+	client *statusapi.Client
+	// flush exports every ended span first: the collector knows only what
+	// it received.
+	flush func(context.Context) error
+}
+
+func (c *collectorView) owesWork(ctx context.Context, session string) (bool, error) {
+	if err := c.flush(ctx); err != nil {
+		return false, fmt.Errorf("flush spans: %w", err)
+	}
+	return c.client.OwesWork(ctx, session)
 }
 
 // Wait waits for background jobs and continuations to finish, or ctx to
