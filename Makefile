@@ -11,6 +11,7 @@ BIN := $(abspath .bin)
 COLLECTOR_BIN := $(BIN)/otelcol-agentledger
 JAEGER_BIN := $(BIN)/jaeger
 PROMETHEUS_BIN ?= $(or $(shell command -v prometheus 2>/dev/null),/usr/bin/prometheus)
+CHROMIUM_BIN ?= $(or $(shell command -v chromium 2>/dev/null),/usr/bin/chromium)
 OPENCODE_VERSION := 1.18.33
 OPENCODE_PREFIX := $(abspath .cache/opencode)
 OPENCODE_BIN := $(OPENCODE_PREFIX)/node_modules/opencode-linux-x64/bin/opencode
@@ -30,10 +31,11 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 	AGENTLEDGER_COLLECTOR_BIN=$(COLLECTOR_BIN) \
 	JAEGER_BIN=$(JAEGER_BIN) \
 	PROMETHEUS_BIN=$(PROMETHEUS_BIN) \
+	CHROMIUM_BIN=$(CHROMIUM_BIN) \
 	OPENCODE_BIN=$(OPENCODE_BIN) \
 	CLAUDE_BIN=$(CLAUDE_BIN)
 
-.PHONY: help build jaeger prometheus opencode claude test demo dashboards fuzz bench vet clean
+.PHONY: help build jaeger prometheus chromium opencode claude test demo dashboards fuzz bench vet clean
 
 help:
 	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
@@ -42,6 +44,7 @@ help:
 	@echo "make build         the collector distribution into .bin/otelcol-agentledger"
 	@echo "make jaeger        Jaeger v1.76.0 into .bin/jaeger (skipped when present)"
 	@echo "make prometheus    apt-get install prometheus when missing (needs root)"
+	@echo "make chromium      apt-get install chromium when missing (headless, for the status page test; needs root)"
 	@echo "make opencode      npm install opencode-ai@$(OPENCODE_VERSION) into .cache/opencode"
 	@echo "make claude        npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into .cache/claude"
 	@echo "make dashboards    regenerate the Grafana dashboards"
@@ -73,6 +76,15 @@ prometheus:
 		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; \
 	fi
 
+# Headless Chromium from Debian loads the invocation status page in the
+# browser test (internal/demo); its fontconfig brings DejaVu for the text.
+chromium:
+	@if [ -x $(CHROMIUM_BIN) ]; then echo ">> $(CHROMIUM_BIN) present"; else \
+		echo ">> installing chromium with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium; \
+	fi
+
 opencode:
 	@if [ -x $(OPENCODE_BIN) ]; then echo ">> $(OPENCODE_BIN) present"; else \
 		echo ">> npm install opencode-ai@$(OPENCODE_VERSION) into $(OPENCODE_PREFIX)"; \
@@ -90,7 +102,7 @@ claude:
 		npm install --no-audit --no-fund --prefix $(CLAUDE_PREFIX) @anthropic-ai/claude-code@$(CLAUDE_VERSION); \
 	fi
 
-test: build jaeger prometheus opencode claude
+test: build jaeger prometheus chromium opencode claude
 	@echo ">> go test -race ./... (AGENTLEDGER_E2E=$(E2E))"
 	$(TEST_ENV) $(GO) test -race -timeout 40m $(TESTFLAGS) ./...
 

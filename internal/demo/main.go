@@ -44,6 +44,10 @@ type options struct {
 	// workDir holds logs, the traces file and Prometheus's storage; empty
 	// means a new directory under the system's temporary directory.
 	workDir string
+	// browse, when set, is called once every summary agreed, while the
+	// collector still runs, with the invocation status page's URL and the
+	// collector's OTLP/gRPC endpoint (tests look at the page with it).
+	browse func(ctx context.Context, pageURL, otlpGRPC string, results []testbin.AgentInvocation) error
 }
 
 func main() {
@@ -133,6 +137,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	}
 	addrs.Prometheus = envOr("AGENTLEDGER_PROMETHEUS_ENDPOINT", addrs.Prometheus)
 	addrs.TracesFile = envOr("AGENTLEDGER_TRACES_FILE", addrs.TracesFile)
+	addrs.Status = envOr("AGENTLEDGER_STATUS_ENDPOINT", addrs.Status)
 
 	var s stack
 	defer func() {
@@ -152,9 +157,16 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 			return err
 		}
 	}
+	var colEnv []string
+	if o.view {
+		// The status page links each invocation to its traces in the UI
+		// of a Jaeger release on the same query address (see
+		// printViewHelp).
+		colEnv = append(colEnv, "AGENTLEDGER_JAEGER_UI_URL=http://"+jaeger.QueryHTTP)
+	}
 	step(w, "starting otelcol-agentledger with collector-config/%s (OTLP gRPC %s)", config, addrs.OTLPGRPC)
 	col, err := testbin.StartCollector(readyCtx, o.collector, filepath.Join(root, "collector-config", config), addrs,
-		filepath.Join(work, "collector.log"))
+		filepath.Join(work, "collector.log"), colEnv...)
 	s.add(col)
 	if err != nil {
 		return err
@@ -192,10 +204,17 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 			return err
 		}
 	}
+	pageURL := "http://" + addrs.Status + "/"
+	if o.browse != nil && waitErr == nil && bad == 0 {
+		if err := o.browse(runCtx, pageURL, addrs.OTLPGRPC, results); err != nil {
+			return fmt.Errorf("status page: %w", err)
+		}
+	}
 	if o.view {
 		printViewHelp(w, root, addrs, jaeger, promAddr, &s)
 	} else {
 		fmt.Fprintf(w, "\ncollector log (debug exporter output): %s\nspans and summaries (OTLP JSON lines): %s\n", col.LogPath, addrs.TracesFile)
+		fmt.Fprintf(w, "invocation status page: %s (stopped with the demo; make demo VIEW=1 leaves it up)\n", pageURL)
 	}
 	switch {
 	case waitErr != nil:

@@ -80,6 +80,12 @@ func printViewHelp(w io.Writer, root string, addrs testbin.CollectorAddrs, j tes
 		pids = append(pids, fmt.Sprint(p.PID()))
 	}
 	fmt.Fprintf(w, `
+Invocation status page (open and recently closed invocations, what each waits on)
+  http://%[12]s/
+  http://%[12]s/v1/invocations?status=pending&older_than=10m
+  http://%[12]s/v1/invocations/<invocation id>
+  http://%[12]s/v1/sessions/<session id>      (owes_work)
+
 Jaeger (HTTP API; this source build has no UI, see below)
   http://%[1]s/api/v3/services
   http://%[1]s/api/traces?service=<service>&operation=invocation.summary&lookback=1h
@@ -102,13 +108,13 @@ the source build (kill %[6]d) and run the release with the same config:
 or
   docker run --rm --network host %[9]s \
     -v %[10]s:/cfg jaegertracing/jaeger:%[5]s --config /cfg/jaeger-v2.yaml
-then open http://%[1]s/search (release tarballs:
+then open http://%[1]s/search; the status page's trace links point there (release tarballs:
 https://github.com/jaegertracing/jaeger/releases/tag/v%[5]s).
 
 Stop everything: kill %[11]s
 `, j.QueryHTTP, promAddr, addrs.OTLPGRPC, addrs.OTLPHTTP, jaegerRelease, jaegerPID(s),
 		strings.Join(j.Env(), " "), filepath.Join(root, "collector-config", "jaeger-v2.yaml"),
-		dockerEnv(j.Env()), filepath.Join(root, "collector-config"), strings.Join(pids, " "))
+		dockerEnv(j.Env()), filepath.Join(root, "collector-config"), strings.Join(pids, " "), addrs.Status)
 }
 
 func jaegerPID(s *stack) int {
