@@ -7,7 +7,8 @@
 //
 // Without -view the collector runs collector-config/local.yaml and the
 // summaries are read from its file exporter; everything started is stopped
-// by PID at the end. With -view it also starts Jaeger and Prometheus, runs
+// by PID at the end. Either way the demo prints the URL of the collector's
+// invocation status page (the invocation_status extension). With -view it also starts Jaeger and Prometheus, runs
 // collector-config/jaeger.yaml, reads the summaries back from Jaeger, and
 // leaves the three processes running for the user to browse.
 //
