@@ -13,7 +13,11 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/agentledger/agentledger/extension/invocationstatusextension"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/internal/contract"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
@@ -279,4 +283,55 @@ func TestStatusOffPublishesNothing(t *testing.T) {
 	require.Nil(t, h.p.shards[0].status)
 	h.consume(batch(scenario("inv-off", 0)...))
 	require.Len(t, h.of("inv-off"), 1)
+}
+
+// BenchmarkConsumeTracesStatus measures what publishing to the
+// invocation_status extension adds: mode=invocation is the processor
+// without a status key, mode=status publishes every invocation's views to
+// a real extension. halves=true delivers each invocation in two batches
+// (the continuation and the job first, then the rest), so every invocation
+// is also published open once. Compare with benchstat -col /mode.
+func BenchmarkConsumeTracesStatus(b *testing.B) {
+	ctx := context.Background()
+	for _, halves := range []bool{false, true} {
+		batches := benchBatches(64)
+		if halves {
+			var split []ptrace.Traces
+			for _, td := range batches {
+				first, second := ptrace.NewTraces(), ptrace.NewTraces()
+				td.CopyTo(first)
+				td.CopyTo(second)
+				// Each invocation's six spans are adjacent, last first.
+				i := 0
+				first.ResourceSpans().At(0).ScopeSpans().At(0).Spans().RemoveIf(func(ptrace.Span) bool { i++; return (i-1)%6 >= 3 })
+				i = 0
+				second.ResourceSpans().At(0).ScopeSpans().At(0).Spans().RemoveIf(func(ptrace.Span) bool { i++; return (i-1)%6 < 3 })
+				split = append(split, first, second)
+			}
+			batches = split
+		}
+		for _, mode := range []string{"invocation", "status"} {
+			b.Run(fmt.Sprintf("halves=%v/mode=%s", halves, mode), func(b *testing.B) {
+				cfg := createDefaultConfig().(*Config)
+				cfg.Retention = 0
+				p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
+				require.NoError(b, err)
+				if mode == "status" {
+					f := invocationstatusextension.NewFactory()
+					ext, err := f.Create(ctx, extensiontest.NewNopSettings(f.Type()), f.CreateDefaultConfig())
+					require.NoError(b, err)
+					for _, s := range p.shards {
+						s.status = ext.(StatusSink)
+					}
+				}
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if err := p.ConsumeTraces(ctx, batches[i%len(batches)]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				require.NoError(b, p.Shutdown(ctx))
+			})
+		}
+	}
 }
