@@ -214,6 +214,78 @@ func TestSessionDeletedEndsAsyncPrompt(t *testing.T) {
 	}
 }
 
+// foregroundTask is the task tool part id of assistant message msg
+// running a foreground subagent in session child, with status running or
+// completed.
+func (s *script) foregroundTask(session, msg, id, child, status string) {
+	start := s.now()
+	end := ""
+	if status == "completed" {
+		end = fmt.Sprintf(`,"end":%d`, s.now())
+	}
+	s.send(`{"type":"message.part.updated","properties":{"sessionID":%q,"part":{"type":"tool","tool":"task","callID":"call_%s","state":{"status":%q,"input":{"description":"d","prompt":"p","subagent_type":"general"},"metadata":{"sessionId":%q},"time":{"start":%d%s}},"id":%q,"sessionID":%q,"messageID":%q}}}`,
+		session, id, status, child, start, end, id, session, msg)
+}
+
+// foregroundPrompt plays prompt user of session ses_A whose model call
+// runs a foreground subagent in ses_C (tool part tool), whose turn
+// answers childUser with one model call (input childIn), then answers
+// with a second call; the root ends.
+func foregroundPrompt(s *script, p *pipeline, user, tool, childUser string, childIn int64) *instrument.Invocation {
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+	s.m.registerPrompt("ses_A", user, ctx)
+	s.user("ses_A", user)
+	created := s.assistantStart("ses_A", user+"_a1", user)
+	s.foregroundTask("ses_A", user+"_a1", tool, "ses_C", "running")
+	s.session("ses_C", "ses_A")
+	s.user("ses_C", childUser)
+	s.call("ses_C", childUser+"_a", childUser, childIn, 3, 0)
+	s.idle("ses_C")
+	s.foregroundTask("ses_A", user+"_a1", tool, "ses_C", "completed")
+	s.assistantDone("ses_A", user+"_a1", user, created, 10, 1, "tool-calls")
+	s.call("ses_A", user+"_a2", user, 20, 2, 0)
+	s.idle("ses_A")
+	s.m.promptDone("ses_A", user)
+	s.end(inv)
+	return inv
+}
+
+// A later prompt's task call that resumes the subagent session an earlier
+// prompt ran (OpenCode's task_id) owns the subagent's new turn: its usage
+// is the later invocation's, under that task call, and the earlier,
+// final invocation is untouched.
+func TestForegroundSubagentResumed(t *testing.T) {
+	p := newPipeline(t)
+	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
+	s.session("ses_A", "")
+	first := foregroundPrompt(s, p, "msg_01", "prt_1", "msg_02", 30)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sum1, err := p.sp.Ledger().Wait(ctx, first.ID())
+	if err != nil || sum1.Status != contract.StatusFinal || sum1.Usage.InputTokens != 10+30+20 {
+		t.Fatalf("first prompt: %v %+v", err, sum1)
+	}
+	second := foregroundPrompt(s, p, "msg_03", "prt_2", "msg_04", 40)
+	sum2, err := p.sp.Ledger().Wait(ctx, second.ID())
+	if err != nil || sum2.Status != contract.StatusFinal || sum2.Usage.InputTokens != 10+40+20 || sum2.Usage.ModelCalls != 3 || len(sum2.Anomalies) > 0 {
+		t.Errorf("the prompt that resumed the subagent: %v %+v, want its task call's subagent turn (70 in, 3 calls)", err, sum2)
+	}
+	tool := spanOf(p, "execute_tool task", second.ID())
+	var under int
+	for _, c := range spansNamed(p, "chat m") {
+		if tool != nil && c.Parent().SpanID() == tool.SpanContext().SpanID() {
+			under++
+		}
+	}
+	if under != 1 {
+		t.Errorf("%d model calls under the resuming task call, want the subagent's 1", under)
+	}
+	if sum, _ := p.sp.Ledger().Summary(first.ID()); sum.Usage != sum1.Usage || sum.Revision != 1 || len(sum.Anomalies) > 0 {
+		t.Errorf("the earlier prompt changed: %+v, was %+v", sum, sum1)
+	}
+	noUnattributed(t, p)
+}
+
 // Events replayed (a reconnect reads back what the stream already
 // delivered) change nothing.
 func TestReplayedEventsChangeNothing(t *testing.T) {

@@ -13,7 +13,10 @@
 //     on opencode 1.18.33, see testdata/README.md), so input_tokens is
 //     input+cache.read+cache.write and output_tokens is output+reasoning;
 //     the model, provider and cost (opencode.cost) are attributes;
-//   - an "execute_tool {tool}" span per tool part;
+//   - an "execute_tool {tool}" span per tool part; the model calls and
+//     tools of a foreground subagent (the task tool without background)
+//     are children of its task call's span, also when the call resumes a
+//     subagent session an earlier call ran (task_id);
 //   - a "background subagent" span when the task tool launches a
 //     background subagent (OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1), a
 //     child of the tool's span, ending when the child session finishes;

@@ -366,6 +366,7 @@ func TestServer(t *testing.T) {
 	s := startServer(t)
 	t.Run("foreground bash", func(t *testing.T) { testForegroundBash(t, s) })
 	t.Run("foreground subagent", func(t *testing.T) { testForegroundSubagent(t, s) })
+	t.Run("foreground subagent resumed", func(t *testing.T) { testForegroundSubagentResumed(t, s) })
 	t.Run("background subagent", func(t *testing.T) { testBackgroundSubagent(t, s) })
 	t.Run("second prompt done first", func(t *testing.T) { testSecondPromptDoneFirst(t, s) })
 	t.Run("notification during the second prompt", func(t *testing.T) { testNotificationDuringSecondPrompt(t, s) })
@@ -614,6 +615,74 @@ func testForegroundSubagent(t *testing.T, s *server) {
 	}
 	if under != 1 {
 		t.Errorf("%d model calls under the task tool's span, want the subagent's 1", under)
+	}
+}
+
+// testForegroundSubagentResumed: a second prompt's task call resumes the
+// subagent session the first prompt's ran (task_id). The subagent's new
+// turn is the second invocation's, under its task call; the first stays
+// as it was, final.
+func testForegroundSubagentResumed(t *testing.T, s *server) {
+	var mu sync.Mutex
+	var resume string // the child session to resume
+	s.model.reset(func(q req) (string, scriptedmodel.Step) {
+		mu.Lock()
+		child := resume
+		mu.Unlock()
+		switch {
+		case strings.Contains(q.lastUser, "CHILD again"):
+			return "child-2", scriptedmodel.Step{Text: "child result again"}
+		case strings.Contains(q.firstUser, "CHILD"):
+			return "child-1", scriptedmodel.Step{Text: "child result"}
+		case q.lastRole == "tool" && strings.Contains(q.lastUser, "RESUME"):
+			return "after-resume", scriptedmodel.Step{Text: "the subagent answered again"}
+		case q.lastRole == "tool":
+			return "after-task", scriptedmodel.Step{Text: "the subagent answered"}
+		case strings.Contains(q.lastUser, "RESUME"):
+			return "resume", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "task",
+				Arguments: fmt.Sprintf(`{"description":"child job","prompt":"CHILD again","subagent_type":"general","task_id":%q}`, child)}}}
+		}
+		return "task", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "task",
+			Arguments: `{"description":"child job","prompt":"CHILD please work","subagent_type":"general"}`}}}
+	})
+	sess := s.session(t, "foreground subagent resumed")
+	first := s.prompt(t, sess, "delegate")
+	sum1 := s.wait(t, first.InvocationID)
+	children := childSessions(t, s.url, sess)
+	if len(children) != 1 {
+		t.Fatalf("child sessions %v", children)
+	}
+	mu.Lock()
+	resume = children[0]
+	mu.Unlock()
+	second := s.prompt(t, sess, "RESUME the same subagent")
+	if got := childSessions(t, s.url, sess); len(got) != 1 {
+		t.Fatalf("the task call did not resume the child session: %v; calls %v", got, s.model.labels())
+	}
+	sum2 := s.wait(t, second.InvocationID)
+	if sum2.Status != contract.StatusFinal || len(sum2.Anomalies) > 0 {
+		t.Errorf("second: %+v", sum2)
+	}
+	checkUsage(t, "first", sum1, s.model.sum("task", "child-1", "after-task"))
+	checkUsage(t, "second", sum2, s.model.sum("resume", "child-2", "after-resume"))
+	checkUsage(t, "both vs OpenCode's records", instrument.Summary{Usage: instrument.Usage{
+		InputTokens: sum1.Usage.InputTokens + sum2.Usage.InputTokens, OutputTokens: sum1.Usage.OutputTokens + sum2.Usage.OutputTokens,
+		CacheReadInputTokens:  sum1.Usage.CacheReadInputTokens + sum2.Usage.CacheReadInputTokens,
+		ReasoningOutputTokens: sum1.Usage.ReasoningOutputTokens + sum2.Usage.ReasoningOutputTokens,
+		ModelCalls:            sum1.Usage.ModelCalls + sum2.Usage.ModelCalls,
+	}}, serverUsage(t, s.url, sess, children[0]))
+	if now, _ := s.p.sp.Ledger().Summary(first.InvocationID); now.Revision != 1 || now.Usage != sum1.Usage {
+		t.Errorf("the first invocation changed: %+v, was %+v", now, sum1)
+	}
+	tool := spanOf(s.p, "execute_tool task", second.InvocationID)
+	var under int
+	for _, c := range spansNamed(s.p, "chat scripted-model") {
+		if tool != nil && c.Parent().SpanID() == tool.SpanContext().SpanID() {
+			under++
+		}
+	}
+	if under != 1 {
+		t.Errorf("%d model calls under the resuming task call, want the subagent's 1", under)
 	}
 }
 

@@ -107,8 +107,11 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 		}
 		child.tracked = true
 		if !st.Metadata.Background {
-			// A foreground subagent: its turns are part of the tool call.
-			if child.owner == nil {
+			// A foreground subagent: its turns are part of the running tool
+			// call, also when the call resumes a session an earlier call
+			// ran (OpenCode's task_id): the earlier call's invocation may
+			// be final, and the resuming one owns the new turns.
+			if !t.ended && child.owner != t.ctx {
 				child.owner = t.ctx
 				m.replay(child)
 			}
