@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -127,19 +128,32 @@ func (m *mapper) startCall(parent string) *modelCall {
 }
 
 // endCall ends a model call; err marks a request that failed or was cut
-// off. The usage its events reported counts even then: the CLI counts
-// what it saw of a cut stream (its message_start) in the result's
-// model_usage_since_last_result too, and an attempt that failed before
-// its response began has none.
+// off. A response that began (message_start) and did not complete
+// (message_delta) has unknown usage: the provider may have billed its
+// input and part of its output, and the CLI counts an estimate of its own
+// in the result. Its span then carries no gen_ai.usage and no error
+// status, so the invocation closes incomplete (usage_missing), never
+// final; AttrCut marks it, and the counts its message_start reported are
+// kept as AttrPartialPrefix attributes.
 func (m *mapper) endCall(parent string, c *modelCall, err error) {
 	delete(m.calls, parent)
-	if kv := c.usage.attributes(); len(kv) > 0 {
+	kv := c.usage.attributes()
+	switch {
+	case err == nil:
 		c.span.SetAttributes(kv...)
 		r := c.usage.raw()
 		addTo(&m.window.Input, r.Input)
 		addTo(&m.window.CacheRead, r.CacheRead)
 		addTo(&m.window.CacheCreation, r.CacheCreation)
 		addTo(&m.window.Output, r.Output)
+	case c.started:
+		m.windowUnknown = true
+		c.span.SetAttributes(attribute.Bool(AttrCut, true), attribute.String("error.type", err.Error()))
+		for _, a := range kv {
+			c.span.SetAttributes(attribute.KeyValue{Key: attribute.Key(AttrPartialPrefix + strings.TrimPrefix(string(a.Key), "gen_ai.usage")), Value: a.Value})
+		}
+		c.span.End()
+		return
 	}
 	endSpan(c.span, err)
 }
@@ -238,7 +252,9 @@ func (m *mapper) toolResult(b block) {
 // it, so the invocation closes incomplete (usage_missing), never final with
 // wrong totals.
 func (m *mapper) reconcile(reported *rawUsage) {
-	if reported == nil {
+	if reported == nil || m.windowUnknown {
+		// A cut response's usage is unknown to both sides: its span
+		// already keeps the invocation from final.
 		return
 	}
 	seen := m.window

@@ -30,9 +30,10 @@
 //     sense (input_tokens = input + cache read + cache creation, as in
 //     otelanthropic), from the message_start and message_delta events the
 //     CLI passes through; a failed attempt (system/api_retry) is a span
-//     with an error status, and a stream cut off (message_stop without
-//     message_delta) one with the usage its message_start reported, which
-//     the CLI counts too;
+//     with an error status and no usage; a response cut off after it began
+//     (message_stop without message_delta) has unknown usage: its span
+//     (AttrCut) carries none and keeps the invocation incomplete
+//     (usage_missing), never final;
 //   - an "execute_tool {tool}" span per tool use, from the assistant message
 //     that asks for it to its tool_result;
 //   - a "background shell" span (task type local_bash; "background

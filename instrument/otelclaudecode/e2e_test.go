@@ -154,6 +154,44 @@ func (h *harness) client(t *testing.T, name string, env ...string) *Client {
 	return c
 }
 
+// transcriptText returns the latest client's stream-json output so far.
+func (h *harness) transcriptText(t *testing.T) string {
+	t.Helper()
+	h.mu.Lock()
+	path := h.transcript
+	h.mu.Unlock()
+	out, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// afterFirstResult reports, for each request number, whether the latest
+// client's output shows its message_start after the first result line:
+// the caller had its result before that request began.
+func (h *harness) afterFirstResult(t *testing.T) map[int]bool {
+	t.Helper()
+	after := map[int]bool{}
+	seen := false
+	for _, l := range strings.Split(h.transcriptText(t), "\n") {
+		ev, err := decodeEvent([]byte(l))
+		if err != nil {
+			continue
+		}
+		if ev.Type == typeResult {
+			seen = true
+		}
+		var n int
+		if ev.Stream != nil && ev.Stream.Type == "message_start" {
+			if _, err := fmt.Sscanf(ev.Stream.MessageID, "msg_scripted_%d", &n); err == nil {
+				after[n] = seen
+			}
+		}
+	}
+	return after
+}
+
 // track remembers invocation ids for the collector comparison.
 func (h *harness) track(ids ...string) {
 	h.mu.Lock()
@@ -326,6 +364,8 @@ func TestCLI(t *testing.T) {
 		testInterrupted(t, h, "timed_out", func(_ *Run, cancel context.CancelFunc) error { cancel(); return nil })
 	})
 	t.Run("killed during a turn", func(t *testing.T) { testKilledDuringTurn(t, h) })
+	t.Run("foreground subagent fails closed", func(t *testing.T) { testSubagents(t, h, false) })
+	t.Run("background subagent fails closed", func(t *testing.T) { testSubagents(t, h, true) })
 	t.Run("own telemetry", func(t *testing.T) { testOwnTelemetry(t, h) })
 	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, h) })
 }

@@ -31,6 +31,12 @@ const (
 	// ".cache_creation_input_tokens", ".output_tokens", each the CLI's count
 	// minus ours, in the Anthropic sense (input without cache tokens).
 	AttrUnexplainedPrefix = "claude_code.usage.unexplained"
+	// AttrCut (bool) marks a model call whose response began and broke
+	// off: its usage is unknown (no gen_ai.usage), and AttrPartialPrefix
+	// attributes hold what its message_start reported (".input_tokens",
+	// ".output_tokens", ...).
+	AttrCut           = "claude_code.response.cut"
+	AttrPartialPrefix = "claude_code.usage.partial"
 )
 
 // Reasons of unattributed turns (contract rule 7, the value of
@@ -87,9 +93,11 @@ type mapper struct {
 	// pending are notifications posted that no turn has read yet; an
 	// entry without a job is a task this mapper never saw start.
 	pending []*job
-	// window is the usage of the model calls since the last result.
-	window rawUsage
-	exited bool
+	// window is the usage of the model calls since the last result;
+	// windowUnknown is set when one of them was cut off.
+	window        rawUsage
+	windowUnknown bool
+	exited        bool
 }
 
 // prompt is one prompt written to the CLI: an invocation whose root ends
@@ -297,7 +305,7 @@ func (m *mapper) result(r *result, o origin) {
 	} else if o.Kind == originTask {
 		m.emptyWake(o.RunID)
 	}
-	m.window = rawUsage{}
+	m.window, m.windowUnknown = rawUsage{}, false
 	m.prune()
 }
 
