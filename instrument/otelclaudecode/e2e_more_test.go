@@ -144,6 +144,9 @@ func testWarmSecondPrompt(t *testing.T, h *harness) {
 		t.Errorf("%d continuations of the second invocation", n)
 	}
 	closeSession(t, p)
+	if _, err := p.Prompt(testCtx(t), "after the input closed"); !errors.Is(err, ErrInputClosed) {
+		t.Errorf("prompt after CloseInput: %v", err)
+	}
 	if sum2, _ = h.p.ledger().Summary(second.InvocationID); sum2.Revision != 1 {
 		t.Errorf("second invocation revised after the continuation: %+v", sum2)
 	}

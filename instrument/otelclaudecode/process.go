@@ -358,6 +358,12 @@ func (p *Process) send(uuid, text string) error {
 // and ends at its result. Work the prompt leaves running (background
 // shells, the turns their notifications wake) stays the invocation's.
 func (p *Process) Prompt(ctx context.Context, text string) (Result, error) {
+	p.wmu.Lock()
+	closed := p.inputClosed
+	p.wmu.Unlock()
+	if closed {
+		return Result{}, ErrInputClosed
+	}
 	select {
 	case <-p.exited:
 		return Result{}, fmt.Errorf("otelclaudecode: prompt: %w", errExited)
