@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"container/list"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -428,11 +429,16 @@ func (inv *invocationState) addUsage(s sdktrace.ReadOnlySpan, f *spanFacts) {
 	}
 	u := &inv.usage
 	u.ModelCalls++
-	u.InputTokens += f.usage[0]
-	u.OutputTokens += f.usage[1]
-	u.CacheReadInputTokens += f.usage[2]
-	u.CacheCreationInputTokens += f.usage[3]
-	u.ReasoningOutputTokens += f.usage[4]
+	// A count that would overflow its sum is not summed and, like a
+	// mistyped one, leaves the totals unproven (the collector's rule).
+	for i, sum := range [...]*int64{&u.InputTokens, &u.OutputTokens, &u.CacheReadInputTokens, &u.CacheCreationInputTokens, &u.ReasoningOutputTokens} {
+		if f.usage[i] > math.MaxInt64-*sum {
+			f.invalidUsage = append(f.invalidUsage, string(usageKeys[i]))
+			f.usage[i] = 0
+			continue
+		}
+		*sum += f.usage[i]
+	}
 	switch {
 	case !inv.rootArrived:
 		inv.preRoot = append(inv.preRoot, modelCall{start: s.StartTime(), in: f.usage[0], out: f.usage[1]})
@@ -441,8 +447,9 @@ func (inv *invocationState) addUsage(s sdktrace.ReadOnlySpan, f *spanFacts) {
 		u.AfterResultOutputTokens += f.usage[1]
 	}
 	for _, k := range f.invalidUsage {
+		// Rule 5: a count that cannot be summed leaves the totals unproven.
 		// The collector's detail: which attribute, on which span.
-		inv.anomaly(contract.AnomalyInvalidUsage, k+" on "+s.Name())
+		inv.fail(contract.ReasonInvalidUsage, k+" on "+s.Name())
 	}
 	if !f.hasUsage && !f.failed {
 		inv.fail(contract.ReasonUsageMissing, s.Name())

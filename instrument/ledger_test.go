@@ -3,6 +3,7 @@ package instrument
 import (
 	"context"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -370,7 +371,23 @@ func TestLedgerInvalidUsage(t *testing.T) {
 	p.chat(ctx, -1, 2)
 	inv.End()
 	s := p.summary(t, inv.ID())
-	if s.Usage.InputTokens != 0 || s.Usage.OutputTokens != 2 || !contains(s.Anomalies, "invalid_usage:"+contract.AttrUsageInputTokens+" on chat m") {
+	// v0.2 rule 5: an unsummable count leaves the totals unproven.
+	if s.Status != contract.StatusIncomplete || s.Usage.InputTokens != 0 || s.Usage.OutputTokens != 2 || !contains(s.Reasons, "invalid_usage:"+contract.AttrUsageInputTokens+" on chat m") {
+		t.Errorf("summary = %+v", s)
+	}
+}
+
+// TestLedgerUsageOverflowNotSummed: a count that would overflow its sum is
+// not summed and leaves the totals unproven, as in the collector.
+func TestLedgerUsageOverflowNotSummed(t *testing.T) {
+	p := newPipeline(t)
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	p.chat(ctx, math.MaxInt64, 1)
+	p.chat(ctx, 1, 1)
+	inv.End()
+	s := p.summary(t, inv.ID())
+	if s.Status != contract.StatusIncomplete || s.Usage.InputTokens != math.MaxInt64 || s.Usage.OutputTokens != 2 ||
+		!contains(s.Reasons, "invalid_usage:"+contract.AttrUsageInputTokens+" on chat m") {
 		t.Errorf("summary = %+v", s)
 	}
 }

@@ -154,6 +154,10 @@ const (
 	// ReasonUsageMissing: a model call that did not fail carries neither
 	// input nor output token usage ("usage_missing:<span name>").
 	ReasonUsageMissing = "usage_missing"
+	// ReasonInvalidUsage: a usage attribute of a model call is not a
+	// non-negative integer (or would overflow the sum); it is not summed, so
+	// the totals cannot be exact ("invalid_usage:<key> on <span name>").
+	ReasonInvalidUsage = "invalid_usage"
 	// ReasonMalformedParentage: a span is its own parent, its parent lies
 	// in another trace, or the parent relation has a cycle.
 	ReasonMalformedParentage = "malformed_parentage"
@@ -171,7 +175,6 @@ const (
 	ReasonNotSampled = "not_sampled"
 
 	AnomalyExtraChildren   = "extra_children"
-	AnomalyInvalidUsage    = "invalid_usage"
 	AnomalySpanLimit       = "span_limit"
 	AnomalyLateSpan        = "late_span"
 	AnomalyForeignFollowup = "foreign_followup"

@@ -471,14 +471,15 @@ func (inv *invocation) setRoot(sp ptrace.Span, res pcommon.Resource, now int64) 
 }
 
 // readUsage returns a usage attribute's value if it is a non-negative int64
-// that keeps *sum from overflowing; otherwise it records invalid_usage.
+// that keeps *sum from overflowing; otherwise the count is not summed and
+// the invocation can never be final (invalid_usage, v0.2 rule 5).
 func (inv *invocation) readUsage(attrs pcommon.Map, key, spanName string, sum *int64) (int64, bool) {
 	v, ok := attrs.Get(key)
 	if !ok {
 		return 0, false
 	}
 	if v.Type() != pcommon.ValueTypeInt || v.Int() < 0 || v.Int() > math.MaxInt64-*sum {
-		inv.addAnomaly(contract.AnomalyInvalidUsage + ":" + key + " on " + spanName)
+		inv.addTaint(contract.ReasonInvalidUsage + ":" + key + " on " + spanName)
 		return 0, false
 	}
 	n := v.Int()

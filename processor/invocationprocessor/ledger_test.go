@@ -271,7 +271,9 @@ func TestInvalidUsage(t *testing.T) {
 	}
 	require.NotPanics(t, func() { h.consume(batch(append([]sp{root}, calls...)...)) })
 	s := requireOne(t, h, "inv-1")
-	assertStatus(t, s, contract.StatusFinal, 1)
+	// v0.2 rule 5: a count that cannot be summed leaves the totals
+	// unproven, so the invocation closes incomplete, not final.
+	assertStatus(t, s, contract.StatusIncomplete, 1)
 	assert.Equal(t, int64(math.MaxInt64), intAttr(s, contract.AttrUsageInputTokens), "the 1 after MaxInt64 would overflow")
 	assert.Equal(t, int64(3), intAttr(s, contract.AttrUsageOutputTokens))
 	assert.Equal(t, int64(4), intAttr(s, contract.AttrModelCalls))
@@ -281,7 +283,8 @@ func TestInvalidUsage(t *testing.T) {
 		"invalid_usage:gen_ai.usage.output_tokens on chat b",
 		"invalid_usage:gen_ai.usage.input_tokens on chat d",
 		"invalid_usage:gen_ai.usage.cache_read.input_tokens on chat d",
-	}, strsAttr(s, contract.AttrAnomalies))
+	}, strsAttr(s, contract.AttrIncompleteReasons))
+	assert.Empty(t, strsAttr(s, contract.AttrAnomalies))
 }
 
 func TestInvalidCountNeverFinal(t *testing.T) {
