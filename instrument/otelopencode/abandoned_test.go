@@ -28,7 +28,14 @@ import (
 type promptServer struct {
 	// prompts receives the message id of every prompt posted.
 	prompts chan string
+	// answer makes POST /session/:id/message answer at once, as after the
+	// whole turn, with an assistant message answering the prompt.
+	answer bool
+	// readsFail makes GET /session/:id/message fail.
+	readsFail bool
 }
+
+func newPromptServer() *promptServer { return &promptServer{prompts: make(chan string, 4)} }
 
 func (f *promptServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
@@ -45,18 +52,31 @@ func (f *promptServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.prompts <- body.MessageID
+		if f.answer && strings.HasSuffix(r.URL.Path, "/message") {
+			fmt.Fprintf(w, `{"info":{"id":"%s1","sessionID":"ses_A","role":"assistant","parentID":%q},"parts":[{"type":"text","text":"done"}]}`,
+				body.MessageID, body.MessageID)
+			return
+		}
 		<-r.Context().Done()
 	case r.URL.Path == "/session/status":
 		fmt.Fprint(w, `{}`)
+	case f.readsFail:
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
 	default:
 		fmt.Fprint(w, `[]`)
 	}
 }
 
-// startPromptClient starts a Client on p against a promptServer.
+// startPromptClient starts a Client on p against a new promptServer.
 func startPromptClient(t *testing.T, p *pipeline, opts ...Option) (*Client, *promptServer) {
 	t.Helper()
-	f := &promptServer{prompts: make(chan string, 4)}
+	f := newPromptServer()
+	return startClientOf(t, p, f, opts...), f
+}
+
+// startClientOf starts a Client on p against f.
+func startClientOf(t *testing.T, p *pipeline, f *promptServer, opts ...Option) *Client {
+	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	opts = append([]Option{WithTracerProvider(p.tp), WithLedger(p.sp.Ledger()),
@@ -77,7 +97,7 @@ func startPromptClient(t *testing.T, p *pipeline, opts ...Option) (*Client, *pro
 			t.Error(err)
 		}
 	})
-	return c, f
+	return c
 }
 
 // abandonedCall is a prompt call a test gives up.
@@ -462,4 +482,37 @@ func TestTurnMayRun(t *testing.T) {
 			t.Errorf("%s: turnMayRun = %v, want %v", tt.name, got, tt.want)
 		}
 	}
+}
+
+// A prompt OpenCode answered while neither the event stream nor a
+// read-back of the session showed the turn's work (the stream lags or is
+// down, the read-back failed): the root ends at the answer, and the turn
+// the answer closed stays the invocation's, which is not final until the
+// events show it, then final with its usage (not an unattributed turn).
+func TestAnsweredPromptUnseenKeepsItsTurn(t *testing.T) {
+	p := newPipeline(t)
+	f := newPromptServer()
+	f.answer, f.readsFail = true, true
+	c := startClientOf(t, p, f, WithSyncTimeout(time.Millisecond))
+	s := &script{t: t, m: c.m, ms: 1_000_000}
+	s.session("ses_A", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.Prompt(ctx, "ses_A", Prompt{Text: "work on it"})
+	if err != nil || res.Text != "done" {
+		t.Fatalf("Prompt: %+v %v", res, err)
+	}
+	msg := <-f.prompts
+	if sum, _ := p.sp.Ledger().Summary(res.InvocationID); sum.Status != contract.StatusPending {
+		t.Fatalf("the answered prompt whose turn nobody saw is %q: %+v", sum.Status, sum)
+	}
+	// The events arrive late.
+	s.user("ses_A", msg)
+	s.call("ses_A", msg+"1", msg, 20, 2, 0)
+	s.idle("ses_A")
+	sum, err := c.Wait(ctx, res.InvocationID)
+	if err != nil || sum.Status != contract.StatusFinal || sum.Usage.InputTokens != 20 || sum.Usage.ModelCalls != 1 {
+		t.Fatalf("after the events: %v %+v", err, sum)
+	}
+	noUnattributed(t, p)
 }

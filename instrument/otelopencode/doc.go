@@ -32,11 +32,13 @@
 //   - a "background turn" job (KindTurn) when the caller gives up a
 //     prompt call (Prompt, PromptAsync or through the Transport: its
 //     context ends, its connection breaks) after the request may have
-//     reached the server, since OpenCode runs the turn on: a child of the
-//     invocation's root that ends when the session goes idle after the
-//     turn (or is deleted), with the turn's later model calls and tools
-//     under it, so the turn the caller started stays its invocation's and
-//     the invocation is final only once the turn ended;
+//     reached the server, since OpenCode runs the turn on, or when the
+//     answer comes while neither the event stream nor a read-back showed
+//     the turn: a child of the invocation's root that ends when the
+//     session goes idle after the turn (or is deleted), with the turn's
+//     later model calls and tools under it, so the turn the caller started
+//     stays its invocation's and the invocation is final only once the
+//     turn ended and was seen;
 //   - a followup_closed span (reason interrupted) when an abort cancels a
 //     job or a notification that had not started its turn, and one with
 //     reason consumed_by when a turn of another invocation read the

@@ -18,8 +18,9 @@ import (
 const (
 	KindSubagent = "subagent"
 	KindShell    = "shell"
-	// KindTurn is the rest of a prompt's turn that OpenCode runs on after
-	// the caller gave up the call (see Client.Prompt).
+	// KindTurn is the rest of a prompt's turn after its root ended: the
+	// caller gave up the call while OpenCode runs the turn on, or the
+	// turn was not seen by the answer (see Client.Prompt).
 	KindTurn = "turn"
 )
 

@@ -107,7 +107,7 @@ func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finis
 }
 
 // promptDone drops the registration of a prompt whose root has ended,
-// unless the rest of its turn runs on (mapper.abandon).
+// unless the rest of its turn runs on (keepRest).
 func (m *mapper) promptDone(session, msgID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -42,7 +42,10 @@ type Result struct {
 // /session/:id/message) as an invocation: its root span starts now and
 // ends when the answer is here and the spans of the answer's model calls
 // and tool calls have started. Background jobs the prompt launched go on;
-// Wait tells when the invocation is final.
+// Wait tells when the invocation is final. When neither the event stream
+// nor a read-back of the session showed the turn by the answer (the stream
+// lags or is down and the read-back failed), the turn is kept the same way
+// as below until they do.
 //
 // A call that fails after the request may have reached the server (ctx
 // cancelled or its deadline passed while OpenCode works, the connection
@@ -109,7 +112,7 @@ func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (str
 	})
 	if err != nil {
 		if probe.turnMayRun(err) {
-			c.m.abandon(session, msgID)
+			c.m.keepRest(session, msgID)
 		}
 		c.m.promptDone(session, msgID)
 		inv.Span().RecordError(err)
@@ -139,8 +142,9 @@ func promptBody(p Prompt) map[string]any {
 // invoke runs one prompt as an invocation: body is the JSON object of POST
 // /session/:id/message, send delivers it and returns the answer's body,
 // done sees the invocation id and answer before the root ends. When send
-// fails while the server may run the prompt's turn, the rest of the turn
-// becomes a job of the invocation before the root ends (mapper.abandon).
+// fails while the server may run the prompt's turn, or the turn's work
+// was not seen when the answer came, the rest of the turn becomes a job of
+// the invocation before the root ends (mapper.keepRest).
 func (c *Client) invoke(ctx context.Context, session string, body []byte, send func(context.Context, []byte) ([]byte, error), done func(string, []byte)) (string, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
@@ -173,13 +177,16 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 		answer, err = send(ctx, body)
 		return err
 	})
-	if probe.turnMayRun(err) {
+	switch {
+	case probe.turnMayRun(err):
 		// The caller gave up (or the connection broke) while OpenCode
 		// may run the turn: the rest of it stays this invocation's, in a
 		// job the events end; no read-back is needed for it.
-		c.m.abandon(session, msgID)
-	} else {
-		c.sync(ctx, session, answer, err)
+		c.m.keepRest(session, msgID)
+	case !c.sync(ctx, session, answer, err) && err == nil:
+		// OpenCode answered, but the turn's work was not seen: it stays
+		// this invocation's until the events or a read-back show it.
+		c.m.keepRest(session, msgID)
 	}
 	c.m.promptDone(session, msgID)
 	if err != nil {
@@ -195,8 +202,9 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 
 // sync makes sure the spans of everything the answered prompt did have
 // started before its root ends: it waits for the event stream to deliver
-// the answer's completion, or else reads the session's messages.
-func (c *Client) sync(ctx context.Context, session string, answer []byte, sendErr error) {
+// the answer's completion, or else reads the session's messages. It
+// reports whether it could: false when the read-back failed.
+func (c *Client) sync(ctx context.Context, session string, answer []byte, sendErr error) bool {
 	var mp messageWithParts
 	if sendErr == nil && json.Unmarshal(answer, &mp) == nil && mp.Info.ID != "" {
 		timer := time.NewTimer(c.cfg.syncTimeout)
@@ -205,7 +213,7 @@ func (c *Client) sync(ctx context.Context, session string, answer []byte, sendEr
 		for {
 			ok, next := c.m.completed(session, mp.Info.ID)
 			if ok {
-				return
+				return true
 			}
 			select {
 			case <-next:
@@ -224,9 +232,10 @@ func (c *Client) sync(ctx context.Context, session string, answer []byte, sendEr
 	msgs, err := c.api.messages(rctx, session)
 	if err != nil {
 		c.cfg.logger.Warn("otelopencode: reading session messages", "session", session, "error", err)
-		return
+		return false
 	}
 	c.m.applyMessages(msgs)
+	return true
 }
 
 // errNotSent wraps the error of a prompt that was not sent: its context

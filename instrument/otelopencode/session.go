@@ -75,8 +75,8 @@ type userMsg struct {
 	// first idle after a turn answered it.
 	finish func()
 	// rest is the background job that holds the rest of the prompt's
-	// turn after the caller gave up the call (mapper.abandon); owner is
-	// then its context. It ends with the turn.
+	// turn after its root ended (mapper.keepRest); owner is then its
+	// context. It ends with the turn.
 	rest *instrument.Job
 	// turnEnded is set when the session went idle after a turn answered
 	// the message: that turn is over.

@@ -15,8 +15,9 @@ var errDeleted = errors.New("opencode: session deleted")
 // idle handles a session that went idle: the turn it started by itself
 // (continuation or unattributed) has ended, the turns that answered its
 // user messages are over (a prompt_async prompt has its result, the rest
-// of an abandoned prompt's turn ends), a child session's job is done, and
-// notifications an abort left without a turn will get none.
+// of a prompt's turn kept after its root ended ends), a child session's
+// job is done, and notifications an abort left without a turn will get
+// none.
 func (m *mapper) idle(id string) {
 	s := m.sessions.use(id)
 	if m.awaitsJob(s) && len(s.orphans) > 0 {
@@ -66,9 +67,9 @@ func (m *mapper) idle(id string) {
 }
 
 // deleted handles a deleted session: what it still ran ends (the roots of
-// its prompt_async prompts and the rest of its abandoned prompts' turns
-// too), and the followups of the jobs it launched that no turn answered
-// are closed with reason session_closed.
+// its prompt_async prompts and the rest of its prompts' turns too), and
+// the followups of the jobs it launched that no turn answered are closed
+// with reason session_closed.
 func (m *mapper) deleted(id string) {
 	s := m.sessions.lookup(id)
 	if s == nil {

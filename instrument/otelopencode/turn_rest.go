@@ -7,19 +7,21 @@ import (
 	"github.com/agentledger/agentledger/internal/contract"
 )
 
-// abandon keeps the rest of the turn of prompt msgID of session in the
-// prompt's invocation when the caller gave up the call (it failed while
-// the server may still run the turn). It must be called while the
+// keepRest keeps the rest of the turn of prompt msgID of session in the
+// prompt's invocation when its root must end before the turn's work is
+// known to have been seen: the caller gave up the call while the server
+// may still run the turn, or the server answered while neither the event
+// stream nor a read-back showed the turn. It must be called while the
 // prompt's root is still open: the rest of the turn is a background job
 // "background turn" (KindTurn, no followup), a child of the root counted
 // in the root's invocation.children, so that both the ledger and the
 // collector wait for it. The turn's model calls and tools that start
 // later run in the job's context, and so do the later tool calls of the
-// model calls already running; the job ends when the turn does: at the
-// session's first idle after a turn answered the prompt, or at its
-// deletion. Nothing is started when the turn is already over or the
-// prompt's registration has ended.
-func (m *mapper) abandon(session, msgID string) {
+// model calls already running; the job ends when the turn does, as the
+// events or a read-back show it: at the session's first idle after a
+// turn answered the prompt, or at its deletion. Nothing is started when
+// the turn is already over or the prompt's registration has ended.
+func (m *mapper) keepRest(session, msgID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sessions.lookup(session)
@@ -44,7 +46,7 @@ func (m *mapper) abandon(session, msgID string) {
 	u.owner, u.rest, u.finish = ctx, j, nil
 }
 
-// endRest ends the rest of an abandoned prompt's turn (u.rest), with
+// endRest ends the rest of a prompt's turn (u.rest, see keepRest), with
 // outcome as its error when not nil; the prompt's later answers, if any,
 // are unattributed turns.
 func endRest(u *userMsg, outcome error) {
