@@ -102,3 +102,115 @@ func BenchmarkLedgerArrived(b *testing.B) {
 		i++
 	}
 }
+
+// Attributes of the spans of benchInvocationRun: three per span, as the
+// client wrappers and an agent set them.
+var (
+	benchChatAttrs = trace.WithAttributes(
+		attribute.String(contract.AttrOperationName, contract.OpChat),
+		attribute.Int64(contract.AttrUsageInputTokens, 1200),
+		attribute.Int64(contract.AttrUsageOutputTokens, 80))
+	benchToolAttrs = trace.WithAttributes(
+		attribute.String(contract.AttrOperationName, contract.OpExecuteTool),
+		attribute.String(contract.AttrToolName, "shell"),
+		attribute.String(contract.AttrToolCallID, "call_1"))
+	benchRootAttrs = trace.WithAttributes(
+		attribute.String(contract.AttrOperationName, contract.OpInvokeAgent),
+		attribute.String(contract.AttrAgentName, "coder"),
+		attribute.String(contract.AttrConversationID, "session-1"))
+)
+
+// benchPipeline is a TracerProvider with a batch span processor exporting
+// to nopExporter, with (ledger) or without the ledger's SpanProcessor in
+// front of it, and default options otherwise (system clock, retention).
+type benchPipeline struct {
+	tp      *sdktrace.TracerProvider
+	tracker *Tracker
+	agent   trace.Tracer
+	llm     trace.Tracer
+	tools   trace.Tracer
+	ledger  bool
+}
+
+func newBenchPipeline(b *testing.B, ledger bool) *benchPipeline {
+	b.Helper()
+	var sp sdktrace.SpanProcessor = sdktrace.NewBatchSpanProcessor(nopExporter{})
+	if ledger {
+		sp = NewSpanProcessor(sp, WithMeterProvider(metricnoop.NewMeterProvider()))
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return &benchPipeline{
+		tp:      tp,
+		tracker: NewTracker(WithTracerProvider(tp), WithMeterProvider(metricnoop.NewMeterProvider())),
+		agent:   tp.Tracer("example.com/agent"),
+		llm:     tp.Tracer("example.com/llm"),
+		tools:   tp.Tracer("example.com/tools"),
+		ledger:  ledger,
+	}
+}
+
+// run is one realistic invocation: a root, then five turns of a model
+// call with usage followed by a tool call, each a child of the root. With
+// the ledger the root is the Tracker's (which adds invocation.id and
+// invocation.role, and the id in baggage); without it an agent starts the
+// same root span with its three attributes.
+func (p *benchPipeline) run(ctx context.Context) {
+	var root trace.Span
+	if p.ledger {
+		var inv *Invocation
+		ctx, inv = p.tracker.StartInvocation(ctx, "coder", "session-1")
+		root = inv.Span()
+	} else {
+		ctx, root = p.agent.Start(ctx, "invoke_agent coder", benchRootAttrs)
+	}
+	for range 5 {
+		_, chat := p.llm.Start(ctx, "chat gpt-test", benchChatAttrs, trace.WithSpanKind(trace.SpanKindClient))
+		chat.End()
+		_, tool := p.tools.Start(ctx, "execute_tool shell", benchToolAttrs)
+		tool.End()
+	}
+	root.End()
+}
+
+// BenchmarkInvocation measures one realistic invocation in process (root,
+// five model calls with usage, five tool calls; three attributes each)
+// through a batch span processor to an exporter that drops the spans:
+// with the SDK alone (mode=sdk, the baseline) and with the ledger's
+// SpanProcessor in front of the batch processor (mode=ledger). Compare
+// the modes with benchstat -col /mode.
+func BenchmarkInvocation(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		ledger bool
+	}{{"mode=sdk", false}, {"mode=ledger", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			p := newBenchPipeline(b, mode.ledger)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				p.run(ctx)
+			}
+		})
+	}
+}
+
+// BenchmarkInvocationParallel is BenchmarkInvocation with invocations
+// running on every P at once (b.RunParallel), sharing one pipeline.
+func BenchmarkInvocationParallel(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		ledger bool
+	}{{"mode=sdk", false}, {"mode=ledger", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			p := newBenchPipeline(b, mode.ledger)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					p.run(ctx)
+				}
+			})
+		})
+	}
+}
