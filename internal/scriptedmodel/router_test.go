@@ -58,10 +58,14 @@ func TestClaudeCodeContent(t *testing.T) {
 }
 
 func TestRouter(t *testing.T) {
-	usage := func(seq int) scriptedmodel.Usage { return scriptedmodel.Usage{InputTokens: 10 * seq, OutputTokens: seq} }
+	usage := func(seq int) scriptedmodel.Usage {
+		return scriptedmodel.Usage{InputTokens: 10 * seq, OutputTokens: seq}
+	}
 	rt := scriptedmodel.NewRouter(usage,
 		scriptedmodel.Rule{Name: "notified", Match: func(r scriptedmodel.Request) bool { return len(r.TaskNotifications()) > 0 },
-			Answer: func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: "noted", Usage: scriptedmodel.Usage{InputTokens: 999}} }},
+			Answer: func(scriptedmodel.Request) scriptedmodel.Step {
+				return scriptedmodel.Step{Text: "noted", Usage: scriptedmodel.Usage{InputTokens: 999}}
+			}},
 		scriptedmodel.Rule{Name: "broken", Match: func(r scriptedmodel.Request) bool { return r.Seq == 3 },
 			Answer: func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Status: 500} }},
 	)
