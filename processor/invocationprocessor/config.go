@@ -52,6 +52,13 @@ type Config struct {
 	// generate_content, embeddings; must not be empty.
 	UsageOperations []string `mapstructure:"usage_operations"`
 
+	// Storage is the ID of a storage extension (for example file_storage)
+	// that holds the ledger's state across restarts: every batch's facts
+	// are written before ConsumeTraces returns, and Start loads them back.
+	// Nil (the default) keeps the state in memory only, and Shutdown then
+	// summarises every open invocation incomplete with reason shutdown.
+	Storage *component.ID `mapstructure:"storage"`
+
 	// Prices maps a model name (gen_ai.response.model, falling back to
 	// gen_ai.request.model) to its price in USD per million tokens. Empty
 	// (the default) means no invocation.cost attribute.
@@ -112,6 +119,9 @@ func (cfg *Config) Validate() error {
 		if op == "" {
 			errs = append(errs, fmt.Errorf("usage_operations[%d] must not be empty", i))
 		}
+	}
+	if cfg.Storage != nil && cfg.Storage.Type().String() == "" {
+		errs = append(errs, errors.New("storage must name a storage extension"))
 	}
 	models := make([]string, 0, len(cfg.Prices))
 	for m := range cfg.Prices {

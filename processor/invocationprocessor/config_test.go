@@ -40,7 +40,16 @@ func TestLoadConfig(t *testing.T) {
 				},
 			},
 		},
-		{id: component.NewIDWithName(metadata.Type, "storage"), loadErr: "storage"},
+		{
+			id: component.NewIDWithName(metadata.Type, "storage"),
+			want: func() *Config {
+				cfg := createDefaultConfig().(*Config)
+				id := component.MustNewIDWithName("file_storage", "ledger")
+				cfg.Storage = &id
+				return cfg
+			}(),
+		},
+		{id: component.NewIDWithName(metadata.Type, "badstorage"), loadErr: "storage"},
 		{id: component.NewIDWithName(metadata.Type, "invalid"), valErr: "remote_settle must be less than open_timeout"},
 	}
 	for _, tt := range tests {

@@ -103,6 +103,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 		s.mu.Lock()
 		s.sendFailed = false
 		s.mu.Unlock()
+		p.journalSent(s, out)
 		for i := range out {
 			p.tel.ProcessorInvocationSummaries.Add(context.WithoutCancel(ctx), 1, statusAttr(out[i].status))
 		}

@@ -71,6 +71,12 @@ type invocationProcessor struct {
 	// found in Start.
 	statusID *component.ID
 
+	// store holds the state across restarts when storage is configured
+	// (storage.go); set and config rebuild the shards for its layout.
+	store  *store
+	set    processor.Settings
+	config *Config
+
 	// lifeMu guards stop, done and cancel, the timer goroutine's controls.
 	lifeMu sync.Mutex
 	stop   chan struct{}
@@ -111,6 +117,11 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		tickIv: min(max(cfg.RemoteSettle/4, minTickInterval), maxTickInterval),
 		// A shard's share of the open invocations' summaries, and slack.
 		outboxLimit: (cfg.MaxOpenInvocations+numShards-1)/numShards + outboxSlack,
+		set:         set,
+		config:      cfg,
+	}
+	if cfg.Storage != nil {
+		p.store = newStore(*cfg.Storage, set.ID, set.Logger)
 	}
 	p.statusID = cfg.Status
 	for _, op := range cfg.UsageOperations {
@@ -128,24 +139,35 @@ func (*invocationProcessor) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: false}
 }
 
-// Start finds the status extension, if one is configured, and starts the
-// goroutine that fires timers.
-func (p *invocationProcessor) Start(_ context.Context, host component.Host) error {
+// Start loads the stored state (with storage), finds the status
+// extension, if one is configured, and starts the goroutine that fires
+// timers.
+func (p *invocationProcessor) Start(ctx context.Context, host component.Host) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
 	if p.stop != nil {
 		return nil
 	}
+	if p.store != nil {
+		// Before the status extension is handed to the shards: loading
+		// may rebuild them.
+		if err := p.startStore(ctx, host); err != nil {
+			return err
+		}
+	}
 	if err := p.startStatus(host); err != nil {
 		return err
+	}
+	if p.store != nil {
+		p.publishRestored()
 	}
 	p.stop = make(chan struct{})
 	p.done = make(chan struct{})
 	// The timer goroutine's sends use a context Shutdown cancels, so a
 	// next consumer that blocks cannot keep it running.
-	var ctx context.Context
-	ctx, p.cancel = context.WithCancel(context.Background())
-	go p.run(ctx, p.stop, p.done)
+	var runCtx context.Context
+	runCtx, p.cancel = context.WithCancel(context.Background())
+	go p.run(runCtx, p.stop, p.done)
 	return nil
 }
 
@@ -188,6 +210,9 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 	now := p.clock.Now().UnixNano()
 	var stats stats
 	for _, s := range p.shards {
+		if p.store != nil {
+			break // open invocations stay open in storage for the next Start
+		}
 		s.mu.Lock()
 		s.shutdown(now, &stats)
 		s.mu.Unlock()
@@ -196,6 +221,9 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 	p.record(ctx, &stats)
 	for _, s := range p.shards {
 		errs = append(errs, p.flush(ctx, s, flushAtShutdown))
+	}
+	if p.store != nil {
+		errs = append(errs, p.closeStore(ctx))
 	}
 	p.tel.Shutdown()
 	err := errors.Join(errs...)
@@ -242,6 +270,12 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	if len(refs) == 0 {
 		return p.next.ConsumeTraces(ctx, td)
 	}
+	if p.store != nil {
+		// Nothing is indexed while storage refuses writes.
+		if err := p.store.ready(ctx); err != nil {
+			return err
+		}
+	}
 	var stats stats
 	var touched []*shard
 	for _, group := range p.groupByShard(refs) {
@@ -254,6 +288,12 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		touched = appendShard(touched, s)
 	}
 	p.record(ctx, &stats)
+	if p.store != nil {
+		// Acknowledge only what is durable; the sender retries the rest.
+		if err := p.commitBatch(ctx, &touched); err != nil {
+			return err
+		}
+	}
 
 	// Only the pass-through's error is the caller's: the summaries are
 	// not its batch, and a retried batch would pass through twice. They
@@ -311,8 +351,10 @@ func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, s
 	defer s.mu.Unlock()
 	s.gen++
 	s.touched = s.touched[:0]
+	s.journalBegin()
 	for i := range refs {
 		r := &refs[i]
+		s.journalFact(r, now, stats)
 		inv := s.ensure(r.id, now, stats)
 		switch inv.add(r.span, r.res, now, &p.cfg) {
 		case addIndexed:
@@ -330,6 +372,7 @@ func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, s
 	s.publishOpen(s.touched, now)
 	clear(s.touched)
 	s.touched = s.touched[:0]
+	s.journalEnd(now)
 	stats.outboxDropped += s.trimOutbox()
 	return len(s.outbox) > 0
 }
@@ -343,7 +386,9 @@ func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	var pending []*shard
 	for _, s := range p.shards {
 		s.mu.Lock()
+		s.journalBegin()
 		s.tick(n, &stats)
+		s.journalEnd(n)
 		stats.outboxDropped += s.trimOutbox()
 		if len(s.outbox) > 0 {
 			pending = append(pending, s)
@@ -357,6 +402,9 @@ func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	var errs []error
 	for _, s := range pending {
 		errs = append(errs, p.flush(ctx, s, flushFromTimer))
+	}
+	if p.store != nil {
+		errs = append(errs, p.storeTick(ctx, n))
 	}
 	return errors.Join(errs...)
 }

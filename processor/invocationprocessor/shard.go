@@ -37,6 +37,10 @@ type shard struct {
 	// the processor has no status extension. Set in Start.
 	status StatusSink
 
+	// persist journals the shard's changes for the storage extension
+	// (storage.go); nil without storage. Guarded by mu.
+	persist *shardPersist
+
 	// sending is a one-slot semaphore held by the goroutine sending this
 	// shard's outbox, so summaries reach the next consumer in the order they
 	// were made. It is never acquired while mu is held; acquiring it can be
@@ -285,6 +289,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 // forget drops an invocation: its retention ended or the global bound on
 // closed invocations was reached.
 func (s *shard) forget(inv *invocation) {
+	s.journalForget(inv)
 	if inv.index.heapIdx >= 0 {
 		heap.Remove(&s.timers, inv.index.heapIdx)
 	}
@@ -351,8 +356,10 @@ func (s *shard) evictOpen(seq uint64, now int64, stats *stats) bool {
 	if inv == nil || inv.index.seq != seq {
 		return false
 	}
+	s.journalBegin()
 	stats.evicted++
 	s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonEvicted, now, stats)
+	s.journalEnd(now)
 	stats.outboxDropped += s.trimOutbox()
 	return true
 }
@@ -366,11 +373,13 @@ func (s *shard) forgetClosed(seq uint64, now int64, stats *stats) bool {
 	if inv == nil || inv.index.seq != seq {
 		return false
 	}
+	s.journalBegin()
 	if inv.Dirty {
 		s.revise(inv, now)
 	}
 	stats.forgotten++
 	s.forget(inv)
+	s.journalEnd(now)
 	stats.outboxDropped += s.trimOutbox()
 	return true
 }

@@ -43,6 +43,9 @@ type summary struct {
 	hasTimeToFinal bool
 	cost           float64
 	hasCost        bool
+	// restored is the summary span as stored, for a summary made before a
+	// restart and not yet delivered (storage.go); it is sent as is.
+	restored *ptrace.ResourceSpans
 }
 
 func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerConfig) summary {
@@ -112,6 +115,10 @@ func buildTraces(sums []summary) ptrace.Traces {
 	td := ptrace.NewTraces()
 	for i := range sums {
 		s := &sums[i]
+		if s.restored != nil {
+			s.restored.CopyTo(td.ResourceSpans().AppendEmpty())
+			continue
+		}
 		rs := td.ResourceSpans().AppendEmpty()
 		// FromRaw only fails for value types AsRaw never produces.
 		_ = rs.Resource().Attributes().FromRaw(s.resource)

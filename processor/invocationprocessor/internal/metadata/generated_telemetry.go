@@ -31,6 +31,11 @@ type TelemetryBuilder struct {
 	ProcessorInvocationFinalityDelay       metric.Float64Histogram
 	ProcessorInvocationOpenInvocations     metric.Int64UpDownCounter
 	ProcessorInvocationSpansIndexed        metric.Int64Counter
+	ProcessorInvocationStorageBytesWritten metric.Int64Counter
+	ProcessorInvocationStorageErrors       metric.Int64Counter
+	ProcessorInvocationStorageInvocations  metric.Int64UpDownCounter
+	ProcessorInvocationStorageLoadTime     metric.Float64Histogram
+	ProcessorInvocationStorageWriteLatency metric.Float64Histogram
 	ProcessorInvocationSummaries           metric.Int64Counter
 	ProcessorInvocationSummarySendFailures metric.Int64Counter
 }
@@ -93,6 +98,38 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_invocation_spans_indexed",
 		metric.WithDescription("Number of distinct member spans indexed into an invocation. [Alpha]"),
 		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationStorageBytesWritten, err = builder.meter.Int64Counter(
+		"otelcol_processor_invocation_storage_bytes_written",
+		metric.WithDescription("Bytes of ledger records and snapshots written to the storage extension. [Alpha]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationStorageErrors, err = builder.meter.Int64Counter(
+		"otelcol_processor_invocation_storage_errors",
+		metric.WithDescription("Number of failed storage operations, by operation (a failed write fails the batch; unreadable stored state makes the invocations it concerned incomplete with storage_lost). [Alpha]"),
+		metric.WithUnit("{error}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationStorageInvocations, err = builder.meter.Int64UpDownCounter(
+		"otelcol_processor_invocation_storage_invocations",
+		metric.WithDescription("Number of invocations (open and retained closed ones) whose state is held in the storage extension. [Alpha]"),
+		metric.WithUnit("{invocation}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationStorageLoadTime, err = builder.meter.Float64Histogram(
+		"otelcol_processor_invocation_storage_load_time",
+		metric.WithDescription("Time Start took to load the ledger's state from the storage extension. [Alpha]"),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries([]float64{0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300}...),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationStorageWriteLatency, err = builder.meter.Float64Histogram(
+		"otelcol_processor_invocation_storage_write_latency",
+		metric.WithDescription("Time one write of ledger records to the storage extension took (a batch is acknowledged only after it). [Alpha]"),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries([]float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5}...),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorInvocationSummaries, err = builder.meter.Int64Counter(

@@ -24,6 +24,11 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorInvocationFinalityDelay.Record(context.Background(), 1)
 	tb.ProcessorInvocationOpenInvocations.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansIndexed.Add(context.Background(), 1)
+	tb.ProcessorInvocationStorageBytesWritten.Add(context.Background(), 1)
+	tb.ProcessorInvocationStorageErrors.Add(context.Background(), 1)
+	tb.ProcessorInvocationStorageInvocations.Add(context.Background(), 1)
+	tb.ProcessorInvocationStorageLoadTime.Record(context.Background(), 1)
+	tb.ProcessorInvocationStorageWriteLatency.Record(context.Background(), 1)
 	tb.ProcessorInvocationSummaries.Add(context.Background(), 1)
 	tb.ProcessorInvocationSummarySendFailures.Add(context.Background(), 1)
 	AssertEqualProcessorInvocationBoundHits(t, testTel,
@@ -40,6 +45,21 @@ func TestSetupTelemetry(t *testing.T) {
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationSpansIndexed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationStorageBytesWritten(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationStorageErrors(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationStorageInvocations(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationStorageLoadTime(t, testTel,
+		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationStorageWriteLatency(t, testTel,
+		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationSummaries(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},

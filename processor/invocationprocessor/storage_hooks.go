@@ -1,0 +1,93 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+)
+
+// The functions in this file are the only storage code that touches the
+// ledger's and the shard's own fields. They restore what the journal
+// recorded (storage.go) with the shard's own operations where one exists.
+
+// restoreInvocation returns the invocation with the id, creating it as a
+// span arriving at t would (without evicting: the bound is enforced after
+// the load, and a replay re-applies the recorded evictions). mu must be
+// held.
+func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, st *stats) *invocation {
+	return s.ensure(id, t, st)
+}
+
+// replayEmission re-applies a recorded summary to the invocation's state as
+// the shard took it at time t: a pending marks the pending as sent, a first
+// final or incomplete closes the invocation (with the recorded forced
+// reason), a later revision records the revision. mu must be held.
+func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *storedEvent, t int64, st *stats) {
+	switch {
+	case ev.revision == 0:
+		inv.PendingSent = true
+	case inv.Phase == phaseOpen:
+		status := ev.status
+		if status != contract.StatusFinal {
+			status = contract.StatusIncomplete
+		}
+		// The summary closeInvocation makes again is the recorded one.
+		made := len(s.outbox)
+		s.closeInvocation(inv, status, ev.forced, t, st)
+		clear(s.outbox[made:])
+		s.outbox = s.outbox[:made]
+		if ev.revision > 1 {
+			inv.Revision = ev.revision
+		}
+	default:
+		inv.Revision = max(inv.Revision, ev.revision)
+		inv.Dirty = false
+		inv.LastSummary = t
+	}
+}
+
+// taintInvocation marks an invocation whose stored state was partly lost:
+// its totals can no longer be proven, so it can never be final. A closed
+// invocation gets a corrected summary saying so. mu must be held.
+func taintInvocation(inv *invocation) {
+	before := len(inv.Taints)
+	inv.addTaint(reasonStorageLost)
+	if len(inv.Taints) != before && inv.Phase == phaseClosed {
+		inv.Dirty = true
+	}
+}
+
+// rearm re-schedules an invocation's timer after a restart. The restart
+// counts as an arrival: while the collector was down nothing could be seen
+// arriving, so a remote subtree's settle time starts again now; an
+// open_timeout or retention that passed while down fires at the next tick.
+func (p *invocationProcessor) rearm(s *shard, inv *invocation, now int64) {
+	inv.LastArrival = max(inv.LastArrival, now)
+	s.schedule(inv)
+}
+
+// publishRestored hands the status extension (if one is configured) the
+// views of the invocations loaded from storage: open ones as they stand,
+// closed ones as a summary made now would say.
+func (p *invocationProcessor) publishRestored() {
+	now := p.clock.Now().UnixNano()
+	for _, s := range p.shards {
+		s.mu.Lock()
+		if s.status != nil {
+			var open []*invocation
+			var closed []statusapi.Invocation
+			for _, inv := range s.invs {
+				if inv.Phase == phaseOpen {
+					open = append(open, inv)
+					continue
+				}
+				sum := inv.snapshot(inv.status(now, s.cfg), inv.Revision, now, s.cfg)
+				closed = append(closed, sum.statusView(now))
+			}
+			s.publishOpen(open, now)
+			if len(closed) > 0 {
+				s.status.PublishInvocations(closed)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
