@@ -129,13 +129,14 @@ type store struct {
 	// never taken while a shard's mu or qmu is held.
 	wmu sync.Mutex
 
-	compactNext int // round robin over partitions; guarded by wmu
+	compactNext int   // round robin over partitions; guarded by wmu
+	compactMin  int64 // compactMinBytes; tests lower it
 	loaded      bool
 	shards      []*shard // the processor's, set when loading
 }
 
 func newStore(id, self component.ID, logger *zap.Logger) *store {
-	return &store{id: id, self: self, logger: logger}
+	return &store{id: id, self: self, logger: logger, compactMin: compactMinBytes}
 }
 
 // storeMetrics are the storage instruments, with their attribute sets

@@ -117,7 +117,7 @@ func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
 		s := p.shards[i]
 		s.mu.Lock()
 		ps := s.persist
-		due := ps.unwritten == 0 && ps.logBytes >= max(compactMinBytes, int64(ps.man.snapBytes))
+		due := ps.unwritten == 0 && ps.logBytes >= max(st.compactMin, int64(ps.man.snapBytes))
 		s.mu.Unlock()
 		if due {
 			st.compactNext = i + 1
