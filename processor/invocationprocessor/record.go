@@ -21,12 +21,12 @@ const (
 
 // Event kinds inside an operation.
 const (
-	evFact      byte = 1 + iota // a span as the ledger read it
-	evEmit                      // a summary was made
-	evForget                    // the invocation was forgotten
-	evSent                      // a summary reached the next consumer
-	evTaint                     // the invocation's stored facts were lost
-	evTaintAll                  // the partition lost facts of unknown invocations
+	evFact     byte = 1 + iota // a span as the ledger read it
+	evEmit                     // a summary was made
+	evForget                   // the invocation was forgotten
+	evSent                     // a summary reached the next consumer
+	evTaint                    // the invocation's stored facts were lost
+	evTaintAll                 // the partition lost facts of unknown invocations
 )
 
 // Emission flags.
