@@ -19,14 +19,20 @@ import (
 // flakySink is a next consumer that refuses the next calls when told to.
 type flakySink struct {
 	consumertest.TracesSink
-	mu     sync.Mutex
-	refuse int
+	mu              sync.Mutex
+	refuse          int // the next calls
+	refuseSummaries int // the next calls carrying summaries
 }
 
 func (f *flakySink) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	f.mu.Lock()
 	if f.refuse > 0 {
 		f.refuse--
+		f.mu.Unlock()
+		return errInjected
+	}
+	if f.refuseSummaries > 0 && len(summarySpans([]ptrace.Traces{td})) > 0 {
+		f.refuseSummaries--
 		f.mu.Unlock()
 		return errInjected
 	}
