@@ -233,8 +233,9 @@ func TestStorageResendsTheOutbox(t *testing.T) {
 	h.advance(time.Second) // journals the delivery of inv-done's final
 	s := scenario("inv-1", 0)
 	sink.refuseSummaries = 1
-	err := h.p.ConsumeTraces(context.Background(), batch(s...))
-	require.ErrorIs(t, err, errInjected, "the summary send error is reported")
+	// The batch passed through; its summary's send failed and waits in
+	// the outbox (a summary error is not the caller's).
+	require.NoError(t, h.p.ConsumeTraces(context.Background(), batch(s...)))
 	require.Empty(t, h.of("inv-1"))
 	// crash
 
