@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -647,7 +650,8 @@ func TestLoadBalancingSplitInvocationNeverFinal(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Stopping the backends closes what they hold open.
+	// Stopping the backends keeps what they hold open in storage; they
+	// close it when restarted past its open_timeout.
 	if err := lb.Stop(testbin.StopTimeout); err != nil {
 		t.Fatal(err)
 	}
@@ -656,16 +660,14 @@ func TestLoadBalancingSplitInvocationNeverFinal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	all := restartToCloseOpen(t, backends)
 	type side struct {
 		backend       int
 		reason        string
 		input, output int64
 	}
 	for _, s := range []side{{rootSide, contract.ReasonOpenFollowup, 0, 0}, {contSide, contract.ReasonRootMissing, 400, 70}} {
-		sums, err := testbin.ReadSummaries(backends[s.backend].addrs.TracesFile)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sums := all[s.backend]
 		var closing []testbin.Summary
 		for _, x := range sums {
 			if x.InvocationID != id {
@@ -684,10 +686,10 @@ func TestLoadBalancingSplitInvocationNeverFinal(t *testing.T) {
 		}
 		c := closing[0]
 		t.Logf("backend %d: %s incomplete, reasons %v, tokens %d/%d", s.backend, id, c.IncompleteReasons, c.InputTokens, c.OutputTokens)
-		if !hasReason(c.IncompleteReasons, s.reason) || !hasReason(c.IncompleteReasons, contract.ReasonShutdown) ||
+		if !hasReason(c.IncompleteReasons, s.reason) || !hasReason(c.IncompleteReasons, contract.ReasonOpenTimeout) ||
 			c.InputTokens != s.input || c.OutputTokens != s.output {
 			t.Errorf("backend %d: %s closed with reasons %v, tokens %d/%d; want %s and %s, tokens %d/%d",
-				s.backend, id, c.IncompleteReasons, c.InputTokens, c.OutputTokens, s.reason, contract.ReasonShutdown, s.input, s.output)
+				s.backend, id, c.IncompleteReasons, c.InputTokens, c.OutputTokens, s.reason, contract.ReasonOpenTimeout, s.input, s.output)
 		}
 	}
 }
@@ -789,12 +791,10 @@ func TestLoadBalancingReshardNeverWrongFinal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	all := restartToCloseOpen(t, backends)
 	closing := make([]map[string][]testbin.Summary, len(backends))
-	for b, be := range backends {
-		sums, err := testbin.ReadSummaries(be.addrs.TracesFile)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for b := range backends {
+		sums := all[b]
 		closing[b] = map[string][]testbin.Summary{}
 		for _, s := range sums {
 			if s.Status != contract.StatusPending {
@@ -817,7 +817,8 @@ func TestLoadBalancingReshardNeverWrongFinal(t *testing.T) {
 }
 
 // checkSplitHalf requires one closing summary of a split invocation on a
-// backend: incomplete with reason and shutdown, carrying the usage that
+// backend: incomplete with reason and open_timeout (closed when the backend
+// restarted on its storage past the timeout), carrying the usage that
 // backend saw.
 func checkSplitHalf(t *testing.T, backend int, id string, sums []testbin.Summary, reason string, input, output int64) {
 	t.Helper()
@@ -827,9 +828,83 @@ func checkSplitHalf(t *testing.T, backend int, id string, sums []testbin.Summary
 	}
 	s := sums[0]
 	if s.Status != contract.StatusIncomplete || s.Revision != 1 || !hasReason(s.IncompleteReasons, reason) ||
-		!hasReason(s.IncompleteReasons, contract.ReasonShutdown) || s.InputTokens != input || s.OutputTokens != output {
+		!hasReason(s.IncompleteReasons, contract.ReasonOpenTimeout) || s.InputTokens != input || s.OutputTokens != output {
 		t.Errorf("split %s on backend %d: %s revision %d reasons %v tokens %d/%d; want incomplete revision 1 with %s and %s, tokens %d/%d",
 			id, backend, s.Status, s.Revision, s.IncompleteReasons, s.InputTokens, s.OutputTokens,
-			reason, contract.ReasonShutdown, input, output)
+			reason, contract.ReasonOpenTimeout, input, output)
 	}
+}
+
+// restartToCloseOpen restarts each stopped backend on its own storage
+// directory with an open_timeout that has long passed, waits until it holds
+// no open invocation (each closed incomplete with open_timeout at its first
+// tick), stops it, and returns per backend the summaries of both runs. A
+// backend with storage closes nothing when it stops, so this is how a test
+// sees what a backend kept open.
+func restartToCloseOpen(t *testing.T, backends []lbBackend) [][]testbin.Summary {
+	t.Helper()
+	bin := collectorBin(t)
+	out := make([][]testbin.Summary, len(backends))
+	for i, b := range backends {
+		before, err := testbin.ReadSummaries(b.addrs.TracesFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs := b.addrs
+		addrs.TracesFile = b.addrs.TracesFile + ".restarted"
+		p := startCollector(t, bin, backendConfig, addrs, "AGENTLEDGER_DEBUG_VERBOSITY=basic",
+			"AGENTLEDGER_OPEN_TIMEOUT=2ms", "AGENTLEDGER_REMOTE_SETTLE=1ms")
+		ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+		err = testbin.Poll(ctx, 50*time.Millisecond, func() (bool, string, error) {
+			open, err := openInvocations(ctx, addrs.Telemetry)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			return open == 0, fmt.Sprintf("%d invocations open", open), nil
+		})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Stop(testbin.StopTimeout); err != nil {
+			t.Fatal(err)
+		}
+		after, err := testbin.ReadSummaries(addrs.TracesFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = append(before, after...)
+	}
+	return out
+}
+
+// openInvocations reads the processor's open invocations gauge from a
+// collector's internal telemetry endpoint (absent counts as 0).
+func openInvocations(ctx context.Context, telemetry string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+telemetry+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "otelcol_processor_invocation_open_invocations") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		total += int(v)
+	}
+	return total, nil
 }

@@ -214,7 +214,9 @@ func TestLocalConfigSummarizesOTLP(t *testing.T) {
 		}
 	}
 
-	// Stopping the collector closes the open invocation as incomplete.
+	// Stopping the collector closes nothing: the open invocation stays open
+	// in local.yaml's file_storage for the next start
+	// (TestGracefulRestartKeepsOpenInvocations continues one).
 	if err := col.Stop(testbin.StopTimeout); err != nil {
 		t.Fatal(err)
 	}
@@ -222,17 +224,8 @@ func TestLocalConfigSummarizesOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, ok := testbin.Closed(sums)[open]
-	if !ok {
-		t.Fatalf("no closing summary for %s after shutdown", open)
-	}
-	if last.Status != contract.StatusIncomplete || !hasReason(last.IncompleteReasons, contract.ReasonShutdown) ||
-		!hasReason(last.IncompleteReasons, contract.ReasonOpenFollowup) {
-		t.Errorf("after shutdown %s = status %s reasons %v, want incomplete with %s and %s",
-			open, last.Status, last.IncompleteReasons, contract.ReasonShutdown, contract.ReasonOpenFollowup)
-	}
-	if last.InputTokens != 100 || last.OutputTokens != 20 {
-		t.Errorf("incomplete %s tokens = %d/%d, want 100/20", open, last.InputTokens, last.OutputTokens)
+	if last, ok := testbin.Closed(sums)[open]; ok {
+		t.Errorf("stopping the collector closed %s: %+v", open, last)
 	}
 }
 

@@ -19,6 +19,10 @@ type CollectorAddrs struct {
 	JaegerOTLP string // AGENTLEDGER_JAEGER_OTLP_ENDPOINT (jaeger.yaml)
 	TracesFile string // AGENTLEDGER_TRACES_FILE (local.yaml)
 	Status     string // AGENTLEDGER_STATUS_ENDPOINT (the invocation_status extension)
+	// StorageDir is the file_storage directory holding the invocation
+	// ledger's state (AGENTLEDGER_STORAGE_DIR): one per collector, and the
+	// same one again to restart a collector on its state.
+	StorageDir string
 }
 
 // NewCollectorAddrs picks free loopback ports for every listener and puts
@@ -36,6 +40,7 @@ func NewCollectorAddrs(dir string) (CollectorAddrs, error) {
 		Prometheus: addrs[4],
 		Status:     addrs[5],
 		TracesFile: filepath.Join(dir, "traces.json"),
+		StorageDir: filepath.Join(dir, "storage"),
 	}, nil
 }
 
@@ -50,6 +55,9 @@ func (a CollectorAddrs) Env() []string {
 		"AGENTLEDGER_PROMETHEUS_ENDPOINT=" + a.Prometheus,
 		"AGENTLEDGER_TRACES_FILE=" + a.TracesFile,
 		"AGENTLEDGER_STATUS_ENDPOINT=" + a.Status,
+	}
+	if a.StorageDir != "" {
+		env = append(env, "AGENTLEDGER_STORAGE_DIR="+a.StorageDir)
 	}
 	if a.JaegerOTLP != "" {
 		env = append(env, "AGENTLEDGER_JAEGER_OTLP_ENDPOINT="+a.JaegerOTLP)

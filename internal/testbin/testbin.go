@@ -261,6 +261,22 @@ func (p *Process) Stop(timeout time.Duration) error {
 	return fmt.Errorf("testbin: %s (pid %d) ignored SIGTERM for %v and was killed", p.Name, p.PID(), timeout)
 }
 
+// Kill sends SIGKILL to the process (by its PID) and waits for it to exit:
+// a crash, with no chance to clean up. Killing an exited process is a
+// no-op.
+func (p *Process) Kill() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("testbin: SIGKILL %s (pid %d): %w", p.Name, p.PID(), err)
+	}
+	<-p.done
+	return nil
+}
+
 // Tail returns the last n lines of the process's log.
 func (p *Process) Tail(n int) string {
 	data, err := os.ReadFile(p.LogPath)
