@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -60,6 +59,17 @@ func TestPropertyStorageCrashRestart(t *testing.T) {
 				g.invs = append(g.invs, g.invocation(fmt.Sprintf("inv-%d-%d", seed, i)))
 			}
 			g.linkConsumers()
+			// The generator's adversities as TestPropertyFinalTotals
+			// delivers them: first (taint carriers, late children that must
+			// be in the first final) before the rest, after (uncounted
+			// spans) once every invocation is closed.
+			var first, after []sp
+			for _, inv := range g.invs {
+				first = append(first, inv.first...)
+				if inv.taint == "" {
+					after = append(after, inv.after...)
+				}
+			}
 			var all []sp
 			for _, inv := range g.invs {
 				for _, s := range inv.spans {
@@ -71,6 +81,9 @@ func TestPropertyStorageCrashRestart(t *testing.T) {
 			}
 			r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 			var batches [][]sp
+			if len(first) > 0 {
+				batches = append(batches, first)
+			}
 			for len(all) > 0 {
 				n := 1 + r.IntN(min(8, len(all)))
 				batches = append(batches, all[:n])
@@ -84,7 +97,7 @@ func TestPropertyStorageCrashRestart(t *testing.T) {
 				c.RemoteSettle = 40 * time.Millisecond
 				// Within retention a retried span is a duplicate; with
 				// retention 0 it would start a new invocation, crash or not.
-				c.Retention = time.Duration(1+r.IntN(3)) * time.Second
+				c.Retention = time.Duration(5+r.IntN(10)) * time.Second
 			}
 			start := func() *harness {
 				h := newStoredHarness(t, mem, clk, &sink.TracesSink, mod)
@@ -148,16 +161,41 @@ func TestPropertyStorageCrashRestart(t *testing.T) {
 					_ = h.p.tick(context.Background(), clk.Advance(time.Duration(r.IntN(60))*time.Millisecond))
 				}
 			}
-			for range 3 {
-				clk.Advance(time.Second)
-				for h.p.tick(context.Background(), clk.Now()) != nil {
+			settle := func() {
+				for range 3 {
+					clk.Advance(200 * time.Millisecond)
+					for h.p.tick(context.Background(), clk.Now()) != nil {
+					}
 				}
 			}
+			settle()
 			t.Logf("%d batches, %d crashes", len(batches), crashes)
+			closedBefore := map[string]int{}
+			for _, inv := range g.invs {
+				closedBefore[inv.id] = len(h.of(inv.id))
+			}
+			// The uncounted spans after the final, through one more crash.
+			for i, s := range after {
+				send(batch(s))
+				if i == len(after)/2 {
+					h, crashes = start(), crashes+1
+				}
+			}
+			settle()
 
 			for _, inv := range g.invs {
 				got := h.of(inv.id)
-				first := map[string]ptrace.Span{}
+				if inv.taint != "" {
+					requireNeverFinal(t, inv, got)
+					continue
+				}
+				if len(inv.after) > 0 {
+					last := got[len(got)-1]
+					require.Greater(t, len(got), closedBefore[inv.id], "%s: no revision for the late spans", inv.id)
+					require.Equal(t, contract.StatusFinal, strAttr(last, contract.AttrStatus), "%s: reasons %v", inv.id, strsAttr(last, contract.AttrIncompleteReasons))
+					assertTotals(t, inv.id, inv.expLate, last)
+				}
+				firsts := map[string]ptrace.Span{}
 				for _, s := range got {
 					st := strAttr(s, contract.AttrStatus)
 					require.NotEqual(t, contract.StatusIncomplete, st, "%s: reasons %v", inv.id, strsAttr(s, contract.AttrIncompleteReasons))
@@ -165,26 +203,15 @@ func TestPropertyStorageCrashRestart(t *testing.T) {
 						continue
 					}
 					key := s.SpanID().String()
-					if prev, ok := first[key]; ok {
+					if prev, ok := firsts[key]; ok {
 						require.Equal(t, prev.Attributes().AsRaw(), s.Attributes().AsRaw(), "%s: a re-sent summary differs", inv.id)
 					}
-					first[key] = s
+					firsts[key] = s
 				}
-				require.Len(t, first, 1, "%s: distinct revision-1 summaries", inv.id)
-				for _, final := range first {
-					e := inv.exp
+				require.Len(t, firsts, 1, "%s: distinct revision-1 summaries", inv.id)
+				for _, final := range firsts {
 					require.Equal(t, contract.StatusFinal, strAttr(final, contract.AttrStatus), inv.id)
-					assert.Equal(t, e.usage.Input, intAttr(final, contract.AttrUsageInputTokens), inv.id)
-					assert.Equal(t, e.usage.Output, intAttr(final, contract.AttrUsageOutputTokens), inv.id)
-					assert.Equal(t, e.usage.CacheRead, intAttr(final, contract.AttrUsageCacheReadTokens), inv.id)
-					assert.Equal(t, e.usage.Reasoning, intAttr(final, contract.AttrUsageReasoningTokens), inv.id)
-					assert.Equal(t, e.afterIn, intAttr(final, contract.AttrAfterResultInput), inv.id)
-					assert.Equal(t, e.afterOut, intAttr(final, contract.AttrAfterResultOutput), inv.id)
-					assert.Equal(t, e.modelCalls, intAttr(final, contract.AttrModelCalls), inv.id)
-					assert.Equal(t, e.backgroundJobs, intAttr(final, contract.AttrBackgroundJobs), inv.id)
-					assert.Equal(t, e.continuations, intAttr(final, contract.AttrContinuations), inv.id)
-					assert.Equal(t, e.spans, intAttr(final, contract.AttrSpans), inv.id)
-					assert.Equal(t, int64(len(e.traces)), intAttr(final, contract.AttrTraces), inv.id)
+					assertTotals(t, inv.id, inv.exp, final)
 				}
 			}
 		})
