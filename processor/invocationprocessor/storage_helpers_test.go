@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/processor"
@@ -154,9 +153,3 @@ func newStoredHarnessWith(t testing.TB, set processor.Settings, mem *memStorage,
 	require.NoError(t, p.startStore(context.Background(), hostWith{testStorageID: &memExtension{client: mem}}))
 	return &harness{t: t, p: p, sink: sink, clock: clk}
 }
-
-// crash drops the processor without Shutdown: what is in storage is all
-// that survives.
-func (h *harness) crash() {}
-
-var _ = componenttest.NewNopHost
