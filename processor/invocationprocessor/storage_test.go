@@ -67,3 +67,33 @@ func TestStorageGracefulRestartKeepsOpenInvocations(t *testing.T) {
 	}())
 	h2.shutdown()
 }
+
+// After a restart the status extension gets the views of the loaded
+// invocations: open ones as they stand, closed ones with their status.
+func TestStoragePublishesRestoredViews(t *testing.T) {
+	mem := newMemStorage()
+	clk := newFakeClock()
+	sink := new(consumertest.TracesSink)
+	h := newStoredHarness(t, mem, clk, sink, nil)
+	open, done := scenario("inv-open", 0), scenario("inv-done", 100)
+	h.consume(batch(open[0], open[1], open[2], open[3]))
+	h.consume(batch(done...))
+	h.shutdown()
+
+	statusID := component.MustNewID("invocation_status")
+	cfg := createDefaultConfig().(*Config)
+	storageID := testStorageID
+	cfg.Storage, cfg.Status = &storageID, &statusID
+	p, err := newProcessor(settingsForTest(), cfg, sink, clk, 2)
+	require.NoError(t, err)
+	views := &sinkExtension{}
+	require.NoError(t, p.Start(context.Background(), hostWith{testStorageID: &memExtension{client: mem}, statusID: views}))
+	defer func() { require.NoError(t, p.Shutdown(context.Background())) }()
+	got := map[string]string{}
+	views.mu.Lock()
+	for _, v := range views.views {
+		got[v.ID] = string(v.Status)
+	}
+	views.mu.Unlock()
+	assert.Equal(t, map[string]string{"inv-open": contract.StatusPending, "inv-done": contract.StatusFinal}, got)
+}
