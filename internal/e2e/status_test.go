@@ -278,7 +278,7 @@ func TestStatusAPIBearerToken(t *testing.T) {
     auth:
       authenticator: bearertokenauth
 service:
-  extensions: [health_check, bearertokenauth, invocation_status]
+  extensions: [health_check, bearertokenauth, invocation_status, file_storage/ledger]
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
