@@ -1,0 +1,188 @@
+package otelclaudecode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/internal/contract"
+)
+
+// ErrNoLedger is returned by Wait and State of a Client made without
+// WithLedger.
+var ErrNoLedger = errors.New("otelclaudecode: no ledger (use WithLedger)")
+
+// ErrInputClosed is returned by Prompt after CloseInput.
+var ErrInputClosed = errors.New("otelclaudecode: input closed")
+
+// Result is what the caller of a prompt gets: the CLI's result line that
+// answered it.
+type Result struct {
+	InvocationID string
+	SessionID    string
+	// Text is the result's text; IsError and Subtype ("success",
+	// "error_max_turns", ...) its outcome.
+	Text     string
+	IsError  bool
+	Subtype  string
+	NumTurns int64
+}
+
+// Client runs the Claude Code CLI (claude) and records each prompt as an
+// invocation. A Client is safe for concurrent use; it holds no process
+// itself.
+type Client struct {
+	bin     string
+	cfg     config
+	tracker *instrument.Tracker
+	tracer  trace.Tracer
+
+	lines, malformed, mismatches metric.Int64Counter
+}
+
+// New returns a Client that runs the CLI at bin (for example the path
+// `make claude` installs, or "claude" from PATH). A relative path is taken
+// from the current directory, not from WithDir.
+func New(bin string, opts ...Option) (*Client, error) {
+	if bin == "" {
+		return nil, errors.New("otelclaudecode: no CLI path")
+	}
+	var err error
+	if strings.ContainsRune(bin, filepath.Separator) {
+		bin, err = filepath.Abs(bin)
+	} else {
+		bin, err = exec.LookPath(bin)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otelclaudecode: CLI %w", err)
+	}
+	cfg := newConfig(opts)
+	c := &Client{
+		bin:     bin,
+		cfg:     cfg,
+		tracker: instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators)),
+		tracer:  cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
+	}
+	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
+	// Errors from instrument creation leave a usable no-op instrument.
+	c.lines, _ = meter.Int64Counter("agentledger.claudecode.lines",
+		metric.WithDescription("Lines read from the Claude Code CLI's stream-json output."), metric.WithUnit("{line}"))
+	c.malformed, _ = meter.Int64Counter("agentledger.claudecode.lines.malformed",
+		metric.WithDescription("Lines of the CLI's output that could not be decoded or were too long (skipped)."), metric.WithUnit("{line}"))
+	c.mismatches, _ = meter.Int64Counter("agentledger.claudecode.usage.mismatches",
+		metric.WithDescription("Results whose reported usage differed from the model calls seen (recorded as usage_missing)."), metric.WithUnit("{result}"))
+	return c, nil
+}
+
+// Start starts a warm session: the CLI waits for prompts (Prompt) and runs
+// until CloseInput and the work it has left, or until ctx is done, which
+// interrupts it (SIGTERM, then SIGKILL after WithKillDelay): its running
+// background shells are stopped and their followups closed as
+// interrupted. Claude Code takes its tracing parent only from its
+// environment, once per process, so a session's CLI gets no TRACEPARENT:
+// its own spans, if enabled, are not under any one invocation (Run is).
+func (c *Client) Start(ctx context.Context) (*Process, error) {
+	session := newUUID()
+	p, err := c.launch(ctx, newMapper(c.tracer, c.tracker, c.cfg.agent, session), session, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Run is a one-shot `claude -p`: one prompt, one invocation.
+type Run struct {
+	Process *Process
+	// Result is the first result: what the caller gets.
+	Result Result
+}
+
+// Run runs the CLI for one prompt: the invocation's root starts before the
+// process, whose environment carries its context (TRACEPARENT, BAGGAGE)
+// so that Claude Code's own spans, when its telemetry is on, sit under the
+// root, and so do the spans of any instrumented program its shells run
+// (the root is marked invocation.remote). It returns at the first result,
+// while the process may go on with background shells and the turns their
+// notifications wake; Run.Wait waits for all of it. ctx bounds the
+// process's whole life, as with Start.
+func (c *Client) Run(ctx context.Context, text string) (*Run, error) {
+	session := newUUID()
+	m := newMapper(c.tracer, c.tracker, c.cfg.agent, session)
+	id := newUUID()
+	pr := m.register(ctx, id)
+	pr.inv.Span().SetAttributes(attribute.Bool(contract.AttrRemote, true))
+	p, err := c.launch(ctx, m, session, c.traceEnv(pr.ctx))
+	if err != nil {
+		m.fail(pr, err)
+		return nil, err
+	}
+	if err := p.send(id, text); err != nil {
+		m.fail(pr, err)
+		return nil, errors.Join(err, p.Kill())
+	}
+	_ = p.CloseInput()
+	res, err := p.await(ctx, pr)
+	if err != nil {
+		return nil, err
+	}
+	return &Run{Process: p, Result: res}, nil
+}
+
+// Wait waits until the process has exited and then until the invocation is
+// final or incomplete in the ledger.
+func (r *Run) Wait(ctx context.Context) (instrument.Summary, error) {
+	if err := r.Process.WaitExit(ctx); err != nil {
+		return instrument.Summary{InvocationID: r.Result.InvocationID}, err
+	}
+	return r.Process.Wait(ctx, r.Result.InvocationID)
+}
+
+func (c *Client) launch(ctx context.Context, m *mapper, session string, traceEnv []string) (*Process, error) {
+	args := []string{"-p",
+		"--input-format", "stream-json", "--output-format", "stream-json",
+		"--verbose", "--include-partial-messages", "--replay-user-messages",
+		"--session-id", session}
+	args = append(args, c.cfg.args...)
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Dir = c.cfg.dir
+	cmd.Env = append(append(inherited(), c.cfg.env...), traceEnv...)
+	// Its own process group, so that Kill also reaches the shells it runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &Process{c: c, cmd: cmd, m: m, session: session, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	m.onMismatch = func() { c.mismatches.Add(context.Background(), 1) }
+	cmd.Cancel = func() error {
+		p.interrupted.Store(true)
+		return cmd.Process.Signal(syscall.SIGTERM)
+	}
+	cmd.WaitDelay = c.cfg.killDelay
+	var stderr io.Writer = p.stderr
+	if c.cfg.stderr != nil {
+		stderr = io.MultiWriter(p.stderr, c.cfg.stderr)
+	}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("otelclaudecode: stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("otelclaudecode: stdout: %w", err)
+	}
+	p.stdin = stdin
+	if err := cmd.Start(); err != nil {
+		m.exit(false)
+		return nil, fmt.Errorf("otelclaudecode: start %s: %w", c.bin, err)
+	}
+	go p.read(stdout)
+	return p, nil
+}
