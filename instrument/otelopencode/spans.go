@@ -16,7 +16,8 @@ const (
 	// AttrCost (double) is OpenCode's cost of an assistant message, in the
 	// currency of its model configuration (USD for models.dev models).
 	AttrCost = "opencode.cost"
-	// AttrMessageID is the OpenCode message id of a model call.
+	// AttrMessageID is the OpenCode message id of a model call, and on a
+	// "background turn" job the id of the prompt whose turn it holds.
 	AttrMessageID = "opencode.message.id"
 	// AttrSessionID names the OpenCode session a background job runs in
 	// (the child session of a background subagent).
