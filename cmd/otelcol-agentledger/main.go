@@ -6,6 +6,7 @@ package main
 
 import (
 	"log"
+	"os"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
@@ -104,6 +105,7 @@ func main() {
 		},
 	}
 	cmd := otelcol.NewCommand(set)
+	cmd.SetArgs(withDefaultConfig(os.Args[1:]))
 	if err := cmd.Execute(); err != nil {
 		log.Fatal(err)
 	}
