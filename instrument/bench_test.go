@@ -103,23 +103,6 @@ func BenchmarkLedgerArrived(b *testing.B) {
 	}
 }
 
-// Attributes of the spans of benchInvocationRun: three per span, as the
-// client wrappers and an agent set them.
-var (
-	benchChatAttrs = trace.WithAttributes(
-		attribute.String(contract.AttrOperationName, contract.OpChat),
-		attribute.Int64(contract.AttrUsageInputTokens, 1200),
-		attribute.Int64(contract.AttrUsageOutputTokens, 80))
-	benchToolAttrs = trace.WithAttributes(
-		attribute.String(contract.AttrOperationName, contract.OpExecuteTool),
-		attribute.String(contract.AttrToolName, "shell"),
-		attribute.String(contract.AttrToolCallID, "call_1"))
-	benchRootAttrs = trace.WithAttributes(
-		attribute.String(contract.AttrOperationName, contract.OpInvokeAgent),
-		attribute.String(contract.AttrAgentName, "coder"),
-		attribute.String(contract.AttrConversationID, "session-1"))
-)
-
 // benchPipeline is a TracerProvider with a batch span processor exporting
 // to nopExporter, with (ledger) or without the ledger's SpanProcessor in
 // front of it, and default options otherwise (system clock, retention).
@@ -151,10 +134,11 @@ func newBenchPipeline(b *testing.B, ledger bool) *benchPipeline {
 }
 
 // run is one realistic invocation: a root, then five turns of a model
-// call with usage followed by a tool call, each a child of the root. With
-// the ledger the root is the Tracker's (which adds invocation.id and
-// invocation.role, and the id in baggage); without it an agent starts the
-// same root span with its three attributes.
+// call with usage followed by a tool call, each a child of the root, with
+// three attributes each made per call, as a client wrapper and an agent
+// make them. With the ledger the root is the Tracker's (which adds
+// invocation.id and invocation.role, and the id in baggage); without it
+// the agent starts the same root span with its three attributes.
 func (p *benchPipeline) run(ctx context.Context) {
 	var root trace.Span
 	if p.ledger {
@@ -162,12 +146,21 @@ func (p *benchPipeline) run(ctx context.Context) {
 		ctx, inv = p.tracker.StartInvocation(ctx, "coder", "session-1")
 		root = inv.Span()
 	} else {
-		ctx, root = p.agent.Start(ctx, "invoke_agent coder", benchRootAttrs)
+		ctx, root = p.agent.Start(ctx, "invoke_agent coder", trace.WithAttributes(
+			attribute.String(contract.AttrOperationName, contract.OpInvokeAgent),
+			attribute.String(contract.AttrAgentName, "coder"),
+			attribute.String(contract.AttrConversationID, "session-1")))
 	}
-	for range 5 {
-		_, chat := p.llm.Start(ctx, "chat gpt-test", benchChatAttrs, trace.WithSpanKind(trace.SpanKindClient))
+	for i := range int64(5) {
+		_, chat := p.llm.Start(ctx, "chat gpt-test", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+			attribute.String(contract.AttrOperationName, contract.OpChat),
+			attribute.Int64(contract.AttrUsageInputTokens, 1200+i),
+			attribute.Int64(contract.AttrUsageOutputTokens, 80+i)))
 		chat.End()
-		_, tool := p.tools.Start(ctx, "execute_tool shell", benchToolAttrs)
+		_, tool := p.tools.Start(ctx, "execute_tool shell", trace.WithAttributes(
+			attribute.String(contract.AttrOperationName, contract.OpExecuteTool),
+			attribute.String(contract.AttrToolName, "shell"),
+			attribute.String(contract.AttrToolCallID, "call_1")))
 		tool.End()
 	}
 	root.End()
