@@ -1,12 +1,10 @@
 package instrument
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -121,6 +119,12 @@ var ErrLedgerShutdown = errors.New("instrument: ledger shut down")
 // discharge a count, a span discharges at most one followup per target,
 // malformed parentage or links and reused span IDs fail closed, and a
 // model call without usage makes the invocation incomplete.
+//
+// Its parts: an invocationState per invocation decides finality from its
+// spans (ledger_invocation.go, ledger_finality.go); the retention
+// (ledger_retention.go) keeps the open invocations by age for the open
+// timeout and eviction, and the closed ones for the retention; the
+// sessionIndex (ledger_session.go) answers Session.
 type Ledger struct {
 	clock         Clock
 	settle        time.Duration
@@ -133,11 +137,14 @@ type Ledger struct {
 	recordDropped metric.Int64Counter
 
 	// mu guards all fields below and every invocation's state.
-	mu       sync.Mutex
-	invs     map[string]*invocationState
-	open     *list.List // of *invocationState, by creation
-	closed   *list.List // of *invocationState, by close time
-	sessions map[string]map[string]struct{}
+	mu   sync.Mutex
+	invs map[string]*invocationState
+	// open holds the open invocations by creation, closed the closed
+	// ones by close time; timeout is the timer of the oldest open
+	// invocation's open timeout (nil when none is set).
+	open, closed invocationList
+	timeout      Timer
+	sessions     sessionIndex
 	// background maps the background spans of remembered invocations to
 	// their invocation, to tell foreign followup links.
 	background map[trace.SpanID]string
@@ -156,9 +163,7 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 		maxOpen:     cfg.maxOpenInvocations,
 		maxSpans:    cfg.maxSpans,
 		invs:        make(map[string]*invocationState),
-		open:        list.New(),
-		closed:      list.New(),
-		sessions:    make(map[string]map[string]struct{}),
+		sessions:    newSessionIndex(),
 		background:  make(map[trace.SpanID]string),
 		record:      newSummaryRecord(cfg.closedRecords),
 	}
@@ -172,40 +177,6 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 		metric.WithDescription("Summaries of forgotten invocations dropped from the bounded record a late Wait answers from."),
 		metric.WithUnit("{invocation}"))
 	return l
-}
-
-// lookup returns the state of id, creating it (and evicting the oldest
-// open invocation beyond the limit) when needed. l.mu must be held.
-func (l *Ledger) lookup(id string) *invocationState {
-	if inv, ok := l.invs[id]; ok {
-		return inv
-	}
-	for l.open.Len() >= l.maxOpen {
-		oldest := l.open.Front().Value.(*invocationState)
-		l.evictedCount.Add(context.Background(), 1)
-		l.closeLocked(oldest, contract.StatusIncomplete, contract.ReasonEvicted, []string{contract.ReasonEvicted})
-	}
-	inv := newInvocationState(id)
-	inv.elem = l.open.PushBack(inv)
-	l.invs[id] = inv
-	inv.timeoutTimer = l.clock.AfterFunc(l.openTimeout, func() { l.timedOut(inv) })
-	return inv
-}
-
-func (l *Ledger) setSession(inv *invocationState, session, agent string) {
-	if agent != "" && inv.agent == "" {
-		inv.agent = agent
-	}
-	if session == "" || inv.session != "" {
-		return
-	}
-	inv.session = session
-	set, ok := l.sessions[session]
-	if !ok {
-		set = make(map[string]struct{})
-		l.sessions[session] = set
-	}
-	set[inv.id] = struct{}{}
 }
 
 // startFacts is what the SpanProcessor knows of a span at its start.
@@ -231,12 +202,16 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 	if l.down {
 		return
 	}
-	l.sweep()
-	inv := l.lookup(id)
+	now := l.clock.Now()
+	l.sweep(now)
+	inv := l.lookup(id, now)
 	l.setSession(inv, attrString(attrs, contract.AttrConversationID), attrString(attrs, contract.AttrAgentName))
 	sid := s.SpanContext().SpanID()
 	switch role {
 	case contract.RoleBackground:
+		if inv.openJobs == nil {
+			inv.openJobs = make(map[trace.SpanID]JobInfo)
+		}
 		inv.openJobs[sid] = JobInfo{InvocationID: id, SpanID: sid, Name: s.Name(), Started: s.StartTime()}
 		l.background[sid] = id
 		if sf.late || attrBool(attrs, contract.AttrLateChild) {
@@ -245,6 +220,9 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 			inv.anomaly(contract.AnomalyOrphanJob, s.Name())
 		}
 	case contract.RoleContinuation:
+		if inv.runningConts == nil {
+			inv.runningConts = make(map[trace.SpanID]struct{})
+		}
 		inv.runningConts[sid] = struct{}{}
 	case contract.RoleRoot:
 		if reason, ok := unattributedReason(attrs); ok && !inv.rootArrived {
@@ -258,6 +236,19 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 		}
 		inv.unended[sid] = s.Name()
 	}
+}
+
+// setSession records the session and agent of inv from a root or
+// continuation, the first time they are known. l.mu must be held.
+func (l *Ledger) setSession(inv *invocationState, session, agent string) {
+	if agent != "" && inv.agent == "" {
+		inv.agent = agent
+	}
+	if session == "" || inv.session != "" {
+		return
+	}
+	inv.session = session
+	l.sessions.add(inv)
 }
 
 func attrBool(attrs []attribute.KeyValue, key attribute.Key) bool {
@@ -288,6 +279,12 @@ func unattributedReason(attrs []attribute.KeyValue) (string, bool) {
 // SpanProcessor counted, countAbsent when it counted none.
 func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	f := readFacts(s, children, l.maxSpans)
+	l.apply(s, &f)
+}
+
+// apply applies one ended, sampled span s whose facts f were read with
+// readFacts (outside the ledger's lock).
+func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts) {
 	if f.id == "" {
 		return
 	}
@@ -296,9 +293,9 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	if l.down {
 		return
 	}
-	l.sweep()
 	now := l.clock.Now()
-	inv := l.lookup(f.id)
+	l.sweep(now)
+	inv := l.lookup(f.id, now)
 	closed := inv.status != contract.StatusPending
 	if f.role == contract.RoleBackground {
 		l.background[s.SpanContext().SpanID()] = f.id
@@ -306,7 +303,7 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	if l.foreignFollowup(s, f.id) {
 		inv.anomaly(contract.AnomalyForeignFollowup, s.Name())
 	}
-	switch inv.arrive(s, &f, l.maxSpans) {
+	switch inv.arrive(s, f, l.maxSpans) {
 	case arriveDuplicate:
 		return
 	case arriveSpanLimit:
@@ -314,7 +311,7 @@ func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 		// the collector.
 		l.spanLimited.Add(context.Background(), 1)
 		if !closed {
-			l.closeForced(inv, reasonSpanLimit)
+			l.closeForced(inv, reasonSpanLimit, now)
 		}
 		return
 	case arriveNotIndexed:
@@ -360,41 +357,6 @@ func (l *Ledger) foreignFollowup(s sdktrace.ReadOnlySpan, id string) bool {
 	return false
 }
 
-// sweep forgets closed invocations older than the retention. l.mu must be
-// held.
-func (l *Ledger) sweep() {
-	now := l.clock.Now()
-	for e := l.closed.Front(); e != nil; e = l.closed.Front() {
-		inv := e.Value.(*invocationState)
-		if now.Sub(inv.closedAt) < l.retention {
-			return
-		}
-		l.closed.Remove(e)
-		l.forget(inv)
-	}
-}
-
-func (l *Ledger) forget(inv *invocationState) {
-	delete(l.invs, inv.id)
-	if l.record.add(l.summaryLocked(inv)) {
-		l.recordDropped.Add(context.Background(), 1)
-	}
-	if set, ok := l.sessions[inv.session]; ok {
-		delete(set, inv.id)
-		if len(set) == 0 {
-			delete(l.sessions, inv.session)
-		}
-	}
-	for sid, n := range inv.nodes {
-		if n.background {
-			delete(l.background, sid)
-		}
-	}
-	for sid := range inv.openJobs {
-		delete(l.background, sid)
-	}
-}
-
 // summaryLocked returns inv's current summary: its open state while
 // pending, else the latest final or incomplete summary. l.mu must be held.
 func (l *Ledger) summaryLocked(inv *invocationState) Summary {
@@ -412,7 +374,7 @@ func (l *Ledger) summaryLocked(inv *invocationState) Summary {
 func (l *Ledger) Usage(id string) (Usage, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sweep()
+	l.sweep(l.clock.Now())
 	inv, ok := l.invs[id]
 	if !ok {
 		return Usage{}, false
@@ -425,7 +387,7 @@ func (l *Ledger) Usage(id string) (Usage, bool) {
 func (l *Ledger) Summary(id string) (Summary, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sweep()
+	l.sweep(l.clock.Now())
 	inv, ok := l.invs[id]
 	if !ok {
 		return Summary{}, false
@@ -454,10 +416,11 @@ func (l *Ledger) Wait(ctx context.Context, id string) (Summary, error) {
 	l.mu.Lock()
 	inv, ok := l.invs[id]
 	if !l.down {
-		l.sweep()
+		now := l.clock.Now()
+		l.sweep(now)
 		inv, ok = l.invs[id]
 		if ok && notSampled(id) {
-			l.closeLocked(inv, contract.StatusIncomplete, contract.ReasonNotSampled, []string{contract.ReasonNotSampled})
+			l.closeLocked(inv, contract.StatusIncomplete, contract.ReasonNotSampled, []string{contract.ReasonNotSampled}, now)
 		}
 	}
 	if !ok {
@@ -482,58 +445,28 @@ func (l *Ledger) Wait(ctx context.Context, id string) (Summary, error) {
 		}
 		return s, nil
 	}
+	if inv.status != contract.StatusPending {
+		defer l.mu.Unlock()
+		return l.summaryLocked(inv), nil
+	}
+	// The channel is made by the first waiter and closed at the close.
+	if inv.done == nil {
+		inv.done = make(chan struct{})
+	}
+	done := inv.done
 	l.mu.Unlock()
+	var err error
 	select {
-	case <-inv.done:
-	default:
-		select {
-		case <-inv.done:
-		case <-ctx.Done():
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return l.summaryLocked(inv), fmt.Errorf("instrument: waiting for invocation %s: %w", id, ctx.Err())
-		}
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err != nil && inv.status == contract.StatusPending {
+		return l.summaryLocked(inv), fmt.Errorf("instrument: waiting for invocation %s: %w", id, err)
+	}
 	return l.summaryLocked(inv), nil
-}
-
-// Session returns what session still owes its invocations.
-func (l *Ledger) Session(session string) SessionState {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sweep()
-	var st SessionState
-	for id := range l.sessions[session] {
-		inv := l.invs[id]
-		for _, j := range inv.openJobs {
-			st.OpenJobs = append(st.OpenJobs, j)
-		}
-		for sid, n := range inv.nodes {
-			if n.arrived && n.declaredFollowups > n.arrivedFollowups {
-				st.ExpectedFollowups = append(st.ExpectedFollowups,
-					JobInfo{InvocationID: id, SpanID: sid, Name: n.name})
-			}
-		}
-		st.RunningContinuations += len(inv.runningConts)
-		if inv.unattributedRunning {
-			st.UnattributedTurns++
-		}
-	}
-	byID := func(js []JobInfo) {
-		sort.Slice(js, func(i, j int) bool {
-			if js[i].InvocationID != js[j].InvocationID {
-				return js[i].InvocationID < js[j].InvocationID
-			}
-			return js[i].SpanID.String() < js[j].SpanID.String()
-		})
-	}
-	byID(st.OpenJobs)
-	byID(st.ExpectedFollowups)
-	st.OwesWork = len(st.OpenJobs) > 0 || len(st.ExpectedFollowups) > 0 || st.RunningContinuations > 0 ||
-		st.UnattributedTurns > 0
-	return st
 }
 
 // shutdown closes every open invocation incomplete with reason shutdown
@@ -544,9 +477,13 @@ func (l *Ledger) shutdown() {
 	if l.down {
 		return
 	}
-	for e := l.open.Front(); e != nil; e = l.open.Front() {
-		inv := e.Value.(*invocationState)
-		l.closeForced(inv, contract.ReasonShutdown)
+	now := l.clock.Now()
+	for inv := l.open.front(); inv != nil; inv = l.open.front() {
+		l.closeForced(inv, contract.ReasonShutdown, now)
+	}
+	if l.timeout != nil {
+		l.timeout.Stop()
+		l.timeout = nil
 	}
 	l.down = true
 }

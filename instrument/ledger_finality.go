@@ -22,10 +22,10 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 		return
 	}
 	if reasons := inv.closingFailures(); len(reasons) > 0 {
-		l.closeLocked(inv, contract.StatusIncomplete, "", reasons)
+		l.closeLocked(inv, contract.StatusIncomplete, "", reasons, now)
 		return
 	}
-	l.closeLocked(inv, contract.StatusFinal, "", nil)
+	l.closeLocked(inv, contract.StatusFinal, "", nil, now)
 }
 
 // settleLater reports whether inv's remote subtrees are still settling at
@@ -74,30 +74,22 @@ func (l *Ledger) revise(inv *invocationState, now time.Time) {
 	inv.emitted = inv.summary(inv.status, inv.revision, reasons)
 }
 
-func (l *Ledger) timedOut(inv *invocationState) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if inv.status != contract.StatusPending {
-		return
-	}
-	l.closeForced(inv, contract.ReasonOpenTimeout)
-}
-
 // closeForced closes inv incomplete before its conditions hold, for
-// reason (open_timeout, evicted, shutdown), listing what is still open.
-// l.mu must be held.
-func (l *Ledger) closeForced(inv *invocationState, reason string) {
+// reason (open_timeout, evicted, shutdown, span_limit), listing what is
+// still open at now. l.mu must be held.
+func (l *Ledger) closeForced(inv *invocationState, reason string, now time.Time) {
 	inv.checkCycles()
-	reasons := inv.openReasons(l.clock.Now())
+	reasons := inv.openReasons(now)
 	if !slices.Contains(reasons, reason) {
 		reasons = append([]string{reason}, reasons...)
 	}
-	l.closeLocked(inv, contract.StatusIncomplete, reason, reasons)
+	l.closeLocked(inv, contract.StatusIncomplete, reason, reasons, now)
 }
 
 // closeLocked gives inv its first final or incomplete summary (revision
-// 1); forced is the reason that closed it early, or "". l.mu must be held.
-func (l *Ledger) closeLocked(inv *invocationState, status, forced string, reasons []string) {
+// 1) at now; forced is the reason that closed it early, or "". l.mu must
+// be held.
+func (l *Ledger) closeLocked(inv *invocationState, status, forced string, reasons []string, now time.Time) {
 	if inv.status != contract.StatusPending {
 		return
 	}
@@ -108,11 +100,10 @@ func (l *Ledger) closeLocked(inv *invocationState, status, forced string, reason
 	if inv.settleTimer != nil {
 		inv.settleTimer.Stop()
 	}
-	if inv.timeoutTimer != nil {
-		inv.timeoutTimer.Stop()
+	l.open.remove(inv)
+	inv.closedAt = now
+	l.closed.pushBack(inv)
+	if inv.done != nil {
+		close(inv.done)
 	}
-	l.open.Remove(inv.elem)
-	inv.closedAt = l.clock.Now()
-	inv.elem = l.closed.PushBack(inv)
-	close(inv.done)
 }

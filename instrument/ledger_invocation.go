@@ -1,7 +1,6 @@
 package instrument
 
 import (
-	"container/list"
 	"math"
 	"slices"
 	"sort"
@@ -33,6 +32,7 @@ const (
 // node is the ledger's record of one span ID of an invocation: the span
 // itself once it arrived, and what was counted toward it before.
 type node struct {
+	sid trace.SpanID
 	// trace is the span's trace, or that of the first reference to it.
 	trace trace.TraceID
 	// parent is the span's parent in the same trace; zero when it has
@@ -55,6 +55,70 @@ type node struct {
 	arrivedFollowups  int
 }
 
+// newNode returns the node of span sid of trace tid before anything is
+// known of it.
+func newNode(sid trace.SpanID, tid trace.TraceID) node {
+	return node{sid: sid, trace: tid, declaredChildren: countAbsent, declaredFollowups: countAbsent}
+}
+
+// nodeIndexFrom is the size from which a nodeSet keeps a map index; below
+// it a linear scan of a few cache lines is cheaper than hashing.
+const nodeIndexFrom = 16
+
+// nodeSet holds an invocation's nodes by span ID, in one slice: no
+// allocation per node, and no pointer per node for the garbage collector
+// beyond its names. Nodes are read and written by value.
+type nodeSet struct {
+	list  []node
+	index map[trace.SpanID]int32
+}
+
+func (ns *nodeSet) len() int { return len(ns.list) }
+
+func (ns *nodeSet) find(sid trace.SpanID) int {
+	if ns.index != nil {
+		if i, ok := ns.index[sid]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	for i := range ns.list {
+		if ns.list[i].sid == sid {
+			return i
+		}
+	}
+	return -1
+}
+
+// get returns the node of sid, and whether there is one.
+func (ns *nodeSet) get(sid trace.SpanID) (node, bool) {
+	if i := ns.find(sid); i >= 0 {
+		return ns.list[i], true
+	}
+	return node{}, false
+}
+
+// set stores n under n.sid.
+func (ns *nodeSet) set(n node) {
+	if i := ns.find(n.sid); i >= 0 {
+		ns.list[i] = n
+		return
+	}
+	if ns.list == nil {
+		ns.list = make([]node, 0, nodeIndexFrom)
+	}
+	ns.list = append(ns.list, n)
+	switch {
+	case ns.index != nil:
+		ns.index[n.sid] = int32(len(ns.list) - 1)
+	case len(ns.list) > nodeIndexFrom:
+		ns.index = make(map[trace.SpanID]int32, 2*len(ns.list))
+		for i := range ns.list {
+			ns.index[ns.list[i].sid] = int32(i)
+		}
+	}
+}
+
 type modelCall struct {
 	start   time.Time
 	in, out int64
@@ -64,9 +128,12 @@ type modelCall struct {
 // Ledger's mutex guards it.
 type invocationState struct {
 	id, session, agent string
-	// nodes holds one node per span ID seen, by value; at most the
-	// ledger's maxSpans.
-	nodes map[trace.SpanID]node
+	// created is when the ledger first saw a span of it: its open
+	// timeout counts from there.
+	created time.Time
+	// nodes holds one node per span ID seen; at most the ledger's
+	// maxSpans.
+	nodes nodeSet
 	// open counts unmet obligations: the root (until it arrives), owed
 	// children and owed followups.
 	open        int
@@ -104,27 +171,28 @@ type invocationState struct {
 	// runningConts and unended are the spans seen to start, not yet
 	// ended, that no count declares: continuations, and by name the
 	// others (jobs launched with no open span, late children, spans of a
-	// new trace, followup_closed; allocated when first needed). The
-	// invocation is not final while any runs (contract rule 6).
+	// new trace, followup_closed). The invocation is not final while any
+	// runs (contract rule 6). These maps are made when first needed.
 	runningConts map[trace.SpanID]struct{}
 	unended      map[trace.SpanID]string
 
-	done         chan struct{}
-	elem         *list.Element
-	closedAt     time.Time
-	settleTimer  Timer
-	timeoutTimer Timer
+	// done is closed at the first close; made by the first Wait.
+	done        chan struct{}
+	closedAt    time.Time
+	settleTimer Timer
+	// prev and next link it in the ledger's open or closed list;
+	// sessionPrev and sessionNext among its session's invocations.
+	prev, next               *invocationState
+	sessionPrev, sessionNext *invocationState
+	inSession                bool
 }
 
-func newInvocationState(id string) *invocationState {
+func newInvocationState(id string, now time.Time) *invocationState {
 	return &invocationState{
-		id:           id,
-		nodes:        make(map[trace.SpanID]node),
-		open:         1,
-		status:       contract.StatusPending,
-		openJobs:     make(map[trace.SpanID]JobInfo),
-		runningConts: make(map[trace.SpanID]struct{}),
-		done:         make(chan struct{}),
+		id:      id,
+		created: now,
+		open:    1,
+		status:  contract.StatusPending,
 	}
 }
 
@@ -188,9 +256,11 @@ func (inv *invocationState) running() bool {
 // child in trace tid, and false when the parent lies in another trace
 // (rule 3: the child is nobody's child).
 func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child string) (node, bool) {
-	p, ok := inv.nodes[pid]
+	p, ok := inv.nodes.get(pid)
 	if !ok {
-		return node{trace: tid, refChild: child, declaredChildren: countAbsent, declaredFollowups: countAbsent}, true
+		p = newNode(pid, tid)
+		p.refChild = child
+		return p, true
 	}
 	if p.trace != tid {
 		inv.fail(contract.ReasonMalformedParentage, child)
@@ -203,9 +273,9 @@ func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child
 // span ID belongs to a span of another trace: the link names a span that
 // is not a member, so it discharges nothing.
 func (inv *invocationState) linkRef(target trace.SpanContext) (node, bool) {
-	t, ok := inv.nodes[target.SpanID()]
+	t, ok := inv.nodes.get(target.SpanID())
 	if !ok {
-		return node{trace: target.TraceID(), declaredChildren: countAbsent, declaredFollowups: countAbsent}, true
+		return newNode(target.SpanID(), target.TraceID()), true
 	}
 	return t, t.trace == target.TraceID()
 }
@@ -230,7 +300,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	sc := s.SpanContext()
 	sid, tid := sc.SpanID(), sc.TraceID()
 	name := s.Name()
-	n, seen := inv.nodes[sid]
+	n, seen := inv.nodes.get(sid)
 	switch {
 	case seen && n.arrived && n.trace == tid:
 		return arriveDuplicate // the same span again: it discharges nothing
@@ -245,14 +315,14 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		if n.refChild != "" {
 			inv.fail(contract.ReasonMalformedParentage, n.refChild)
 		}
-		n = node{trace: tid, declaredChildren: countAbsent, declaredFollowups: countAbsent}
-	case !seen && len(inv.nodes) >= maxSpans:
+		n = newNode(sid, tid)
+	case !seen && inv.nodes.len() >= maxSpans:
 		if !slices.Contains(inv.failures, reasonSpanLimit) {
 			inv.failures = append(inv.failures, reasonSpanLimit)
 		}
 		return arriveSpanLimit
 	case !seen:
-		n = node{trace: tid, declaredChildren: countAbsent, declaredFollowups: countAbsent}
+		n = newNode(sid, tid)
 	}
 	n.arrived = true
 	n.name = name
@@ -325,7 +395,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		// no count declares it.
 		inv.anomaly(contract.AnomalyOrphanJob, name)
 	}
-	inv.nodes[sid] = n
+	inv.nodes.set(n)
 	if n.parent != (trace.SpanID{}) {
 		inv.breakCycle(sid)
 	}
@@ -359,7 +429,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		} else if !p.remote {
 			inv.anomaly(contract.AnomalyExtraChildren, p.name)
 		}
-		inv.nodes[pid] = p
+		inv.nodes.set(p)
 		return
 	}
 	if p.arrived && p.declaredChildren >= 0 {
@@ -370,7 +440,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		}
 	}
 	p.arrivedChildren++
-	inv.nodes[pid] = p
+	inv.nodes.set(p)
 }
 
 // applyLinks discharges the followups the arrived span's links name: at
@@ -406,7 +476,7 @@ func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string) {
 			inv.open--
 		}
 		t.arrivedFollowups++
-		inv.nodes[target] = t
+		inv.nodes.set(t)
 	}
 }
 
@@ -441,6 +511,9 @@ func (inv *invocationState) addUsage(s sdktrace.ReadOnlySpan, f *spanFacts) {
 	}
 	switch {
 	case !inv.rootArrived:
+		if inv.preRoot == nil {
+			inv.preRoot = make([]modelCall, 0, 8)
+		}
 		inv.preRoot = append(inv.preRoot, modelCall{start: s.StartTime(), in: f.usage[0], out: f.usage[1]})
 	case s.StartTime().After(inv.rootEnd):
 		u.AfterResultInputTokens += f.usage[0]
@@ -474,13 +547,14 @@ const maxRemoteWalk = 64
 // child, undoing what it counted toward its parent. Cycles longer than
 // maxRemoteWalk are caught by checkCycles before the invocation closes.
 func (inv *invocationState) breakCycle(sid trace.SpanID) {
-	cur := inv.nodes[sid].parent
+	self, _ := inv.nodes.get(sid)
+	cur := self.parent
 	for i := 0; i < maxRemoteWalk; i++ {
 		if cur == sid {
 			inv.undoCycle(sid)
 			return
 		}
-		n, ok := inv.nodes[cur]
+		n, ok := inv.nodes.get(cur)
 		if !ok || !n.arrived || n.parent == (trace.SpanID{}) {
 			return
 		}
@@ -492,22 +566,22 @@ func (inv *invocationState) breakCycle(sid trace.SpanID) {
 func (inv *invocationState) undoCycle(sid trace.SpanID) {
 	cur := sid
 	for {
-		m := inv.nodes[cur]
+		m, _ := inv.nodes.get(cur)
 		pid := m.parent
 		if pid == (trace.SpanID{}) {
 			return // back at the start: every member is detached
 		}
 		inv.fail(contract.ReasonMalformedParentage, m.name)
 		if !m.lateEdge {
-			p := inv.nodes[pid]
+			p, _ := inv.nodes.get(pid)
 			p.arrivedChildren--
 			if p.arrived && p.declaredChildren >= 0 && p.arrivedChildren < p.declaredChildren {
 				inv.open++ // the member's discharge is undone
 			}
-			inv.nodes[pid] = p
+			inv.nodes.set(p)
 		}
 		m.parent, m.lateEdge = trace.SpanID{}, false
-		inv.nodes[cur] = m
+		inv.nodes.set(m)
 		cur = pid
 	}
 }
@@ -516,7 +590,7 @@ func (inv *invocationState) undoCycle(sid trace.SpanID) {
 // ancestor is remote.
 func (inv *invocationState) underRemote(sid trace.SpanID) bool {
 	for i := 0; i < maxRemoteWalk; i++ {
-		n, ok := inv.nodes[sid]
+		n, ok := inv.nodes.get(sid)
 		if !ok || !n.arrived {
 			return false
 		}
@@ -534,16 +608,22 @@ func (inv *invocationState) underRemote(sid trace.SpanID) bool {
 // checkCycles fails the invocation for every arrived span whose parent
 // chain loops (rule 3): such spans meet each other's counts. It visits
 // each node once; the ledger calls it only when the invocation is about
-// to close.
+// to close. A cycle forms when its last member arrives, and breakCycle
+// then walks it whole unless it is longer than maxRemoteWalk: with no
+// more nodes than that, no cycle can be left and nothing is visited.
 func (inv *invocationState) checkCycles() {
+	if inv.nodes.len() <= maxRemoteWalk {
+		return
+	}
 	const (
 		unvisited = iota
 		onPath
 		done
 	)
-	state := make(map[trace.SpanID]uint8, len(inv.nodes))
+	state := make(map[trace.SpanID]uint8, inv.nodes.len())
 	var path []trace.SpanID
-	for start, n := range inv.nodes {
+	for _, n := range inv.nodes.list {
+		start := n.sid
 		if !n.arrived || n.parent == (trace.SpanID{}) || state[start] != unvisited {
 			continue
 		}
@@ -552,15 +632,16 @@ func (inv *invocationState) checkCycles() {
 		for {
 			state[sid] = onPath
 			path = append(path, sid)
-			cur := inv.nodes[sid]
-			next, ok := inv.nodes[cur.parent]
+			cur, _ := inv.nodes.get(sid)
+			next, ok := inv.nodes.get(cur.parent)
 			if cur.parent == (trace.SpanID{}) || !ok || !next.arrived || state[cur.parent] == done {
 				break
 			}
 			if state[cur.parent] == onPath {
 				i := slices.Index(path, cur.parent)
 				for _, member := range path[i:] {
-					inv.fail(contract.ReasonMalformedParentage, inv.nodes[member].name)
+					m, _ := inv.nodes.get(member)
+					inv.fail(contract.ReasonMalformedParentage, m.name)
 				}
 				break
 			}
@@ -579,7 +660,8 @@ func (inv *invocationState) openReasons(now time.Time) []string {
 		reasons = append(reasons, contract.ReasonRootMissing)
 	}
 	reasons = append(reasons, inv.failures...)
-	for _, n := range inv.nodes {
+	for i := range inv.nodes.list {
+		n := &inv.nodes.list[i]
 		if !n.arrived {
 			continue
 		}
@@ -597,8 +679,8 @@ func (inv *invocationState) openReasons(now time.Time) []string {
 		reasons = append(reasons, reasonOpenSpan+":"+contract.SpanNameContinuationPrefix)
 	}
 	if inv.open == 0 && inv.rootArrived && inv.settleUntil.After(now) {
-		for _, n := range inv.nodes {
-			if n.arrived && n.remote {
+		for i := range inv.nodes.list {
+			if n := &inv.nodes.list[i]; n.arrived && n.remote {
 				reasons = append(reasons, contract.ReasonRemoteSettling+":"+n.name)
 			}
 		}

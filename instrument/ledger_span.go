@@ -45,6 +45,9 @@ type spanFacts struct {
 	invalidUsage []string
 	// failed: the span's status is Error.
 	failed bool
+	// stamped: the span itself carries invocation.children equal to the
+	// count the SpanProcessor passed (it stamps 0 at the span's start).
+	stamped bool
 }
 
 // readFacts reads a span's facts; children is the invocation.children the
@@ -68,6 +71,8 @@ func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
 			f.session = kv.Value.AsString()
 		case contract.AttrAgentName:
 			f.agent = kv.Value.AsString()
+		case contract.AttrChildren:
+			f.stamped = children >= 0 && kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() == int64(children)
 		case contract.AttrFollowups:
 			followupsSeen = true
 			f.followups = childrenInvalid

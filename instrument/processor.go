@@ -30,8 +30,9 @@ const AttrLateChild = "invocation.late_child"
 // that already carries invocation.id keeps it. At OnEnd the span is handed
 // to the next processor with invocation.children set: the number of
 // sampled direct children of the same invocation that started before it
-// ended. The SDK's ended span cannot be changed, so the span passed on
-// wraps it with the extra attribute.
+// ended. OnStart stamps invocation.children = 0 with invocation.id; the
+// SDK's ended span cannot be changed, so a span whose count is not 0 (or
+// whose stamp was overwritten) is passed on wrapped with its count.
 type SpanProcessor struct {
 	next   sdktrace.SpanProcessor
 	ledger *Ledger
@@ -44,7 +45,7 @@ type SpanProcessor struct {
 	// retry, before a flush or shutdown.
 	holders parked.Holders
 
-	// mu guards open and turns.
+	// mu guards open, turns and free.
 	mu sync.Mutex
 	// open has a record per span started and not yet ended; released at
 	// OnEnd, bounded by max.
@@ -53,6 +54,9 @@ type SpanProcessor struct {
 	// spans) by trace and invocation: where a job launched from an ended
 	// span is declared when its ancestry has no open span left.
 	turns map[turnKey]*spanRecord
+	// free holds released records for reuse, so that a span costs no
+	// allocation of its own here; at most as many as were open at once.
+	free []*spanRecord
 }
 
 type turnKey struct {
@@ -65,7 +69,8 @@ type spanKey struct {
 	span  trace.SpanID
 }
 
-// spanRecord is the per-span bookkeeping between OnStart and OnEnd.
+// spanRecord is the per-span bookkeeping between OnStart and OnEnd. It is
+// reused once the span ended, so nothing may keep it past OnEnd.
 type spanRecord struct {
 	invocation string
 	children   int
@@ -74,6 +79,26 @@ type spanRecord struct {
 	parent trace.SpanID
 	// turn: the span is registered in turns.
 	turn bool
+	// stamp holds the attributes OnStart adds (invocation.id and a
+	// provisional invocation.children of 0), so that SetAttributes needs
+	// no slice of its own; the SDK copies them.
+	stamp [2]attribute.KeyValue
+}
+
+// newRecord returns a cleared record. p.mu must be held.
+func (p *SpanProcessor) newRecord() *spanRecord {
+	if n := len(p.free); n > 0 {
+		rec := p.free[n-1]
+		p.free = p.free[:n-1]
+		return rec
+	}
+	return &spanRecord{}
+}
+
+// release clears rec and keeps it for reuse. p.mu must be held.
+func (p *SpanProcessor) release(rec *spanRecord) {
+	*rec = spanRecord{}
+	p.free = append(p.free, rec)
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -113,7 +138,8 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	}
 	sc := s.SpanContext()
 	attrs := s.Attributes()
-	id := attrString(attrs, contract.AttrInvocationID)
+	carried := attrString(attrs, contract.AttrInvocationID)
+	id := carried
 	if id == "" {
 		id = baggage.FromContext(parent).Member(contract.BaggageInvocationID).Value()
 	}
@@ -121,14 +147,15 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	psc := s.Parent()
 	local := psc.IsValid() && !psc.IsRemote()
 	var late, counted bool
+	var rec *spanRecord
 	p.mu.Lock()
 	if local {
-		if rec, ok := p.open[spanKey{psc.TraceID(), psc.SpanID()}]; ok {
+		if prec, ok := p.open[spanKey{psc.TraceID(), psc.SpanID()}]; ok {
 			if id == "" {
-				id = rec.invocation
+				id = prec.invocation
 			}
-			if sc.IsSampled() && id == rec.invocation {
-				rec.children++
+			if sc.IsSampled() && id == prec.invocation {
+				prec.children++
 				counted = true
 			}
 		} else {
@@ -147,7 +174,8 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	tracked := len(p.open) < p.max
 	ours := s.InstrumentationScope().Name == ScopeName
 	if tracked {
-		rec := &spanRecord{invocation: id, span: s}
+		rec = p.newRecord()
+		rec.invocation, rec.span = id, s
 		if local {
 			rec.parent = psc.SpanID()
 		}
@@ -171,17 +199,24 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		}
 	}
 
-	if id != "" {
-		s.SetAttributes(attribute.String(contract.AttrInvocationID, id))
-	}
-	if !tracked {
+	if tracked {
+		// invocation.children is stamped 0 now, in the same call as
+		// invocation.id: OnEnd passes a span whose count stayed 0 on as
+		// it is, and wraps the others with their count.
+		stamp := rec.stamp[:0]
+		if id != "" && id != carried {
+			stamp = append(stamp, attribute.String(contract.AttrInvocationID, id))
+		}
+		stamp = append(stamp, attribute.Int(contract.AttrChildren, 0))
+		s.SetAttributes(stamp...)
+	} else {
 		// Without invocation.children nobody declares this span's
 		// children, so it is marked remote: the processor and the ledger
 		// then wait remote_settle for its subtree instead of calling the
 		// invocation final while a child may still come.
 		p.untracked.Add(parent, 1)
 		if id != "" {
-			s.SetAttributes(attribute.Bool(contract.AttrRemote, true))
+			s.SetAttributes(attribute.String(contract.AttrInvocationID, id), attribute.Bool(contract.AttrRemote, true))
 		}
 	}
 	if late {
@@ -200,18 +235,23 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	sc := s.SpanContext()
 	key := spanKey{sc.TraceID(), sc.SpanID()}
+	children := countAbsent
 	p.mu.Lock()
-	rec, ok := p.open[key]
-	delete(p.open, key)
-	if ok && rec.turn {
-		delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
+	if rec, ok := p.open[key]; ok {
+		delete(p.open, key)
+		if rec.turn {
+			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
+		}
+		children = rec.children
+		p.release(rec)
 	}
 	p.mu.Unlock()
 
+	f := readFacts(s, children, p.ledger.maxSpans)
 	out := s
-	children := -1
-	if ok {
-		children = rec.children
+	if children != countAbsent && !f.stamped {
+		// The count OnStart stamped is not the span's (it has children,
+		// or its attributes changed the stamp or dropped it).
 		out = &countedSpan{ReadOnlySpan: s, children: children}
 	}
 	// The next processor sees the span before the ledger does, so that when
@@ -221,7 +261,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.next.OnEnd(out)
 	}
 	if sc.IsSampled() {
-		p.ledger.arrived(s, children)
+		p.ledger.apply(s, &f)
 	}
 }
 
