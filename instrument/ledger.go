@@ -191,16 +191,18 @@ type startFacts struct {
 // session of roots and continuations, and every span that no count
 // declares (jobs, continuations, unattributed turns, late children, spans
 // of a new trace), which the invocation then waits for (contract rule 6).
-// A counted span without a role costs nothing here.
-func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.KeyValue, sf startFacts) {
+// A counted span without a role costs nothing here. It returns the
+// invocation's state, for the SpanProcessor to hand back with the span's
+// children (nil when it did not look it up).
+func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.KeyValue, sf startFacts) *invocationState {
 	role := attrString(attrs, contract.AttrRole)
 	if role == "" && sf.counted {
-		return
+		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.down {
-		return
+		return nil
 	}
 	now := l.clock.Now()
 	l.sweep(now)
@@ -236,6 +238,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 		}
 		inv.unended[sid] = s.Name()
 	}
+	return inv
 }
 
 // setSession records the session and agent of inv from a root or
@@ -279,12 +282,15 @@ func unattributedReason(attrs []attribute.KeyValue) (string, bool) {
 // SpanProcessor counted, countAbsent when it counted none.
 func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
 	f := readFacts(s, children, l.maxSpans)
-	l.apply(s, &f)
+	l.apply(s, &f, nil)
 }
 
 // apply applies one ended, sampled span s whose facts f were read with
-// readFacts (outside the ledger's lock).
-func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts) {
+// readFacts (outside the ledger's lock). known, when not nil, is the
+// state the ledger had for the span's invocation at the span's start (or
+// its parent's): it saves the lookup by id while the ledger still holds
+// it.
+func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationState) {
 	if f.id == "" {
 		return
 	}
@@ -295,7 +301,10 @@ func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts) {
 	}
 	now := l.clock.Now()
 	l.sweep(now)
-	inv := l.lookup(f.id, now)
+	inv := known
+	if inv == nil || inv.forgotten || inv.id != f.id {
+		inv = l.lookup(f.id, now)
+	}
 	closed := inv.status != contract.StatusPending
 	if f.role == contract.RoleBackground {
 		l.background[s.SpanContext().SpanID()] = f.id

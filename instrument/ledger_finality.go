@@ -18,7 +18,7 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 	if inv.status != contract.StatusPending || !inv.obligationsMet() {
 		return
 	}
-	if l.settleLater(inv, now, l.evaluate) {
+	if l.settleLater(inv, now, (*Ledger).evaluate) {
 		return
 	}
 	if reasons := inv.closingFailures(); len(reasons) > 0 {
@@ -30,7 +30,7 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 
 // settleLater reports whether inv's remote subtrees are still settling at
 // now; it then schedules then for when they are quiet. l.mu must be held.
-func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*invocationState, time.Time)) bool {
+func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*Ledger, *invocationState, time.Time)) bool {
 	wait := inv.settleUntil.Sub(now)
 	if wait <= 0 {
 		return false
@@ -41,7 +41,7 @@ func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*inv
 	inv.settleTimer = l.clock.AfterFunc(wait, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		then(inv, l.clock.Now())
+		then(l, inv, l.clock.Now())
 	})
 	return true
 }
@@ -55,7 +55,7 @@ func (l *Ledger) revise(inv *invocationState, now time.Time) {
 		return
 	}
 	met := inv.obligationsMet()
-	if met && l.settleLater(inv, now, l.revise) {
+	if met && l.settleLater(inv, now, (*Ledger).revise) {
 		return
 	}
 	inv.dirty = false

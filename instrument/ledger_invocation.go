@@ -30,7 +30,10 @@ const (
 )
 
 // node is the ledger's record of one span ID of an invocation: the span
-// itself once it arrived, and what was counted toward it before.
+// itself once it arrived, and what was counted toward it before. It holds
+// no pointer (names are indexes into the invocation's names), so the
+// garbage collector does not scan the nodes of the invocations a ledger
+// retains.
 type node struct {
 	sid trace.SpanID
 	// trace is the span's trace, or that of the first reference to it.
@@ -38,11 +41,11 @@ type node struct {
 	// parent is the span's parent in the same trace; zero when it has
 	// none or its parentage is malformed.
 	parent trace.SpanID
-	name   string
+	name   nameRef
 	// refChild names the first child that referenced this span as its
 	// parent before it arrived: when the span then arrives in another
 	// trace, that child's parentage was malformed.
-	refChild   string
+	refChild   nameRef
 	arrived    bool
 	remote     bool
 	background bool
@@ -54,6 +57,10 @@ type node struct {
 	declaredFollowups int // countAbsent: not declared
 	arrivedFollowups  int
 }
+
+// nameRef is a span name held by an invocation: an index into its names,
+// 0 for none.
+type nameRef int32
 
 // newNode returns the node of span sid of trace tid before anything is
 // known of it.
@@ -132,12 +139,19 @@ type invocationState struct {
 	// timeout counts from there.
 	created time.Time
 	// nodes holds one node per span ID seen; at most the ledger's
-	// maxSpans.
+	// maxSpans. names holds their names (names[0] is ""), one per
+	// arrival.
 	nodes nodeSet
+	names []string
 	// open counts unmet obligations: the root (until it arrives), owed
 	// children and owed followups.
 	open        int
 	rootArrived bool
+	// remoteSeen: a remote span arrived (else no span is under one).
+	remoteSeen bool
+	// forgotten: the retention dropped it; a SpanProcessor's record may
+	// still point at it.
+	forgotten bool
 	rootEnd     time.Time
 	latestEnd   time.Time
 	settleUntil time.Time
@@ -195,6 +209,18 @@ func newInvocationState(id string, now time.Time) *invocationState {
 		status:  contract.StatusPending,
 	}
 }
+
+// nameRef returns a reference to name.
+func (inv *invocationState) nameRef(name string) nameRef {
+	if inv.names == nil {
+		inv.names = make([]string, 1, nodeIndexFrom+1)
+	}
+	inv.names = append(inv.names, name)
+	return nameRef(len(inv.names) - 1)
+}
+
+// nameOf returns the name ref stands for.
+func (inv *invocationState) nameOf(ref nameRef) string { return inv.names[ref] }
 
 // maxAnomalies bounds the distinct anomaly entries and the distinct
 // reasons that forbid final kept per invocation (as in the collector), so
@@ -255,7 +281,7 @@ func (inv *invocationState) running() bool {
 // parentRef returns the node of the parent pid of an arrived span named
 // child in trace tid, and false when the parent lies in another trace
 // (rule 3: the child is nobody's child).
-func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child string) (node, bool) {
+func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child nameRef) (node, bool) {
 	p, ok := inv.nodes.get(pid)
 	if !ok {
 		p = newNode(pid, tid)
@@ -263,7 +289,7 @@ func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child
 		return p, true
 	}
 	if p.trace != tid {
-		inv.fail(contract.ReasonMalformedParentage, child)
+		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(child))
 		return p, false
 	}
 	return p, true
@@ -312,8 +338,8 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	case seen && n.trace != tid:
 		// What was counted toward this span ID named a span of another
 		// trace: it counts for nothing here.
-		if n.refChild != "" {
-			inv.fail(contract.ReasonMalformedParentage, n.refChild)
+		if n.refChild != 0 {
+			inv.fail(contract.ReasonMalformedParentage, inv.nameOf(n.refChild))
 		}
 		n = newNode(sid, tid)
 	case !seen && inv.nodes.len() >= maxSpans:
@@ -325,8 +351,9 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		n = newNode(sid, tid)
 	}
 	n.arrived = true
-	n.name = name
+	n.name = inv.nameRef(name)
 	n.remote = f.remote
+	inv.remoteSeen = inv.remoteSeen || f.remote
 	n.background = f.role == contract.RoleBackground
 	inv.usage.Spans++
 	if end := s.EndTime(); end.After(inv.latestEnd) {
@@ -412,7 +439,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 	pid := psc.SpanID()
 	if pid == sid || psc.TraceID() != tid {
 		// Such a span is nobody's child.
-		inv.fail(contract.ReasonMalformedParentage, n.name)
+		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(n.name))
 		return
 	}
 	p, ok := inv.parentRef(pid, tid, n.name)
@@ -427,7 +454,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		if !p.arrived {
 			p.lateChildren++
 		} else if !p.remote {
-			inv.anomaly(contract.AnomalyExtraChildren, p.name)
+			inv.anomaly(contract.AnomalyExtraChildren, inv.nameOf(p.name))
 		}
 		inv.nodes.set(p)
 		return
@@ -436,7 +463,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		if p.arrivedChildren < p.declaredChildren {
 			inv.open--
 		} else if !p.remote {
-			inv.anomaly(contract.AnomalyExtraChildren, p.name)
+			inv.anomaly(contract.AnomalyExtraChildren, inv.nameOf(p.name))
 		}
 	}
 	p.arrivedChildren++
@@ -571,7 +598,7 @@ func (inv *invocationState) undoCycle(sid trace.SpanID) {
 		if pid == (trace.SpanID{}) {
 			return // back at the start: every member is detached
 		}
-		inv.fail(contract.ReasonMalformedParentage, m.name)
+		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(m.name))
 		if !m.lateEdge {
 			p, _ := inv.nodes.get(pid)
 			p.arrivedChildren--
@@ -589,6 +616,9 @@ func (inv *invocationState) undoCycle(sid trace.SpanID) {
 // underRemote reports whether the span sid or an arrived in-process
 // ancestor is remote.
 func (inv *invocationState) underRemote(sid trace.SpanID) bool {
+	if !inv.remoteSeen {
+		return false
+	}
 	for i := 0; i < maxRemoteWalk; i++ {
 		n, ok := inv.nodes.get(sid)
 		if !ok || !n.arrived {
@@ -641,7 +671,7 @@ func (inv *invocationState) checkCycles() {
 				i := slices.Index(path, cur.parent)
 				for _, member := range path[i:] {
 					m, _ := inv.nodes.get(member)
-					inv.fail(contract.ReasonMalformedParentage, m.name)
+					inv.fail(contract.ReasonMalformedParentage, inv.nameOf(m.name))
 				}
 				break
 			}
@@ -666,10 +696,10 @@ func (inv *invocationState) openReasons(now time.Time) []string {
 			continue
 		}
 		if n.declaredChildren > n.arrivedChildren {
-			reasons = append(reasons, contract.ReasonMissingChildren+":"+n.name)
+			reasons = append(reasons, contract.ReasonMissingChildren+":"+inv.nameOf(n.name))
 		}
 		if n.declaredFollowups > n.arrivedFollowups {
-			reasons = append(reasons, contract.ReasonOpenFollowup+":"+n.name)
+			reasons = append(reasons, contract.ReasonOpenFollowup+":"+inv.nameOf(n.name))
 		}
 	}
 	for _, name := range inv.unended {
@@ -681,7 +711,7 @@ func (inv *invocationState) openReasons(now time.Time) []string {
 	if inv.open == 0 && inv.rootArrived && inv.settleUntil.After(now) {
 		for i := range inv.nodes.list {
 			if n := &inv.nodes.list[i]; n.arrived && n.remote {
-				reasons = append(reasons, contract.ReasonRemoteSettling+":"+n.name)
+				reasons = append(reasons, contract.ReasonRemoteSettling+":"+inv.nameOf(n.name))
 			}
 		}
 	}

@@ -110,6 +110,7 @@ func (l *Ledger) sweep(now time.Time) {
 // forget drops every trace of inv but its summary, which goes to the
 // bounded record a late Wait answers from. l.mu must be held.
 func (l *Ledger) forget(inv *invocationState) {
+	inv.forgotten = true
 	delete(l.invs, inv.id)
 	if l.record.add(l.summaryLocked(inv)) {
 		l.recordDropped.Add(context.Background(), 1)

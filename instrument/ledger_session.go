@@ -58,7 +58,7 @@ func (l *Ledger) Session(session string) SessionState {
 		for i := range inv.nodes.list {
 			if n := &inv.nodes.list[i]; n.arrived && n.declaredFollowups > n.arrivedFollowups {
 				st.ExpectedFollowups = append(st.ExpectedFollowups,
-					JobInfo{InvocationID: inv.id, SpanID: n.sid, Name: n.name})
+					JobInfo{InvocationID: inv.id, SpanID: n.sid, Name: inv.nameOf(n.name)})
 			}
 		}
 		st.RunningContinuations += len(inv.runningConts)

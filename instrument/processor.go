@@ -79,6 +79,10 @@ type spanRecord struct {
 	parent trace.SpanID
 	// turn: the span is registered in turns.
 	turn bool
+	// inv is the ledger's state of the span's invocation, when known at
+	// its start: OnEnd hands it back so that the ledger need not look the
+	// invocation up by id.
+	inv *invocationState
 	// stamp holds the attributes OnStart adds (invocation.id and a
 	// provisional invocation.children of 0), so that SetAttributes needs
 	// no slice of its own; the SDK copies them.
@@ -148,6 +152,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	local := psc.IsValid() && !psc.IsRemote()
 	var late, counted bool
 	var rec *spanRecord
+	var known *invocationState
 	p.mu.Lock()
 	if local {
 		if prec, ok := p.open[spanKey{psc.TraceID(), psc.SpanID()}]; ok {
@@ -157,6 +162,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 			if sc.IsSampled() && id == prec.invocation {
 				prec.children++
 				counted = true
+				known = prec.inv
 			}
 		} else {
 			// The parent is not tracked: it ended already (a late child),
@@ -175,7 +181,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	ours := s.InstrumentationScope().Name == ScopeName
 	if tracked {
 		rec = p.newRecord()
-		rec.invocation, rec.span = id, s
+		rec.invocation, rec.span, rec.inv = id, s, known
 		if local {
 			rec.parent = psc.SpanID()
 		}
@@ -224,7 +230,11 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		p.lateChildren.Add(parent, 1)
 	}
 	if id != "" && sc.IsSampled() {
-		p.ledger.started(id, s, attrs, startFacts{counted: counted, late: late})
+		if inv := p.ledger.started(id, s, attrs, startFacts{counted: counted, late: late}); inv != nil && tracked {
+			p.mu.Lock()
+			rec.inv = inv
+			p.mu.Unlock()
+		}
 	}
 	if p.next != nil {
 		p.next.OnStart(parent, s)
@@ -236,13 +246,14 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	sc := s.SpanContext()
 	key := spanKey{sc.TraceID(), sc.SpanID()}
 	children := countAbsent
+	var known *invocationState
 	p.mu.Lock()
 	if rec, ok := p.open[key]; ok {
 		delete(p.open, key)
 		if rec.turn {
 			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
 		}
-		children = rec.children
+		children, known = rec.children, rec.inv
 		p.release(rec)
 	}
 	p.mu.Unlock()
@@ -261,7 +272,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.next.OnEnd(out)
 	}
 	if sc.IsSampled() {
-		p.ledger.apply(s, &f)
+		p.ledger.apply(s, &f, known)
 	}
 }
 

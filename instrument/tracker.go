@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,12 +38,19 @@ type Tracker struct {
 	propagators propagation.TextMapPropagator
 	unledgered  metric.Int64Counter
 
-	// processor is the SpanProcessor that answered the Tracker's latest
-	// recorded span; nil until one did.
+	// processor is the SpanProcessor that answered the Tracker's first
+	// answered recorded span; nil until one did.
 	processor atomic.Pointer[SpanProcessor]
 	// warned is set once the missing processor was reported.
 	warned atomic.Bool
+	// rootNames caches "invoke_agent {agent}" by agent, for at most
+	// maxRootNames agents (a runtime has a few).
+	rootNames    sync.Map
+	rootNamesLen atomic.Int32
 }
+
+// maxRootNames bounds Tracker.rootNames.
+const maxRootNames = 64
 
 // NewTracker returns a Tracker. WithTracerProvider should name the
 // provider whose pipeline has the SpanProcessor; WithPropagators adds
@@ -74,10 +82,14 @@ type startProbe struct {
 
 type probeKey struct{}
 
-// start starts a lifecycle span and checks that a SpanProcessor saw it.
-// The returned context is ctx with the span; the probe does not stay in
-// it.
+// start starts a lifecycle span and, until a SpanProcessor answered one,
+// checks that a SpanProcessor saw it (the provider's pipeline does not
+// lose it afterwards). The returned context is ctx with the span; the
+// probe does not stay in it.
 func (t *Tracker) start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t.processor.Load() != nil {
+		return t.tracer.Start(ctx, name, opts...)
+	}
 	probe := &startProbe{}
 	_, span := t.tracer.Start(context.WithValue(ctx, probeKey{}, probe), name, opts...)
 	if span.IsRecording() {
@@ -179,13 +191,25 @@ func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ..
 			attribute.String(contract.AttrConversationID, session),
 		),
 	}, extra...)
-	ctx, span := t.start(ctx, contract.SpanNameRootPrefix+" "+agent, opts...)
+	ctx, span := t.start(ctx, t.rootName(agent), opts...)
 	if !span.SpanContext().IsSampled() {
 		// Nothing of the invocation is observed: Ledger.Wait answers
 		// not_sampled at once instead of waiting for the open timeout.
 		markNotSampled(id)
 	}
 	return ctx, &Invocation{id: id, span: span}
+}
+
+// rootName returns the root span name of agent.
+func (t *Tracker) rootName(agent string) string {
+	if name, ok := t.rootNames.Load(agent); ok {
+		return name.(string)
+	}
+	name := contract.SpanNameRootPrefix + " " + agent
+	if t.rootNamesLen.Add(1) <= maxRootNames {
+		t.rootNames.Store(agent, name)
+	}
+	return name
 }
 
 // ID returns the invocation id.
