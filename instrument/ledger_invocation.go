@@ -151,7 +151,7 @@ type invocationState struct {
 	remoteSeen bool
 	// forgotten: the retention dropped it; a SpanProcessor's record may
 	// still point at it.
-	forgotten bool
+	forgotten   bool
 	rootEnd     time.Time
 	latestEnd   time.Time
 	settleUntil time.Time
