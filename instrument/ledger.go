@@ -181,6 +181,8 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 
 // startFacts is what the SpanProcessor knows of a span at its start.
 type startFacts struct {
+	// role is the span's invocation.role, or "".
+	role string
 	// counted: the span's parent counts it in its invocation.children.
 	counted bool
 	// late: the span started after its parent ended.
@@ -195,7 +197,7 @@ type startFacts struct {
 // invocation's state, for the SpanProcessor to hand back with the span's
 // children (nil when it did not look it up).
 func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.KeyValue, sf startFacts) *invocationState {
-	role := attrString(attrs, contract.AttrRole)
+	role := sf.role
 	if role == "" && sf.counted {
 		return nil
 	}

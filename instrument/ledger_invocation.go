@@ -106,8 +106,12 @@ func (ns *nodeSet) get(sid trace.SpanID) (node, bool) {
 }
 
 // set stores n under n.sid.
-func (ns *nodeSet) set(n node) {
-	if i := ns.find(n.sid); i >= 0 {
+func (ns *nodeSet) set(n node) { ns.put(ns.find(n.sid), n) }
+
+// put stores n at i, an index find gave for n.sid (indexes never move),
+// or adds it when i is -1.
+func (ns *nodeSet) put(i int, n node) {
+	if i >= 0 {
 		ns.list[i] = n
 		return
 	}
@@ -279,20 +283,22 @@ func (inv *invocationState) running() bool {
 }
 
 // parentRef returns the node of the parent pid of an arrived span named
-// child in trace tid, and false when the parent lies in another trace
-// (rule 3: the child is nobody's child).
-func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child nameRef) (node, bool) {
-	p, ok := inv.nodes.get(pid)
-	if !ok {
-		p = newNode(pid, tid)
+// child in trace tid and its index in inv.nodes (-1 when new), and false
+// when the parent lies in another trace (rule 3: the child is nobody's
+// child).
+func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child nameRef) (node, int, bool) {
+	i := inv.nodes.find(pid)
+	if i < 0 {
+		p := newNode(pid, tid)
 		p.refChild = child
-		return p, true
+		return p, i, true
 	}
+	p := inv.nodes.list[i]
 	if p.trace != tid {
 		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(child))
-		return p, false
+		return p, i, false
 	}
-	return p, true
+	return p, i, true
 }
 
 // linkRef returns the node of a link's target, and false when the target's
@@ -326,7 +332,12 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	sc := s.SpanContext()
 	sid, tid := sc.SpanID(), sc.TraceID()
 	name := s.Name()
-	n, seen := inv.nodes.get(sid)
+	at := inv.nodes.find(sid)
+	var n node
+	seen := at >= 0
+	if seen {
+		n = inv.nodes.list[at]
+	}
 	switch {
 	case seen && n.arrived && n.trace == tid:
 		return arriveDuplicate // the same span again: it discharges nothing
@@ -422,7 +433,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		// no count declares it.
 		inv.anomaly(contract.AnomalyOrphanJob, name)
 	}
-	inv.nodes.set(n)
+	inv.nodes.put(at, n)
 	if n.parent != (trace.SpanID{}) {
 		inv.breakCycle(sid)
 	}
@@ -442,7 +453,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(n.name))
 		return
 	}
-	p, ok := inv.parentRef(pid, tid, n.name)
+	p, at, ok := inv.parentRef(pid, tid, n.name)
 	if !ok {
 		return
 	}
@@ -456,7 +467,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		} else if !p.remote {
 			inv.anomaly(contract.AnomalyExtraChildren, inv.nameOf(p.name))
 		}
-		inv.nodes.set(p)
+		inv.nodes.put(at, p)
 		return
 	}
 	if p.arrived && p.declaredChildren >= 0 {
@@ -467,7 +478,7 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		}
 	}
 	p.arrivedChildren++
-	inv.nodes.set(p)
+	inv.nodes.put(at, p)
 }
 
 // applyLinks discharges the followups the arrived span's links name: at

@@ -178,14 +178,18 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		}
 	}
 	tracked := len(p.open) < p.max
-	ours := s.InstrumentationScope().Name == ScopeName
+	// Only lifecycle spans (which carry a role) and model calls need to
+	// know whether the Tracker started them.
+	role := attrString(attrs, contract.AttrRole)
+	client := s.SpanKind() == trace.SpanKindClient
+	ours := (role != "" || client) && s.InstrumentationScope().Name == ScopeName
 	if tracked {
 		rec = p.newRecord()
 		rec.invocation, rec.span, rec.inv = id, s, known
 		if local {
 			rec.parent = psc.SpanID()
 		}
-		if ours && id != "" && isTurn(attrs) {
+		if ours && id != "" && (role == contract.RoleRoot || role == contract.RoleContinuation) {
 			rec.turn = true
 			p.turns[turnKey{sc.TraceID(), id}] = rec
 		}
@@ -198,7 +202,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		if probe, ok := parent.Value(probeKey{}).(*startProbe); ok {
 			probe.processor = p
 		}
-	} else if s.SpanKind() == trace.SpanKindClient {
+	} else if client {
 		// A model call a wrapper may hold open for a retry.
 		if h := parked.HolderFromContext(parent); h != nil {
 			p.holders.Add(h)
@@ -230,7 +234,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		p.lateChildren.Add(parent, 1)
 	}
 	if id != "" && sc.IsSampled() {
-		if inv := p.ledger.started(id, s, attrs, startFacts{counted: counted, late: late}); inv != nil && tracked {
+		if inv := p.ledger.started(id, s, attrs, startFacts{role: role, counted: counted, late: late}); inv != nil && tracked {
 			p.mu.Lock()
 			rec.inv = inv
 			p.mu.Unlock()
@@ -329,12 +333,6 @@ func (p *SpanProcessor) openAncestor(id string, launching sdktrace.ReadOnlySpan)
 		return rec.span, true
 	}
 	return nil, false
-}
-
-// isTurn reports whether attrs are those of a root or continuation span.
-func isTurn(attrs []attribute.KeyValue) bool {
-	role := attrString(attrs, contract.AttrRole)
-	return role == contract.RoleRoot || role == contract.RoleContinuation
 }
 
 // openSpans returns the number of spans tracked (for tests).
