@@ -27,9 +27,14 @@ type plainBody struct {
 	finished bool
 }
 
-// newPlainBody returns rc watched by a plainBody calling done.
-func newPlainBody(rc io.ReadCloser, done func(b []byte, complete bool, err error)) *plainBody {
-	return &plainBody{rc: rc, done: done}
+// newPlainBody returns rc watched by a plainBody calling done; size is
+// the body's declared length, -1 when unknown.
+func newPlainBody(rc io.ReadCloser, size int64, done func(b []byte, complete bool, err error)) *plainBody {
+	b := &plainBody{rc: rc, done: done}
+	if size > 0 && size <= maxPlainBody {
+		b.buf.Grow(int(size))
+	}
+	return b
 }
 
 func (b *plainBody) Read(p []byte) (int, error) {

@@ -223,7 +223,7 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 			c.end(time.Now(), err, early)
 		})
 	} else {
-		res.Body = newPlainBody(res.Body, func(b []byte, complete bool, err error) {
+		res.Body = newPlainBody(res.Body, res.ContentLength, func(b []byte, complete bool, err error) {
 			if b != nil && (complete || err == nil) {
 				p.ParseResponse(b, &c.res, capture)
 			}
@@ -234,22 +234,41 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 }
 
 // readBody returns the request body and leaves req with a body that reads
-// the same bytes.
+// the same bytes. The body is copied once, into a buffer of its
+// Content-Length when known: a long conversation is hundreds of
+// kilobytes, which io.ReadAll would copy again at each of its growths.
 func readBody(req *http.Request) ([]byte, error) {
 	if req.GetBody != nil {
 		rc, err := req.GetBody()
 		if err == nil {
 			defer rc.Close()
-			return io.ReadAll(rc)
+			return readAll(rc, req.ContentLength)
 		}
 	}
-	b, err := io.ReadAll(req.Body)
+	b, err := readAll(req.Body, req.ContentLength)
 	_ = req.Body.Close()
 	if err != nil {
 		return nil, err
 	}
 	setBody(req, b)
 	return b, nil
+}
+
+// maxPresize bounds the buffer readAll makes up front from a declared
+// length.
+const maxPresize = 64 << 20
+
+// readAll reads r to its end; size, when positive, is how much r is
+// declared to hold.
+func readAll(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 || size > maxPresize {
+		return io.ReadAll(r)
+	}
+	// bytes.MinRead of room beyond size lets ReadFrom see EOF without
+	// growing the buffer.
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 func setBody(req *http.Request, b []byte) {
