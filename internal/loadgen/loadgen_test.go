@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentledger/agentledger/internal/testbin"
+)
+
+// tiny is a workload small enough for every `make test`, with jobs,
+// duplicates and a shuffle so that every path of the processor is taken.
+var tiny = workloadConfig{invocations: 40, jobs: 0.5, duplicates: 0.1, window: 60, batch: 37, seed: 7}
+
+// TestWorkload checks the generated workload against itself: every span
+// is sent, some twice, in an order that differs from the end order, and
+// each invocation's expected totals are those of its spans.
+func TestWorkload(t *testing.T) {
+	w := newWorkload(tiny)
+	sent := make([]int, len(w.spans))
+	for _, s := range w.sends {
+		sent[s]++
+	}
+	dups := 0
+	for i, n := range sent {
+		if n == 0 {
+			t.Fatalf("span %d (%s) is never sent", i, w.spans[i].name)
+		}
+		dups += n - 1
+	}
+	if dups == 0 || len(w.sends) != len(w.spans)+dups {
+		t.Errorf("%d sends of %d spans with %d duplicates", len(w.sends), len(w.spans), dups)
+	}
+	if slices := w.sends[:len(w.spans)]; isSorted(slices) {
+		t.Error("the send order is the end order: nothing shuffled")
+	}
+	totals := make([]invocation, len(w.invocations))
+	for _, s := range w.spans {
+		inv := &totals[s.inv]
+		inv.spans++
+		for _, a := range s.attrs {
+			switch a.key {
+			case "gen_ai.usage.input_tokens":
+				inv.input += a.num
+			case "gen_ai.usage.output_tokens":
+				inv.output += a.num
+			}
+		}
+	}
+	jobs := 0
+	for i, want := range w.invocations {
+		got := totals[i]
+		if got.spans != want.spans || got.input != want.input || got.output != want.output {
+			t.Errorf("invocation %d: spans %d input %d output %d, want %+v", i, got.spans, got.input, got.output, want)
+		}
+		if want.spans == 14 {
+			jobs++
+			if want.afterIn == 0 || want.afterOut == 0 {
+				t.Errorf("invocation %d has a continuation but no after-result usage: %+v", i, want)
+			}
+		} else if want.spans != 11 {
+			t.Errorf("invocation %d has %d spans, want 11 or 14", i, want.spans)
+		}
+	}
+	if jobs == 0 || jobs == len(w.invocations) {
+		t.Errorf("%d of %d invocations have a job", jobs, len(w.invocations))
+	}
+	if n := newWorkload(tiny); len(n.sends) != len(w.sends) || n.invocations[3] != w.invocations[3] {
+		t.Error("the same seed made another workload")
+	}
+}
+
+func isSorted(xs []int) bool {
+	for i := 1; i < len(xs); i++ {
+		if xs[i] < xs[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLoadgenRunsTheCollector runs the load generator as `-collector`
+// does, with a tiny workload, against the real binary: both pipelines,
+// every invocation final with its exact totals, and a ratio printed. It
+// keeps the load generator from rotting; the figures come from the full
+// workload (docs/performance.md).
+func TestLoadgenRunsTheCollector(t *testing.T) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	var out bytes.Buffer
+	o := options{collector: bin, rounds: 1, workers: 2, timeout: 2 * time.Minute, workDir: t.TempDir(), workload: tiny}
+	err := run(context.Background(), o, &out)
+	t.Logf("loadgen output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"40 invocations final with exact totals, 0 wrong", "finalize latency", "passthrough", "invocation / passthrough throughput = x"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestLoadgenAgainstRunningCollector measures a collector started apart
+// with the shipped config, as the README shows.
+func TestLoadgenAgainstRunningCollector(t *testing.T) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	addrs, err := testbin.FreeAddrs(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otlp, listen, health := addrs[0], addrs[1], addrs[2]
+	dir := t.TempDir()
+	proc := testbin.StartT(t, "otelcol-agentledger", []string{
+		"LOADGEN_OTLP_ENDPOINT=" + otlp,
+		"LOADGEN_RECEIVER_ENDPOINT=" + listen,
+		"LOADGEN_HEALTH_ENDPOINT=" + health,
+		"LOADGEN_TRACES_FILE=" + filepath.Join(dir, "traces.json"),
+	}, bin, "--config", "invocation.yaml")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := testbin.WaitReady(ctx, proc, "http://"+health+"/"); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	o := options{otlp: otlp, listen: listen, pipeline: string(pipelineInvocation), workers: 2, timeout: time.Minute, workload: tiny}
+	err = run(ctx, o, &out)
+	t.Logf("loadgen output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "40 invocations final with exact totals, 0 wrong") {
+		t.Error("not every invocation was final with its totals")
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "traces.json")); err != nil || fi.Size() == 0 {
+		t.Errorf("the file exporter wrote nothing: %v", err)
+	}
+}

@@ -1,0 +1,169 @@
+// Command loadgen sends a realistic agent workload over OTLP/gRPC to the
+// otelcol-agentledger collector and measures it: spans per second end to
+// end, and for the invocation pipeline the finalize latency (from the send
+// of an invocation's last span to the arrival of its closing summary) and
+// whether every summary is final with the workload's exact totals.
+//
+// The workload is 10,000 invocations by default (a root, five model calls
+// with usage, five tool calls; a quarter also start a background job
+// followed up by a continuation in its own trace, with one more model
+// call after the result): about 117,000 spans, sent in the order they
+// end, shuffled within a window, 2% of them twice, in batches of 500 by
+// four concurrent exporters.
+//
+// The collector exports everything it outputs back to the load
+// generator's OTLP/gRPC receiver (and to a file). With -collector the load
+// generator runs the binary itself, twice back to back per round: the
+// invocation pipeline (invocation.yaml) and the pass-through pipeline
+// (passthrough.yaml, the same without the processor), and prints the
+// ratio of their throughputs:
+//
+//	go run ./internal/loadgen -collector .bin/otelcol-agentledger
+//
+// Without -collector it measures a collector already running with one of
+// those configs, started with LOADGEN_RECEIVER_ENDPOINT set to -listen:
+//
+//	LOADGEN_RECEIVER_ENDPOINT=127.0.0.1:4320 .bin/otelcol-agentledger --config internal/loadgen/invocation.yaml &
+//	go run ./internal/loadgen -otlp 127.0.0.1:4317 -listen 127.0.0.1:4320 -pipeline invocation
+//
+// It exits non-zero when a run fails or a summary is missing, not final or
+// wrong.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+)
+
+var (
+	//go:embed invocation.yaml
+	invocationConfig []byte
+	//go:embed passthrough.yaml
+	passthroughConfig []byte
+
+	configs = map[pipeline][]byte{pipelineInvocation: invocationConfig, pipelinePassthrough: passthroughConfig}
+)
+
+type options struct {
+	collector string
+	rounds    int
+	otlp      string
+	listen    string
+	pipeline  string
+	workers   int
+	timeout   time.Duration
+	workDir   string
+	workload  workloadConfig
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.collector, "collector", "", "otelcol-agentledger binary to run with both pipelines, back to back (default: measure a running collector)")
+	flag.IntVar(&o.rounds, "rounds", 1, "with -collector: pairs of runs, alternating which pipeline goes first")
+	flag.StringVar(&o.otlp, "otlp", "127.0.0.1:4317", "without -collector: the running collector's OTLP/gRPC endpoint")
+	flag.StringVar(&o.listen, "listen", "127.0.0.1:4320", "without -collector: where to receive what the collector exports (its LOADGEN_RECEIVER_ENDPOINT)")
+	flag.StringVar(&o.pipeline, "pipeline", string(pipelineInvocation), "without -collector: the running collector's pipeline, invocation or passthrough")
+	flag.IntVar(&o.workers, "workers", 4, "concurrent export calls")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for a run")
+	flag.StringVar(&o.workDir, "dir", "", "with -collector: directory for the configs, logs and traces files (default: a new temporary one)")
+	flag.IntVar(&o.workload.invocations, "invocations", 10000, "invocations to send")
+	flag.Float64Var(&o.workload.jobs, "jobs", 0.25, "share of invocations with a background job and a continuation")
+	flag.Float64Var(&o.workload.duplicates, "duplicates", 0.02, "share of spans sent twice")
+	flag.IntVar(&o.workload.window, "window", 2000, "spans within which the order is shuffled")
+	flag.IntVar(&o.workload.batch, "batch", 500, "spans per export request")
+	flag.Uint64Var(&o.workload.seed, "seed", 1, "seed of the workload")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+// run generates the workload and measures it as o says, printing to out.
+func run(ctx context.Context, o options, out io.Writer) error {
+	if o.workload.invocations <= 0 || o.workload.batch <= 0 || o.workers <= 0 {
+		return errors.New("-invocations, -batch and -workers must be positive")
+	}
+	w := newWorkload(o.workload)
+	fmt.Fprintf(out, "workload: %d invocations, %d spans (%d sends with duplicates) in %d requests of up to %d\n",
+		len(w.invocations), len(w.spans), len(w.sends), len(w.requests), o.workload.batch)
+
+	if o.collector == "" {
+		rec, err := startReceiver(o.listen)
+		if err != nil {
+			return err
+		}
+		defer rec.stop()
+		p := pipeline(o.pipeline)
+		if _, ok := configs[p]; !ok {
+			return fmt.Errorf("unknown -pipeline %q", o.pipeline)
+		}
+		ctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		res, err := measure(ctx, p, o.otlp, rec, w, o.workers)
+		if err != nil {
+			return err
+		}
+		report(out, res)
+		return verdict(res)
+	}
+
+	dir := o.workDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "loadgen-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	var ratios []float64
+	for round := range max(o.rounds, 1) {
+		order := []pipeline{pipelineInvocation, pipelinePassthrough}
+		if round%2 == 1 {
+			order = []pipeline{pipelinePassthrough, pipelineInvocation}
+		}
+		byPipeline := map[pipeline]result{}
+		for _, p := range order {
+			ctx, cancel := context.WithTimeout(ctx, o.timeout)
+			res, err := collectorRun(ctx, o.collector, dir, p, w, o.workers)
+			cancel()
+			if err != nil {
+				return err
+			}
+			report(out, res)
+			if err := verdict(res); err != nil {
+				return err
+			}
+			byPipeline[p] = res
+		}
+		ratio := byPipeline[pipelineInvocation].spansPerSecond() / byPipeline[pipelinePassthrough].spansPerSecond()
+		ratios = append(ratios, ratio)
+		fmt.Fprintf(out, "round %d: invocation / passthrough throughput = x%.2f\n", round+1, ratio)
+	}
+	if len(ratios) > 1 {
+		slices.Sort(ratios)
+		fmt.Fprintf(out, "median of %d rounds: x%.2f (min x%.2f, max x%.2f)\n", len(ratios), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+	}
+	return nil
+}
+
+// verdict fails a run whose summaries are not all final with exact
+// totals.
+func verdict(r result) error {
+	if len(r.wrong) > 0 {
+		return fmt.Errorf("%s: %d invocations not final with the workload's totals, first: %s", r.pipeline, len(r.wrong), r.wrong[0])
+	}
+	return nil
+}

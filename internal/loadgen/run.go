@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/internal/testbin"
+)
+
+// pipeline names a collector pipeline the load generator runs against.
+type pipeline string
+
+const (
+	// pipelineInvocation is OTLP in, the invocation processor, file and
+	// OTLP out (invocation.yaml): every invocation gets a summary.
+	pipelineInvocation pipeline = "invocation"
+	// pipelinePassthrough is the same without the processor
+	// (passthrough.yaml): the base.
+	pipelinePassthrough pipeline = "passthrough"
+)
+
+// result is what one run measured.
+type result struct {
+	pipeline pipeline
+	// spans counts the spans sent, duplicates included; requests the
+	// export requests carrying them.
+	spans, requests int
+	// accepted is from the first send until the collector had accepted
+	// the last request; backAll until every span (and, for the invocation
+	// pipeline, every closing summary) had come back to the receiver.
+	accepted, backAll time.Duration
+	// latencies are, per invocation, from the send of the request
+	// carrying its last span to the arrival of its first closing summary
+	// (invocation pipeline only), sorted.
+	latencies []time.Duration
+	final     int
+	// wrong lists the invocations whose summary is not final with the
+	// workload's exact totals.
+	wrong   []string
+	pending int
+	// load is the machine's load average before and after the run.
+	loadBefore, loadAfter string
+}
+
+// spansPerSecond is the end-to-end throughput: spans sent over the time
+// until all of them (and the summaries) were back.
+func (r result) spansPerSecond() float64 { return float64(r.spans) / r.backAll.Seconds() }
+
+func (r result) percentile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(r.latencies))+0.5) - 1
+	return r.latencies[min(max(i, 0), len(r.latencies)-1)]
+}
+
+// send exports the workload's requests to the collector at otlp with
+// workers concurrent calls, in order; it returns when each got its
+// answer, with the time each request was sent.
+func send(ctx context.Context, otlp string, w *workload, workers int) ([]time.Time, error) {
+	conn, err := grpc.NewClient(otlp, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	client := ptraceotlp.NewGRPCClient(conn)
+	sentAt := make([]time.Time, len(w.requests))
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				sentAt[i] = time.Now()
+				if _, err := client.Export(ctx, w.requests[i], grpc.WaitForReady(true)); err != nil {
+					errs <- fmt.Errorf("export request %d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	var sendErr error
+feed:
+	for i := range w.requests {
+		select {
+		case next <- i:
+		case sendErr = <-errs:
+			break feed
+		case <-ctx.Done():
+			sendErr = ctx.Err()
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if sendErr == nil {
+		select {
+		case sendErr = <-errs:
+		default:
+		}
+	}
+	return sentAt, sendErr
+}
+
+// warmupSpanName names the span warmUp sends.
+const warmupSpanName = "loadgen.warmup"
+
+// warmUp sends a span of no invocation to the collector at otlp every
+// second until it comes back to rec: the collector accepts and its
+// exporter reaches the receiver (which may have started after the
+// collector, whose connection then waits for its next retry).
+func warmUp(ctx context.Context, otlp string, rec *receiver) error {
+	conn, err := grpc.NewClient(otlp, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := ptraceotlp.NewGRPCClient(conn)
+	td := ptrace.NewTraces()
+	sp := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	sp.SetName(warmupSpanName)
+	sp.SetTraceID(pcommon.TraceID{0xa1, 1})
+	sp.SetSpanID(pcommon.SpanID{0xa1, 1})
+	req := ptraceotlp.NewExportRequestFromTraces(td)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		// An error means the collector is not up yet: the next tick tries
+		// again.
+		callCtx, cancel := context.WithTimeout(ctx, time.Second)
+		_, _ = client.Export(callCtx, req, grpc.WaitForReady(true))
+		cancel()
+		select {
+		case <-rec.warm:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("the collector at %s did not export back to %s (its LOADGEN_RECEIVER_ENDPOINT): %w", otlp, rec.addr, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// measure sends w to the collector at otlp, which exports to rec, and
+// waits until everything is back (or ctx ends).
+func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *workload, workers int) (result, error) {
+	if err := warmUp(ctx, otlp, rec); err != nil {
+		return result{}, err
+	}
+	res := result{pipeline: p, spans: len(w.sends), requests: len(w.requests), loadBefore: loadAverage()}
+	var ids []string
+	if p == pipelineInvocation {
+		for _, inv := range w.invocations {
+			ids = append(ids, inv.id)
+		}
+	}
+	rec.expect(len(w.spans), ids)
+	start := time.Now()
+	sentAt, err := send(ctx, otlp, w, workers)
+	if err != nil {
+		return res, err
+	}
+	res.accepted = time.Since(start)
+	doneAt, err := rec.wait(ctx)
+	if err != nil {
+		spans, sums, _ := rec.progress()
+		return res, fmt.Errorf("%s: %d of %d spans and %d of %d summaries came back: %w", p, spans, len(w.spans), sums, len(ids), err)
+	}
+	res.backAll = doneAt.Sub(start)
+	res.loadAfter = loadAverage()
+	_, _, res.pending = rec.progress()
+	if p != pipelineInvocation {
+		return res, nil
+	}
+	got := rec.results()
+	for i, inv := range w.invocations {
+		s := got[inv.id]
+		res.latencies = append(res.latencies, s.at.Sub(sentAt[w.lastRequest[i]]))
+		if s.status == contract.StatusFinal && s.input == inv.input && s.output == inv.output &&
+			s.afterIn == inv.afterIn && s.afterOut == inv.afterOut && s.spans == int64(inv.spans) {
+			res.final++
+			continue
+		}
+		res.wrong = append(res.wrong, fmt.Sprintf("%s: %s %v input %d output %d after %d/%d spans %d, want final input %d output %d after %d/%d spans %d",
+			inv.id, s.status, s.reasons, s.input, s.output, s.afterIn, s.afterOut, s.spans, inv.input, inv.output, inv.afterIn, inv.afterOut, inv.spans))
+	}
+	slices.Sort(res.latencies)
+	return res, nil
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages, or "" where
+// the system does not say.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// collectorRun starts the collector binary bin with the config of p (its
+// log and traces file in dir), measures, and stops the collector.
+func collectorRun(ctx context.Context, bin, dir string, p pipeline, w *workload, workers int) (result, error) {
+	rec, err := startReceiver("127.0.0.1:0")
+	if err != nil {
+		return result{}, err
+	}
+	defer rec.stop()
+	addrs, err := testbin.FreeAddrs(2)
+	if err != nil {
+		return result{}, err
+	}
+	otlp, health := addrs[0], addrs[1]
+	config := filepath.Join(dir, string(p)+".yaml")
+	if err := os.WriteFile(config, configs[p], 0o644); err != nil {
+		return result{}, err
+	}
+	traces := filepath.Join(dir, string(p)+"-traces.json")
+	env := []string{
+		"LOADGEN_OTLP_ENDPOINT=" + otlp,
+		"LOADGEN_RECEIVER_ENDPOINT=" + rec.addr,
+		"LOADGEN_HEALTH_ENDPOINT=" + health,
+		"LOADGEN_TRACES_FILE=" + traces,
+	}
+	proc, err := testbin.Start("otelcol-agentledger", filepath.Join(dir, string(p)+".log"), "", env, bin, "--config", config)
+	if err != nil {
+		return result{}, err
+	}
+	stop := func() error {
+		if err := proc.Stop(testbin.StopTimeout); err != nil {
+			return fmt.Errorf("stop the collector: %w\n%s", err, proc.Tail(20))
+		}
+		return nil
+	}
+	if err := testbin.WaitReady(ctx, proc, "http://"+health+"/"); err != nil {
+		return result{}, errors.Join(fmt.Errorf("%s collector not ready: %w\n%s", p, err, proc.Tail(20)), stop())
+	}
+	res, err := measure(ctx, p, otlp, rec, w, workers)
+	if err != nil {
+		err = fmt.Errorf("%w\ncollector log:\n%s", err, proc.Tail(20))
+	}
+	err = errors.Join(err, stop())
+	_ = os.Remove(traces)
+	return res, err
+}
+
+// report prints r.
+func report(out io.Writer, r result) {
+	fmt.Fprintf(out, "%-12s %7d spans in %5d requests  accepted in %8v  all back in %8v  %8.0f spans/s  (load %s -> %s)\n",
+		r.pipeline, r.spans, r.requests, r.accepted.Round(time.Millisecond), r.backAll.Round(time.Millisecond),
+		r.spansPerSecond(), r.loadBefore, r.loadAfter)
+	if r.pipeline != pipelineInvocation {
+		return
+	}
+	fmt.Fprintf(out, "%-12s %7d invocations final with exact totals, %d wrong; %d pending summaries\n",
+		"", r.final, len(r.wrong), r.pending)
+	fmt.Fprintf(out, "%-12s finalize latency (last span sent -> summary back): p50 %v  p90 %v  p99 %v  max %v\n", "",
+		r.percentile(0.50).Round(time.Microsecond), r.percentile(0.90).Round(time.Microsecond),
+		r.percentile(0.99).Round(time.Microsecond), r.percentile(1).Round(time.Microsecond))
+	for i, w := range r.wrong {
+		if i == 5 {
+			fmt.Fprintf(out, "%-12s ... %d more\n", "", len(r.wrong)-i)
+			break
+		}
+		fmt.Fprintf(out, "%-12s wrong: %s\n", "", w)
+	}
+}
