@@ -49,7 +49,7 @@ help:
 	@echo "make claude        npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into .cache/claude"
 	@echo "make dashboards    regenerate the Grafana dashboards"
 	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
-	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) runs each, into out/bench.txt; benchstat compares modes (-col /mode)"
+	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) interleaved rounds, into out/bench.txt; benchstat compares modes (-col /mode)"
 
 # The Go build cache makes this a no-op when nothing changed; the first build
 # compiles the collector (several minutes), so -v lists packages as they go.
@@ -132,11 +132,21 @@ fuzz:
 # Each benchmark runs its baseline and variants as sub-benchmarks keyed by
 # mode (mode=unwrapped|wrapped, sdk|ledger, passthrough|scan|invocation) in
 # the same run; benchstat (pinned in tools/benchstat) puts the modes side by
-# side, the first as the base. See docs/performance.md.
+# side, the first as the base. The BENCHCOUNT samples are taken in rounds of
+# one run of every benchmark (interleaved), so that a base and its variants
+# share the machine's load; the load averages go to out/bench-load.txt. See
+# docs/performance.md.
+BENCHPKGS := ./instrument ./instrument/internal/genaicall ./instrument/otelopenai ./instrument/otelanthropic ./processor/invocationprocessor
 bench:
 	@mkdir -p out
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) \
-		./instrument ./instrument/otelopenai ./instrument/otelanthropic ./processor/invocationprocessor | tee out/bench.txt
+	@rm -f out/bench.txt
+	@echo "start $$(date -u +%FT%TZ) load $$(cut -d' ' -f1-3 /proc/loadavg)" > out/bench-load.txt
+	@for i in $$(seq $(BENCHCOUNT)); do \
+		echo ">> round $$i of $(BENCHCOUNT)"; \
+		$(GO) test -run '^$$' -bench . -benchmem -count 1 $(BENCHPKGS) | tee -a out/bench.txt; \
+	done
+	@echo "end   $$(date -u +%FT%TZ) load $$(cut -d' ' -f1-3 /proc/loadavg)" >> out/bench-load.txt
+	@cat out/bench-load.txt
 	@echo ">> modes side by side (first column is the base)"
 	$(GO) -C tools/benchstat tool benchstat -col /mode -filter '/mode:/./' $(CURDIR)/out/bench.txt
 	@echo ">> benchmarks without a mode"
