@@ -41,6 +41,12 @@ const (
 	// Such an invocation is never final: ReasonUnattributedWakeup.
 	AttrUnattributed = "invocation.unattributed"
 
+	// AttrTenant (string) names the tenant an invocation belongs to. The
+	// processor sets it on the summaries it emits when its tenant setting
+	// is on; the tenant comes from the authenticated client or a trusted
+	// resource attribute, never from the spans' own attributes.
+	AttrTenant = "invocation.tenant"
+
 	// BaggageInvocationID is the W3C baggage member that carries the
 	// invocation id across process boundaries.
 	BaggageInvocationID = "invocation.id"
@@ -79,6 +85,22 @@ const (
 	SpanNameContinuationPrefix = "continue_agent"
 	SpanNameFollowupClosed     = "followup_closed"
 	SpanNameSummary            = "invocation.summary"
+)
+
+// The summary marker: a summary span is one only when its instrumentation
+// scope is SummaryScopeName and its resource carries
+// AttrSummaryCollector. The processor drops every incoming span named
+// SpanNameSummary (unless it trusts the collector that sent it), so no
+// client can make a span that passes both tests reach an exporter behind
+// it; metrics and dashboards select summaries on the marker, not on the
+// span name alone.
+const (
+	// SummaryScopeName is the instrumentation scope of the summary spans the
+	// processor emits: its import path.
+	SummaryScopeName = "github.com/agentledger/agentledger/processor/invocationprocessor"
+	// AttrSummaryCollector (string, a resource attribute of summary spans)
+	// names the collector whose processor emitted the summary.
+	AttrSummaryCollector = "invocation.collector"
 )
 
 // GenAI semantic-convention attribute keys used by the contract.

@@ -69,6 +69,63 @@ type Config struct {
 	// API and page it serves. Default none: nothing is published.
 	Status *component.ID `mapstructure:"status"`
 
+	// Tenant says where the tenant of a span comes from. With it, the
+	// ledger keys invocations by (tenant, invocation.id), so tenants that
+	// use the same invocation id never share an invocation, and summaries
+	// carry invocation.tenant. Default none: one tenant, invocations keyed
+	// by invocation.id alone.
+	Tenant *TenantConfig `mapstructure:"tenant"`
+
+	// Summaries says how this collector marks the summaries it emits and
+	// whose summaries it lets through.
+	Summaries SummariesConfig `mapstructure:"summaries"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// Tenant sources.
+const (
+	// TenantFromAuth reads the tenant from an auth attribute of the
+	// authenticated client (client.Info), as set by the receiver's
+	// authenticator (basicauth: username).
+	TenantFromAuth = "auth"
+	// TenantFromResource reads the tenant from a resource attribute, for
+	// senders trusted to set it (a load-balancing tier that stamped it
+	// from its own authenticator).
+	TenantFromResource = "resource"
+)
+
+// TenantConfig says where a span's tenant comes from.
+type TenantConfig struct {
+	// Source is TenantFromAuth or TenantFromResource. No default: it must
+	// be set.
+	Source string `mapstructure:"source"`
+	// Attribute is the auth attribute (Source auth; basicauth's is
+	// username) or the resource attribute key (Source resource; the
+	// load-balancing tier in collector-config stamps invocation.tenant)
+	// that holds the tenant. No default: it must be set.
+	Attribute string `mapstructure:"attribute"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// SummariesConfig marks the summaries the processor emits and names the
+// collectors whose summaries it lets through.
+type SummariesConfig struct {
+	// Collector names this collector in the invocation.collector resource
+	// attribute of every summary it emits. Default empty: the host name.
+	Collector string `mapstructure:"collector"`
+	// AcceptFrom lists collectors whose summaries pass through unchanged:
+	// an incoming span named invocation.summary passes only when its scope
+	// is this processor's and its invocation.collector is listed here; any
+	// other is dropped and counted. Default empty: every incoming summary
+	// is dropped. Only for a pipeline whose receiver nobody but those
+	// collectors can reach: the marker says which collector made a
+	// summary, it does not prove it.
+	AcceptFrom []string `mapstructure:"accept_from"`
+
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
@@ -123,6 +180,7 @@ func (cfg *Config) Validate() error {
 	if cfg.Storage != nil && cfg.Storage.Type().String() == "" {
 		errs = append(errs, errors.New("storage must name a storage extension"))
 	}
+	errs = append(errs, cfg.Tenant.validate(), cfg.Summaries.validate())
 	models := make([]string, 0, len(cfg.Prices))
 	for m := range cfg.Prices {
 		models = append(models, m)

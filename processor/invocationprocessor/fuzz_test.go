@@ -108,19 +108,34 @@ func FuzzConsumeTraces(f *testing.F) {
 		if err != nil {
 			td = spansFromBytes(data)
 		}
-		want := td.SpanCount()
-		passed := 0
+		// Every span passes through but the incoming summaries, which are
+		// dropped: the batch itself when it holds none, else a copy.
+		want, incoming := 0, 0
+		forSpans(td, func(_ pcommon.Resource, s ptrace.Span) {
+			if s.Name() == contract.SpanNameSummary {
+				incoming++
+			} else {
+				want++
+			}
+		})
+		passed, copies := 0, 0
 		var sums []ptrace.Traces
 		next, err := consumer.NewTraces(func(_ context.Context, out ptrace.Traces) error {
-			if out == td {
+			switch {
+			case out == td:
 				passed += out.SpanCount()
-			} else {
+			case len(summarySpans([]ptrace.Traces{out})) == out.SpanCount():
 				sums = append(sums, out)
+			default:
+				copies++
+				passed += out.SpanCount()
+				require.Empty(t, summarySpans([]ptrace.Traces{out}), "an incoming summary passed")
 			}
 			return nil
 		})
 		require.NoError(t, err)
 		cfg := createDefaultConfig().(*Config)
+		cfg.Summaries.Collector = testCollector
 		cfg.MaxSpansPerInvocation = 20
 		cfg.MaxOpenInvocations = 2
 		cfg.OpenTimeout = time.Minute
@@ -138,7 +153,15 @@ func FuzzConsumeTraces(f *testing.F) {
 		require.NoError(t, p.tick(ctx, clk.Advance(time.Hour)))
 		require.NoError(t, p.Shutdown(ctx))
 
-		require.Equal(t, 2*want, passed, "every input span passes through, unchanged batch")
+		require.Equal(t, 2*want, passed, "every input span but the summaries passes through")
+		if incoming == 0 {
+			require.Zero(t, copies, "a batch without summaries passes unchanged")
+		}
+		for _, out := range sums {
+			forSpans(out, func(res pcommon.Resource, _ ptrace.Span) {
+				require.Equal(t, testCollector, res.Attributes().AsRaw()[contract.AttrSummaryCollector], "summary marked")
+			})
+		}
 		for _, s := range summarySpans(sums) {
 			require.NotEmpty(t, strAttr(s, contract.AttrInvocationID))
 			require.Contains(t, []string{contract.StatusPending, contract.StatusFinal, contract.StatusIncomplete}, strAttr(s, contract.AttrStatus))

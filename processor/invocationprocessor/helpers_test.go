@@ -41,6 +41,9 @@ func (c *fakeClock) Advance(d time.Duration) time.Time {
 	return c.t
 }
 
+// testCollector names the harness's collector on its summaries.
+const testCollector = "test-collector"
+
 // harness is a processor wired to a sink and a fake clock, never started:
 // tests drive timers with tick.
 type harness struct {
@@ -53,6 +56,7 @@ type harness struct {
 func newHarness(t testing.TB, shards int, mod func(*Config)) *harness {
 	t.Helper()
 	cfg := createDefaultConfig().(*Config)
+	cfg.Summaries.Collector = testCollector // not the host's name: golden files
 	if mod != nil {
 		mod(cfg)
 	}

@@ -67,6 +67,9 @@ type spanRef struct {
 // it; index holds the shard's bookkeeping and lookup tables, which are
 // rebuilt on demand, not stored.
 type invocation struct {
+	// ID is the ledger key: the invocation.id, joined to its tenant when
+	// the processor has tenants (ledgerKey, tenant.go). Summaries and
+	// status views carry the two apart.
 	ID    string `json:"id"`
 	Phase phase  `json:"phase"`
 

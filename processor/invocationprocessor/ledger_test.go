@@ -442,13 +442,19 @@ func TestCost(t *testing.T) {
 	assert.Equal(t, []string{"unpriced_model:m2"}, strsAttr(s, contract.AttrAnomalies))
 }
 
+// TestSummaryNotReindexed: a summary seen again by a collector that
+// trusts its emitter (a second tier) passes through once more and is
+// never indexed.
 func TestSummaryNotReindexed(t *testing.T) {
-	h := newHarness(t, 1, nil)
+	h := newHarness(t, 1, func(c *Config) { c.Summaries.AcceptFrom = []string{testCollector} })
 	h.consume(batch(scenario("inv-1", 0)...))
 	first := h.sink.AllTraces()
 	require.Len(t, first, 2)
 	h.consume(first[1]) // a second tier sees the summary
 	assert.Len(t, h.of("inv-1"), 2, "summary passed through once more, not indexed")
+	all := h.sink.AllTraces()
+	require.Len(t, all, 3)
+	assert.True(t, all[2] == first[1], "the trusted summary's batch passes unchanged, not copied")
 	assert.Equal(t, int64(6), h.p.shards[0].invs["inv-1"].Indexed)
 }
 

@@ -73,7 +73,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 			}
 			continue
 		}
-		td := buildTraces(out)
+		td := buildTraces(out, &p.trust)
 		var err error
 		if mode == flushAtShutdown {
 			err = p.sendWithin(ctx, s, td) // releases the semaphore itself

@@ -77,6 +77,12 @@ type invocationProcessor struct {
 	set    processor.Settings
 	config *Config
 
+	// tenants reads each span's tenant (tenant.go); trust decides which
+	// incoming summaries pass and marks the ones made here (trust.go).
+	tenants                   tenants
+	trust                     trust
+	warnSummaries, warnTenant rateLimitedWarning
+
 	// lifeMu guards stop, done and cancel, the timer goroutine's controls.
 	lifeMu sync.Mutex
 	stop   chan struct{}
@@ -93,6 +99,10 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, fmt.Errorf("invocation processor telemetry: %w", err)
+	}
+	trust, err := newTrust(&cfg.Summaries)
+	if err != nil {
+		return nil, fmt.Errorf("invocation processor config: %w", err)
 	}
 	if numShards <= 0 {
 		numShards = runtime.GOMAXPROCS(0) * 4
@@ -124,6 +134,10 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		p.store = newStore(*cfg.Storage, set.ID, set.Logger)
 	}
 	p.statusID = cfg.Status
+	p.tenants = newTenants(cfg.Tenant)
+	p.trust = trust
+	p.warnSummaries.msg = "dropped incoming invocation.summary spans: only the invocation processor writes summaries (summaries::accept_from names trusted collectors)"
+	p.warnTenant.msg = "spans without a tenant were passed on without being indexed (see the processor's tenant setting)"
 	for _, op := range cfg.UsageOperations {
 		p.cfg.usageOps[op] = struct{}{}
 	}
@@ -236,33 +250,55 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 // indexRef is one span of the batch routed to a shard.
 type indexRef struct {
 	shard int
-	id    string
+	id    string // the ledger key: tenant and invocation id (ledgerKey)
 	span  ptrace.Span
 	res   pcommon.Resource
 }
 
-// ConsumeTraces indexes member spans, passes the batch on unchanged, and
-// then sends any summaries the batch completed.
+// ConsumeTraces indexes member spans under their tenant, passes the batch
+// on (without the summaries it does not accept from outside), and then
+// sends any summaries the batch completed.
 func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	now := p.clock.Now().UnixNano()
 	var refs []indexRef
+	var refusedSpans refused
+	req := p.tenants.ofRequest(ctx)
 	rss := td.ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
+		tenant, tenantOK := p.tenants.of(req, rs.Resource())
 		sss := rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				sp := spans.At(k)
+				if sp.Name() == contract.SpanNameSummary {
+					// Never a member. Passed on only from a trusted
+					// collector (a second tier), else dropped below.
+					if !p.trust.accepts(sss.At(j).Scope(), rs.Resource()) {
+						refusedSpans.summaries++
+					}
+					continue
+				}
 				v, ok := sp.Attributes().Get(contract.AttrInvocationID)
 				if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" {
 					continue
 				}
-				if sp.Name() == contract.SpanNameSummary {
-					continue // our own output seen again (a second tier); never a member
+				if !tenantOK {
+					refusedSpans.withoutTenant++
+					continue
 				}
-				id := v.Str()
-				refs = append(refs, indexRef{shard: p.shardOf(id), id: id, span: sp, res: rs.Resource()})
+				key := ledgerKey(tenant, v.Str())
+				refs = append(refs, indexRef{shard: p.shardOf(key), id: key, span: sp, res: rs.Resource()})
+			}
+		}
+	}
+	if refusedSpans != (refused{}) {
+		p.recordRefused(ctx, refusedSpans, now)
+		if refusedSpans.summaries > 0 {
+			td = p.trust.withoutUntrustedSummaries(td)
+			if td.SpanCount() == 0 && len(refs) == 0 {
+				return nil
 			}
 		}
 	}

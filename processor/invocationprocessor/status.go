@@ -115,8 +115,10 @@ func (s *summary) statusView(now int64) statusapi.Invocation {
 			traces = append(traces, t)
 		}
 	}
+	tenant, id := parseLedgerKey(s.id)
 	return statusapi.Invocation{
-		ID:       s.id,
+		ID:       id,
+		Tenant:   tenant,
 		Session:  s.conversationID,
 		Agent:    s.agentName,
 		Service:  serviceName(s.resource),
@@ -144,8 +146,10 @@ func (s *summary) statusView(now int64) statusapi.Invocation {
 // waits on.
 func (inv *invocation) statusView(now int64, cfg *ledgerConfig) statusapi.Invocation {
 	lastSeen := unixTime(inv.LastArrival)
+	tenant, id := parseLedgerKey(inv.ID)
 	v := statusapi.Invocation{
-		ID:       inv.ID,
+		ID:       id,
+		Tenant:   tenant,
 		Session:  inv.ConversationID,
 		Agent:    inv.AgentName,
 		Service:  serviceName(inv.Resource),

@@ -78,6 +78,8 @@ type pendingRecord struct {
 type shardPersist struct {
 	part  int
 	store *store
+	// trust marks the summaries stored as they will be sent (trust.go).
+	trust *trust
 
 	// The current locked section.
 	active   bool
@@ -228,7 +230,7 @@ func (p *invocationProcessor) load(ctx context.Context) {
 	st.shards = p.shards
 	restored := 0
 	for i, s := range p.shards {
-		ps := &shardPersist{part: i, store: st, tainted: map[string]int64{}, resIndex: map[pcommon.Resource]int{}}
+		ps := &shardPersist{part: i, store: st, trust: &p.trust, tainted: map[string]int64{}, resIndex: map[pcommon.Resource]int{}}
 		s.mu.Lock()
 		s.persist = ps
 		s.mu.Unlock()
@@ -572,7 +574,7 @@ func (s *shard) journalForget(inv *invocation) {
 func observe(s *shard, ps *shardPersist) {
 	for ; ps.observed < len(s.outbox); ps.observed++ {
 		sum := &s.outbox[ps.observed]
-		ev := storedEvent{kind: evEmit, id: sum.id, status: sum.status, revision: sum.revision, summary: encodeSummary(sum)}
+		ev := storedEvent{kind: evEmit, id: sum.id, status: sum.status, revision: sum.revision, summary: encodeSummary(sum, ps.trust)}
 		if inv, ok := s.invs[sum.id]; ok && sum.revision == 1 {
 			ev.forced = inv.Forced
 		}

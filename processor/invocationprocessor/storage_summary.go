@@ -11,11 +11,11 @@ import (
 // encodeSummary stores a summary as the span the next consumer receives
 // (resource attributes, then the span with every attribute), so a summary
 // re-sent after a restart is the same span, whatever fields it has.
-func encodeSummary(sum *summary) []byte {
+func encodeSummary(sum *summary, t *trust) []byte {
 	if sum.restored != nil {
 		return encodeResourceSpan(*sum.restored)
 	}
-	td := buildTraces([]summary{*sum})
+	td := buildTraces([]summary{*sum}, t)
 	return encodeResourceSpan(td.ResourceSpans().At(0))
 }
 

@@ -19,7 +19,8 @@ const costCurrency = "USD"
 // summary is a snapshot of an invocation taken under the shard lock; it is
 // turned into a span after the lock is released.
 type summary struct {
-	id, status     string
+	id             string // the ledger key (ledgerKey): tenant and invocation id
+	status         string
 	revision       int64
 	traceID        pcommon.TraceID
 	parentID       pcommon.SpanID
@@ -109,19 +110,24 @@ func summarySpanID(id string, revision int64, status string) pcommon.SpanID {
 }
 
 // buildTraces turns summaries into spans, each in its own ResourceSpans
-// carrying the root's resource attributes so a trace UI files the summary
-// under the agent's service.
-func buildTraces(sums []summary) ptrace.Traces {
+// carrying the root's resource attributes, so a trace UI files the summary
+// under the agent's service, and the marker (trust.mark).
+func buildTraces(sums []summary, t *trust) ptrace.Traces {
 	td := ptrace.NewTraces()
 	for i := range sums {
 		s := &sums[i]
 		if s.restored != nil {
-			s.restored.CopyTo(td.ResourceSpans().AppendEmpty())
+			rs := td.ResourceSpans().AppendEmpty()
+			s.restored.CopyTo(rs)
+			// Stored before a restart, perhaps by a version that did not
+			// mark summaries: this collector is the one sending it.
+			t.mark(rs.Resource().Attributes())
 			continue
 		}
 		rs := td.ResourceSpans().AppendEmpty()
 		// FromRaw only fails for value types AsRaw never produces.
 		_ = rs.Resource().Attributes().FromRaw(s.resource)
+		t.mark(rs.Resource().Attributes())
 		ss := rs.ScopeSpans().AppendEmpty()
 		ss.Scope().SetName(metadata.ScopeName)
 		s.fill(ss.Spans().AppendEmpty())
@@ -148,8 +154,12 @@ func (s *summary) fill(sp ptrace.Span) {
 	}
 
 	a := sp.Attributes()
-	a.EnsureCapacity(28)
-	a.PutStr(contract.AttrInvocationID, s.id)
+	a.EnsureCapacity(29)
+	tenant, id := parseLedgerKey(s.id)
+	a.PutStr(contract.AttrInvocationID, id)
+	if tenant != "" {
+		a.PutStr(contract.AttrTenant, tenant)
+	}
 	if s.conversationID != "" {
 		a.PutStr(contract.AttrConversationID, s.conversationID)
 	}

@@ -33,6 +33,10 @@ func (s Status) Valid() bool {
 type Invocation struct {
 	// ID is the invocation.id.
 	ID string `json:"id"`
+	// Tenant is the invocation's tenant (invocation.tenant), empty when
+	// the collector's processor has no tenant setting. Invocations of
+	// different tenants may share an ID; they never share a view.
+	Tenant string `json:"tenant,omitempty"`
 	// Session is the gen_ai.conversation.id of its root span; empty until
 	// the root arrives.
 	Session string `json:"session,omitempty"`

@@ -23,21 +23,23 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                  metric.Meter
-	mu                                     sync.Mutex
-	registrations                          []metric.Registration
-	ProcessorInvocationBoundHits           metric.Int64Counter
-	ProcessorInvocationDuplicateSpans      metric.Int64Counter
-	ProcessorInvocationFinalityDelay       metric.Float64Histogram
-	ProcessorInvocationOpenInvocations     metric.Int64UpDownCounter
-	ProcessorInvocationSpansIndexed        metric.Int64Counter
-	ProcessorInvocationStorageBytesWritten metric.Int64Counter
-	ProcessorInvocationStorageErrors       metric.Int64Counter
-	ProcessorInvocationStorageInvocations  metric.Int64UpDownCounter
-	ProcessorInvocationStorageLoadTime     metric.Float64Histogram
-	ProcessorInvocationStorageWriteLatency metric.Float64Histogram
-	ProcessorInvocationSummaries           metric.Int64Counter
-	ProcessorInvocationSummarySendFailures metric.Int64Counter
+	meter                                       metric.Meter
+	mu                                          sync.Mutex
+	registrations                               []metric.Registration
+	ProcessorInvocationBoundHits                metric.Int64Counter
+	ProcessorInvocationDuplicateSpans           metric.Int64Counter
+	ProcessorInvocationFinalityDelay            metric.Float64Histogram
+	ProcessorInvocationIncomingSummariesDropped metric.Int64Counter
+	ProcessorInvocationOpenInvocations          metric.Int64UpDownCounter
+	ProcessorInvocationSpansIndexed             metric.Int64Counter
+	ProcessorInvocationSpansWithoutTenant       metric.Int64Counter
+	ProcessorInvocationStorageBytesWritten      metric.Int64Counter
+	ProcessorInvocationStorageErrors            metric.Int64Counter
+	ProcessorInvocationStorageInvocations       metric.Int64UpDownCounter
+	ProcessorInvocationStorageLoadTime          metric.Float64Histogram
+	ProcessorInvocationStorageWriteLatency      metric.Float64Histogram
+	ProcessorInvocationSummaries                metric.Int64Counter
+	ProcessorInvocationSummarySendFailures      metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -88,6 +90,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithExplicitBucketBoundaries([]float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 14400}...),
 	)
 	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationIncomingSummariesDropped, err = builder.meter.Int64Counter(
+		"otelcol_processor_invocation_incoming_summaries_dropped",
+		metric.WithDescription("Number of incoming spans named invocation.summary dropped because they did not come from a collector listed in summaries::accept_from (only the processor writes summaries). [Alpha]"),
+		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ProcessorInvocationOpenInvocations, err = builder.meter.Int64UpDownCounter(
 		"otelcol_processor_invocation_open_invocations",
 		metric.WithDescription("Number of invocations currently open (not yet given a final or incomplete summary). [Alpha]"),
@@ -97,6 +105,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ProcessorInvocationSpansIndexed, err = builder.meter.Int64Counter(
 		"otelcol_processor_invocation_spans_indexed",
 		metric.WithDescription("Number of distinct member spans indexed into an invocation. [Alpha]"),
+		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationSpansWithoutTenant, err = builder.meter.Int64Counter(
+		"otelcol_processor_invocation_spans_without_tenant",
+		metric.WithDescription("Number of spans with an invocation.id passed on without being indexed because the tenant setting found no valid tenant for them (no authenticated client attribute, or no resource attribute). [Alpha]"),
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)

@@ -68,6 +68,22 @@ func AssertEqualProcessorInvocationFinalityDelay(t *testing.T, tt *componenttest
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualProcessorInvocationIncomingSummariesDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_invocation_incoming_summaries_dropped",
+		Description: "Number of incoming spans named invocation.summary dropped because they did not come from a collector listed in summaries::accept_from (only the processor writes summaries). [Alpha]",
+		Unit:        "{span}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_invocation_incoming_summaries_dropped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualProcessorInvocationOpenInvocations(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_invocation_open_invocations",
@@ -96,6 +112,22 @@ func AssertEqualProcessorInvocationSpansIndexed(t *testing.T, tt *componenttest.
 		},
 	}
 	got, err := tt.GetMetric("otelcol_processor_invocation_spans_indexed")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualProcessorInvocationSpansWithoutTenant(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_invocation_spans_without_tenant",
+		Description: "Number of spans with an invocation.id passed on without being indexed because the tenant setting found no valid tenant for them (no authenticated client attribute, or no resource attribute). [Alpha]",
+		Unit:        "{span}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_invocation_spans_without_tenant")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

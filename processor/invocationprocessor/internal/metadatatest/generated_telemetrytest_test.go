@@ -22,8 +22,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorInvocationBoundHits.Add(context.Background(), 1)
 	tb.ProcessorInvocationDuplicateSpans.Add(context.Background(), 1)
 	tb.ProcessorInvocationFinalityDelay.Record(context.Background(), 1)
+	tb.ProcessorInvocationIncomingSummariesDropped.Add(context.Background(), 1)
 	tb.ProcessorInvocationOpenInvocations.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansIndexed.Add(context.Background(), 1)
+	tb.ProcessorInvocationSpansWithoutTenant.Add(context.Background(), 1)
 	tb.ProcessorInvocationStorageBytesWritten.Add(context.Background(), 1)
 	tb.ProcessorInvocationStorageErrors.Add(context.Background(), 1)
 	tb.ProcessorInvocationStorageInvocations.Add(context.Background(), 1)
@@ -40,10 +42,16 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualProcessorInvocationFinalityDelay(t, testTel,
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationIncomingSummariesDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationOpenInvocations(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationSpansIndexed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationSpansWithoutTenant(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationStorageBytesWritten(t, testTel,
