@@ -75,32 +75,57 @@ func age(since, now time.Time) float64 {
 	return d.Seconds()
 }
 
+// tenantParam reads the only query parameter the single-invocation and
+// session paths take: tenant, the tenant whose invocation or session is
+// meant ("" or absent: the ones without a tenant). Invocation IDs and
+// session names are the tenant's own.
+func tenantParam(q url.Values) (string, error) {
+	for k, vs := range q {
+		if k != "tenant" {
+			return "", fmt.Errorf("unknown query parameter %q (known: tenant)", k)
+		}
+		if len(vs) != 1 {
+			return "", fmt.Errorf("query parameter %q given %d times", k, len(vs))
+		}
+	}
+	return q.Get("tenant"), nil
+}
+
 func (e *statusExtension) getInvocation(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, "this path takes no query parameters")
+	tenant, err := tenantParam(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	id := r.PathValue("id")
-	v, ok := e.store.get(id)
+	v, ok := e.store.get(tenant, id)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q is not open and not among the recently closed ones", id))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q%s is not open and not among the recently closed ones", id, ofTenant(tenant)))
 		return
 	}
 	writeJSON(w, present(v, e.now()))
 }
 
 func (e *statusExtension) getSession(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, "this path takes no query parameters")
+	tenant, err := tenantParam(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	session := r.PathValue("session")
-	views := e.store.list(filter{session: session})
+	views := e.store.list(filter{session: session, tenant: tenant, byTenant: true})
 	if len(views) == 0 {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no open or recently closed invocation of session %q", session))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no open or recently closed invocation of session %q%s", session, ofTenant(tenant)))
 		return
 	}
 	writeJSON(w, sessionOf(session, views, e.now()))
+}
+
+func ofTenant(tenant string) string {
+	if tenant == "" {
+		return ""
+	}
+	return fmt.Sprintf(" of tenant %q", tenant)
 }
 
 // sessionOf answers for a session from its views, oldest first.
@@ -138,14 +163,15 @@ type listQuery struct {
 	after  *pageKey
 }
 
-// pageKey is the sort key of the last invocation of a page.
+// pageKey is the sort key of the last invocation of a page: its start,
+// then its tenant and ID (viewKey).
 type pageKey struct {
 	started time.Time
-	id      string
+	key     string
 }
 
 func (k pageKey) token() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.started.UnixNano(), 10) + "/" + k.id))
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.started.UnixNano(), 10) + "/" + k.key))
 }
 
 func parsePageToken(tok string) (*pageKey, error) {
@@ -153,15 +179,15 @@ func parsePageToken(tok string) (*pageKey, error) {
 	if err != nil {
 		return nil, errors.New("page_token is not a token this server made")
 	}
-	ns, id, ok := strings.Cut(string(raw), "/")
+	ns, key, ok := strings.Cut(string(raw), "/")
 	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil {
+	if !ok || err != nil || !strings.Contains(key, "\x00") {
 		return nil, errors.New("page_token is not a token this server made")
 	}
-	return &pageKey{started: time.Unix(0, n).UTC(), id: id}, nil
+	return &pageKey{started: time.Unix(0, n).UTC(), key: key}, nil
 }
 
-var listParams = []string{"status", "older_than", "session", "limit", "page_token"}
+var listParams = []string{"status", "older_than", "session", "tenant", "limit", "page_token"}
 
 func parseListQuery(q url.Values, now time.Time) (listQuery, error) {
 	out := listQuery{limit: defaultPageSize, filter: filter{now: now}}
@@ -191,6 +217,9 @@ func parseListQuery(q url.Values, now time.Time) (listQuery, error) {
 		if out.filter.session = q.Get("session"); out.filter.session == "" {
 			return out, errors.New("session must not be empty")
 		}
+	}
+	if q.Has("tenant") {
+		out.filter.tenant, out.filter.byTenant = q.Get("tenant"), true
 	}
 	if s := q.Get("limit"); q.Has("limit") {
 		n, err := strconv.Atoi(s)
@@ -224,10 +253,10 @@ func (e *statusExtension) listInvocations(w http.ResponseWriter, r *http.Request
 			if n := v.Started.Compare(k.started); n != 0 {
 				return n
 			}
-			return strings.Compare(v.ID, k.id)
+			return strings.Compare(viewKey(v.Tenant, v.ID), k.key)
 		})
 		// Skip the token's own invocation if it is still there.
-		if start < len(views) && views[start].ID == q.after.id && views[start].Started.Equal(q.after.started) {
+		if start < len(views) && viewKey(views[start].Tenant, views[start].ID) == q.after.key && views[start].Started.Equal(q.after.started) {
 			start++
 		}
 	}
@@ -236,7 +265,8 @@ func (e *statusExtension) listInvocations(w http.ResponseWriter, r *http.Request
 		out.Invocations = append(out.Invocations, present(v, now))
 	}
 	if end < len(views) {
-		out.NextPageToken = pageKey{started: views[end-1].Started, id: views[end-1].ID}.token()
+		last := views[end-1]
+		out.NextPageToken = pageKey{started: last.Started, key: viewKey(last.Tenant, last.ID)}.token()
 	}
 	writeJSON(w, out)
 }

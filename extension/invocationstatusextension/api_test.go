@@ -37,7 +37,7 @@ func TestInvocationByID(t *testing.T) {
 	assert.Equal(t, t0.Add(4*time.Hour), got.Waiting.OpenTimeoutAt)
 
 	// The stored view is not touched by answering.
-	stored, _ := e.store.get("inv-1")
+	stored, _ := e.store.get("", "inv-1")
 	assert.Zero(t, stored.Waiting.ExpectedFollowups[0].AgeSeconds)
 
 	// Closed: final, nothing waited on.
@@ -282,4 +282,83 @@ func derefs(vs []*statusapi.Invocation) []statusapi.Invocation {
 		out = append(out, *v)
 	}
 	return slices.Clip(out)
+}
+
+// TestTenantsApart: tenants that reuse an invocation ID and a session name
+// get separate views; a tenant's closing view does not replace another's
+// open one, and each path answers for the tenant asked (none: the views
+// without a tenant).
+func TestTenantsApart(t *testing.T) {
+	e := newTestExtension(t, nil)
+	srv := serve(t, e)
+	of := func(v statusapi.Invocation, tenant string) statusapi.Invocation {
+		v.Tenant = tenant
+		return v
+	}
+	e.PublishInvocations([]statusapi.Invocation{
+		of(openView("inv-1", "s1", time.Minute, childWaiting("a")), "alice"),
+		of(openView("inv-1", "s1", time.Minute, childWaiting("a")), ""),
+	})
+	e.PublishInvocations([]statusapi.Invocation{of(closedView("inv-1", "s1", statusapi.StatusFinal, 1, time.Minute), "bob")})
+
+	for _, tc := range []struct {
+		query  string
+		status statusapi.Status
+		tenant string
+	}{
+		{"?tenant=alice", statusapi.StatusPending, "alice"},
+		{"?tenant=bob", statusapi.StatusFinal, "bob"},
+		{"", statusapi.StatusPending, ""},
+		{"?tenant=", statusapi.StatusPending, ""},
+	} {
+		var v statusapi.Invocation
+		getJSON(t, srv, "/v1/invocations/inv-1"+tc.query, &v)
+		assert.Equal(t, tc.status, v.Status, tc.query)
+		assert.Equal(t, tc.tenant, v.Tenant, tc.query)
+	}
+	code, body := get(t, srv, "/v1/invocations/inv-1?tenant=carol")
+	assert.Equal(t, http.StatusNotFound, code, "%s", body)
+	code, body = get(t, srv, "/v1/invocations/inv-1?tenant=alice&x=1")
+	assert.Equal(t, http.StatusBadRequest, code, "%s", body)
+	assert.NotContains(t, string(body), "pending", "an error carries no data")
+
+	var s statusapi.Session
+	getJSON(t, srv, "/v1/sessions/s1?tenant=bob", &s)
+	assert.False(t, s.OwesWork)
+	assert.Equal(t, []string{"inv-1"}, s.ClosedInvocations)
+	assert.Empty(t, s.OpenInvocations)
+	s = statusapi.Session{}
+	getJSON(t, srv, "/v1/sessions/s1?tenant=alice", &s)
+	assert.True(t, s.OwesWork, "bob's final invocation says nothing of alice's")
+	require.Len(t, s.OpenInvocations, 1)
+	assert.Equal(t, "alice", s.OpenInvocations[0].Tenant)
+	code, _ = get(t, srv, "/v1/sessions/s1?tenant=carol")
+	assert.Equal(t, http.StatusNotFound, code)
+
+	var l statusapi.InvocationList
+	getJSON(t, srv, "/v1/invocations?tenant=alice", &l)
+	assert.Equal(t, 1, l.Total)
+	l = statusapi.InvocationList{}
+	getJSON(t, srv, "/v1/invocations?session=s1&tenant=bob", &l)
+	require.Equal(t, 1, l.Total)
+	assert.Equal(t, statusapi.StatusFinal, l.Invocations[0].Status)
+	// All three share an ID and a start: pages of one still name each once.
+	var tenants []string
+	token := ""
+	for range 4 {
+		q := "/v1/invocations?limit=1"
+		if token != "" {
+			q += "&page_token=" + url.QueryEscape(token)
+		}
+		var page statusapi.InvocationList // fresh: omitted fields must not carry over
+		getJSON(t, srv, q, &page)
+		assert.Equal(t, 3, page.Total)
+		for _, v := range page.Invocations {
+			tenants = append(tenants, v.Tenant)
+		}
+		if token = page.NextPageToken; token == "" {
+			break
+		}
+	}
+	assert.Equal(t, []string{"", "alice", "bob"}, tenants)
 }

@@ -179,3 +179,37 @@ func TestBearerTokenAuth(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, owes)
 }
+
+// TestClientWithTenant: a client for one tenant sees that tenant's
+// invocations and sessions only, over every backend.
+func TestClientWithTenant(t *testing.T) {
+	ctx := context.Background()
+	b1, b2 := newTestExtension(t, nil), newTestExtension(t, nil)
+	u1, u2 := startExtension(t, b1, nil), startExtension(t, b2, nil)
+	alice := openView("inv-1", "s1", time.Minute, jobWaiting("background shell", t0.Add(-time.Minute)))
+	alice.Tenant = "alice"
+	bob := closedView("inv-1", "s1", statusapi.StatusFinal, 1, time.Minute)
+	bob.Tenant = "bob"
+	b1.PublishInvocations([]statusapi.Invocation{alice})
+	b2.PublishInvocations([]statusapi.Invocation{bob})
+
+	for _, tc := range []struct {
+		tenant string
+		status statusapi.Status
+		owes   bool
+	}{{"alice", statusapi.StatusPending, true}, {"bob", statusapi.StatusFinal, false}} {
+		c := testClient(t, []string{u1, u2}, statusapi.WithTenant(tc.tenant))
+		inv, err := c.Invocation(ctx, "inv-1")
+		require.NoError(t, err, tc.tenant)
+		assert.Equal(t, tc.status, inv.Status, tc.tenant)
+		assert.Equal(t, tc.tenant, inv.Tenant)
+		owes, err := c.OwesWork(ctx, "s1")
+		require.NoError(t, err)
+		assert.Equal(t, tc.owes, owes, tc.tenant)
+		l, err := c.List(ctx, statusapi.ListOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, 1, l.Total, tc.tenant)
+	}
+	_, err := testClient(t, []string{u1, u2}).Invocation(ctx, "inv-1")
+	require.ErrorIs(t, err, statusapi.ErrNotFound, "no tenant: neither")
+}

@@ -11,12 +11,14 @@ import (
 
 // store holds the latest view of every open invocation the processor
 // published and of the most recently closed ones. Views are immutable once
-// published: the store hands out the same pointers to readers.
+// published: the store hands out the same pointers to readers. A view is
+// known by its tenant and ID together (viewKey): tenants may reuse each
+// other's invocation IDs and session names.
 type store struct {
 	maxClosed int
 
-	// mu guards every field below: the open and closed views by ID, the
-	// closing order, and the session index.
+	// mu guards every field below: the open and closed views by viewKey,
+	// the closing order, and the session index.
 	mu     sync.RWMutex
 	open   map[string]*statusapi.Invocation
 	closed map[string]*closedEntry
@@ -26,9 +28,14 @@ type store struct {
 	closings []closing
 	head     int
 	seq      uint64
-	// sessions maps a session to the IDs of its open and closed views.
+	// sessions maps a session (viewKey of tenant and session) to the keys
+	// of its open and closed views.
 	sessions map[string]map[string]struct{}
 }
+
+// viewKey joins a tenant and an invocation ID (or a session name). A
+// tenant never holds NUL, so no two pairs share a key.
+func viewKey(tenant, id string) string { return tenant + "\x00" + id }
 
 type closedEntry struct {
 	view *statusapi.Invocation
@@ -36,7 +43,7 @@ type closedEntry struct {
 }
 
 type closing struct {
-	id  string
+	key string
 	seq uint64
 }
 
@@ -49,27 +56,29 @@ func newStore(maxClosed int) *store {
 	}
 }
 
-// publish records each view in order, replacing the earlier view of its ID.
+// publish records each view in order, replacing the earlier view of its
+// tenant and ID.
 func (s *store) publish(views []statusapi.Invocation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range views {
 		v := views[i] // a copy: the caller keeps its slice
-		s.remove(v.ID)
-		s.index(v.Session, v.ID)
+		key := viewKey(v.Tenant, v.ID)
+		s.remove(key)
+		s.index(v.Tenant, v.Session, key)
 		if v.Open() {
-			s.open[v.ID] = &v
+			s.open[key] = &v
 			continue
 		}
 		s.seq++
-		s.closed[v.ID] = &closedEntry{view: &v, seq: s.seq}
-		s.closings = append(s.closings, closing{id: v.ID, seq: s.seq})
+		s.closed[key] = &closedEntry{view: &v, seq: s.seq}
+		s.closings = append(s.closings, closing{key: key, seq: s.seq})
 	}
 	for len(s.closed) > s.maxClosed {
 		c := s.closings[s.head]
 		s.head++
-		if e, ok := s.closed[c.id]; ok && e.seq == c.seq {
-			s.remove(c.id)
+		if e, ok := s.closed[c.key]; ok && e.seq == c.seq {
+			s.remove(c.key)
 		}
 	}
 	// Drop the consumed prefix and stale entries once they outnumber the
@@ -77,7 +86,7 @@ func (s *store) publish(views []statusapi.Invocation) {
 	if s.head > 0 && len(s.closings) > 2*len(s.closed)+64 {
 		live := s.closings[:0]
 		for _, c := range s.closings[s.head:] {
-			if e, ok := s.closed[c.id]; ok && e.seq == c.seq {
+			if e, ok := s.closed[c.key]; ok && e.seq == c.seq {
 				live = append(live, c)
 			}
 		}
@@ -86,47 +95,50 @@ func (s *store) publish(views []statusapi.Invocation) {
 	}
 }
 
-// remove forgets the view of id, open or closed. mu must be held.
-func (s *store) remove(id string) {
-	var session string
-	if v, ok := s.open[id]; ok {
-		session = v.Session
-		delete(s.open, id)
-	} else if e, ok := s.closed[id]; ok {
-		session = e.view.Session
-		delete(s.closed, id)
+// remove forgets the view of key, open or closed. mu must be held.
+func (s *store) remove(key string) {
+	var v *statusapi.Invocation
+	if o, ok := s.open[key]; ok {
+		v = o
+		delete(s.open, key)
+	} else if e, ok := s.closed[key]; ok {
+		v = e.view
+		delete(s.closed, key)
 	} else {
 		return
 	}
-	if ids, ok := s.sessions[session]; ok {
-		delete(ids, id)
-		if len(ids) == 0 {
+	session := viewKey(v.Tenant, v.Session)
+	if keys, ok := s.sessions[session]; ok {
+		delete(keys, key)
+		if len(keys) == 0 {
 			delete(s.sessions, session)
 		}
 	}
 }
 
-// index adds id to its session's IDs. mu must be held.
-func (s *store) index(session, id string) {
+// index adds a view's key to its session's. mu must be held.
+func (s *store) index(tenant, session, key string) {
 	if session == "" {
 		return
 	}
-	ids, ok := s.sessions[session]
+	session = viewKey(tenant, session)
+	keys, ok := s.sessions[session]
 	if !ok {
-		ids = make(map[string]struct{}, 1)
-		s.sessions[session] = ids
+		keys = make(map[string]struct{}, 1)
+		s.sessions[session] = keys
 	}
-	ids[id] = struct{}{}
+	keys[key] = struct{}{}
 }
 
-// get returns the view of id.
-func (s *store) get(id string) (*statusapi.Invocation, bool) {
+// get returns the view of the tenant's invocation id.
+func (s *store) get(tenant, id string) (*statusapi.Invocation, bool) {
+	key := viewKey(tenant, id)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if v, ok := s.open[id]; ok {
+	if v, ok := s.open[key]; ok {
 		return v, true
 	}
-	if e, ok := s.closed[id]; ok {
+	if e, ok := s.closed[key]; ok {
 		return e.view, true
 	}
 	return nil, false
@@ -134,15 +146,20 @@ func (s *store) get(id string) (*statusapi.Invocation, bool) {
 
 // filter selects views for a list.
 type filter struct {
-	status    statusapi.Status // "" for every status
-	session   string           // "" for every session
-	olderThan time.Duration    // 0 for any age
+	status  statusapi.Status // "" for every status
+	session string           // "" for every session; a session is the tenant's
+	// tenant keeps one tenant's views when byTenant is set ("" for the
+	// views without a tenant); a session filter always reads it.
+	tenant    string
+	byTenant  bool
+	olderThan time.Duration // 0 for any age
 	now       time.Time
 }
 
 func (f filter) keep(v *statusapi.Invocation) bool {
 	return (f.status == "" || v.Status == f.status) &&
-		(f.session == "" || v.Session == f.session) &&
+		(f.session == "" || v.Session == f.session && v.Tenant == f.tenant) &&
+		(!f.byTenant || v.Tenant == f.tenant) &&
 		(f.olderThan <= 0 || !v.Started.After(f.now.Add(-f.olderThan)))
 }
 
@@ -152,10 +169,10 @@ func (s *store) list(f filter) []*statusapi.Invocation {
 	s.mu.RLock()
 	switch {
 	case f.session != "":
-		for id := range s.sessions[f.session] {
-			if v, ok := s.open[id]; ok && f.keep(v) {
+		for key := range s.sessions[viewKey(f.tenant, f.session)] {
+			if v, ok := s.open[key]; ok && f.keep(v) {
 				out = append(out, v)
-			} else if e, ok := s.closed[id]; ok && f.keep(e.view) {
+			} else if e, ok := s.closed[key]; ok && f.keep(e.view) {
 				out = append(out, e.view)
 			}
 		}
@@ -184,7 +201,7 @@ func byStarted(a, b *statusapi.Invocation) int {
 	if n := a.Started.Compare(b.Started); n != 0 {
 		return n
 	}
-	return strings.Compare(a.ID, b.ID)
+	return strings.Compare(viewKey(a.Tenant, a.ID), viewKey(b.Tenant, b.ID))
 }
 
 // recentlyClosed returns up to n closed views, the most recently closed
@@ -195,7 +212,7 @@ func (s *store) recentlyClosed(n int) ([]*statusapi.Invocation, int) {
 	out := make([]*statusapi.Invocation, 0, min(n, len(s.closed)))
 	for i := len(s.closings) - 1; i >= s.head && len(out) < n; i-- {
 		c := s.closings[i]
-		if e, ok := s.closed[c.id]; ok && e.seq == c.seq {
+		if e, ok := s.closed[c.key]; ok && e.seq == c.seq {
 			out = append(out, e.view)
 		}
 	}

@@ -29,6 +29,7 @@ type Client struct {
 	bases  []*url.URL
 	http   *http.Client
 	header http.Header
+	tenant string
 }
 
 // Option configures a Client.
@@ -56,6 +57,26 @@ func WithBearerToken(token string) Option {
 			c.header.Set("Authorization", "Bearer "+token)
 		}
 	})
+}
+
+// WithTenant asks about the invocations and sessions of one tenant, for a
+// collector whose processor has the tenant setting: invocation IDs and
+// session names are then the tenant's own. Empty (the default) asks about
+// those without a tenant.
+func WithTenant(tenant string) Option {
+	return optionFunc(func(c *Client) { c.tenant = tenant })
+}
+
+// query returns the tenant's query parameters, plus those of q.
+func (c *Client) query(q url.Values) url.Values {
+	if c.tenant == "" {
+		return q
+	}
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Set("tenant", c.tenant)
+	return q
 }
 
 // NewClient returns a client for the collectors at baseURLs (for example
@@ -89,7 +110,7 @@ func NewClient(baseURLs []string, opts ...Option) (*Client, error) {
 // resharding), the open view is returned, else the highest revision.
 func (c *Client) Invocation(ctx context.Context, id string) (Invocation, error) {
 	var found []Invocation
-	err := c.each(ctx, "/v1/invocations/"+url.PathEscape(id), nil, func() any { return new(Invocation) }, func(v any) {
+	err := c.each(ctx, "/v1/invocations/"+url.PathEscape(id), c.query(nil), func() any { return new(Invocation) }, func(v any) {
 		found = append(found, *v.(*Invocation))
 	})
 	if err != nil {
@@ -126,7 +147,7 @@ func (c *Client) Waiting(ctx context.Context, id string) (Waiting, error) {
 func (c *Client) Session(ctx context.Context, session string) (Session, error) {
 	out := Session{Session: session}
 	known := false
-	err := c.each(ctx, "/v1/sessions/"+url.PathEscape(session), nil, func() any { return new(Session) }, func(v any) {
+	err := c.each(ctx, "/v1/sessions/"+url.PathEscape(session), c.query(nil), func() any { return new(Session) }, func(v any) {
 		s := v.(*Session)
 		known = true
 		out.OwesWork = out.OwesWork || s.OwesWork
@@ -206,7 +227,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) (InvocationList, error
 	}
 	var out InvocationList
 	pages := 0
-	err := c.each(ctx, "/v1/invocations", q, func() any { return new(InvocationList) }, func(v any) {
+	err := c.each(ctx, "/v1/invocations", c.query(q), func() any { return new(InvocationList) }, func(v any) {
 		l := v.(*InvocationList)
 		pages++
 		out.Invocations = append(out.Invocations, l.Invocations...)
@@ -220,6 +241,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) (InvocationList, error
 		out.NextPageToken = ""
 		slices.SortStableFunc(out.Invocations, func(a, b Invocation) int {
 			if n := a.Started.Compare(b.Started); n != 0 {
+				return n
+			}
+			if n := strings.Compare(a.Tenant, b.Tenant); n != 0 {
 				return n
 			}
 			return strings.Compare(a.ID, b.ID)
