@@ -468,3 +468,65 @@ func TestPropertyTenantsCollide(t *testing.T) {
 		}
 	}
 }
+
+// TestStorageKeepsTenantsApart: the stored ledger keys invocations by
+// tenant too. After a graceful restart and after a crash (the storage as a
+// kill leaves it), alice's open invocation is loaded back as hers alone:
+// mallory's spans under the same id, span and trace IDs neither count in
+// it nor discharge it, and her last spans make it final with exactly her
+// totals.
+func TestStorageKeepsTenantsApart(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			mem := newMemStorage()
+			clk := newFakeClock()
+			sink := new(consumertest.TracesSink)
+			victim := scenario("inv-1", 0)
+			h := newStoredHarness(t, mem, clk, sink, authTenants)
+			require.NoError(t, h.p.ConsumeTraces(as("mallory"), batch(intruder()...)))
+			require.NoError(t, h.p.ConsumeTraces(as("alice"), batch(victim[:4]...)))
+			if crash {
+				disk := mem.snapshot()
+				mem = newMemStorage()
+				mem.restore(disk)
+			} else {
+				h.shutdown()
+			}
+			require.Len(t, h.ofTenant("alice", "inv-1"), 1)
+			require.Equal(t, contract.StatusPending, strAttr(h.ofTenant("alice", "inv-1")[0], contract.AttrStatus))
+
+			clk.Advance(time.Minute)
+			h2 := newStoredHarness(t, mem, clk, sink, authTenants)
+			require.NoError(t, h2.p.ConsumeTraces(as("mallory"), batch(intruder()...)))
+			// A summary made before a crash may be sent again after it
+			// (the same span); none of alice's may be final yet.
+			for _, s := range h2.ofTenant("alice", "inv-1") {
+				require.Equal(t, contract.StatusPending, strAttr(s, contract.AttrStatus), "mallory's spans do not close alice's loaded invocation")
+			}
+			require.NoError(t, h2.p.ConsumeTraces(as("alice"), batch(victim[4:]...)))
+			var finals []ptrace.Span
+			for _, s := range h2.ofTenant("alice", "inv-1") {
+				if strAttr(s, contract.AttrStatus) != contract.StatusPending {
+					finals = append(finals, s)
+				}
+			}
+			require.Len(t, finals, 1)
+			final := finals[0]
+			assert.Equal(t, contract.StatusFinal, strAttr(final, contract.AttrStatus))
+			assert.Equal(t, int64(1), intAttr(final, contract.AttrRevision))
+			assert.Equal(t, int64(150), intAttr(final, contract.AttrUsageInputTokens))
+			assert.Equal(t, int64(15), intAttr(final, contract.AttrUsageOutputTokens))
+			assert.Equal(t, int64(6), intAttr(final, contract.AttrSpans))
+			assert.Equal(t, int64(0), intAttr(final, contract.AttrDuplicateSpans))
+			h2.shutdown()
+			for _, s := range h2.ofTenant("mallory", "inv-1") {
+				assert.Equal(t, int64(5007), intAttr(s, contract.AttrUsageInputTokens), "mallory's own totals")
+			}
+			for _, s := range h2.ofTenant("alice", "inv-1") {
+				if strAttr(s, contract.AttrStatus) != contract.StatusPending {
+					assert.True(t, s.SpanID() == final.SpanID(), "no summary of alice's after her final")
+				}
+			}
+		})
+	}
+}
