@@ -32,10 +32,12 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/basicauthextension"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourceprocessor"
 
 	"github.com/agentledger/agentledger/extension/invocationstatusextension"
 	"github.com/agentledger/agentledger/processor/invocationprocessor"
@@ -53,6 +55,7 @@ func components() (otelcol.Factories, error) {
 		batchprocessor.NewFactory(),
 		memorylimiterprocessor.NewFactory(),
 		deltatocumulativeprocessor.NewFactory(),
+		resourceprocessor.NewFactory(),
 		invocationprocessor.NewFactory(),
 	); err != nil {
 		return f, err
@@ -70,6 +73,7 @@ func components() (otelcol.Factories, error) {
 	if f.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
 		filestorage.NewFactory(),
 		healthcheckextension.NewFactory(),
+		basicauthextension.NewFactory(),
 		bearertokenauthextension.NewFactory(),
 		invocationstatusextension.NewFactory(),
 	); err != nil {

@@ -23,6 +23,12 @@ import (
 // file without a check fails TestConfigsAreKnown.
 var (
 	collectorConfigs = []string{"local.yaml", "jaeger.yaml", "loadbalancing.yaml"}
+	// overlayConfigs are layered over the configs listed with them, and
+	// validated that way.
+	overlayConfigs = map[string][]string{
+		"shared.yaml":               {"local.yaml", "jaeger.yaml"},
+		"shared-loadbalancing.yaml": {"loadbalancing.yaml"},
+	}
 	jaegerConfigs    = []string{"jaeger-v2.yaml"}
 	prometheusConfig = "prometheus.yml"
 	builderManifest  = "builder-config.yaml"
@@ -34,6 +40,9 @@ func TestConfigsAreKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := slices.Concat(collectorConfigs, jaegerConfigs, []string{prometheusConfig, builderManifest})
+	for name := range overlayConfigs {
+		known = append(known, name)
+	}
 	for _, e := range entries {
 		if !slices.Contains(known, e.Name()) {
 			t.Errorf("collector-config/%s has no validation in internal/e2e/config_test.go", e.Name())
@@ -57,6 +66,18 @@ func TestCollectorConfigsValidate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			runValidate(t, bin, "validate", "--config", repoPath(t, "collector-config", name))
 		})
+	}
+}
+
+func TestCollectorOverlaysValidate(t *testing.T) {
+	bin := collectorBin(t)
+	for overlay, bases := range overlayConfigs {
+		for _, base := range bases {
+			t.Run(base+"+"+overlay, func(t *testing.T) {
+				runValidate(t, bin, "validate", "--config", repoPath(t, "collector-config", base),
+					"--config", repoPath(t, "collector-config", overlay))
+			})
+		}
 	}
 }
 

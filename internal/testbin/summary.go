@@ -19,6 +19,10 @@ type Summary struct {
 	TraceID, SpanID string
 	// Service is the service.name of the span's resource.
 	Service string
+	// Collector names the collector that emitted it (the marker's
+	// invocation.collector); Tenant is its invocation.tenant, empty
+	// without tenants.
+	Collector, Tenant string
 
 	InvocationID, ConversationID, AgentName string
 	Status                                  string
@@ -39,18 +43,28 @@ type Summary struct {
 	Links []string
 }
 
-// SummariesFromTraces returns every summary span in td, in order.
+// SummariesFromTraces returns every summary span in td, in order: the
+// spans named invocation.summary that carry the processor's marker (its
+// instrumentation scope and an invocation.collector resource attribute),
+// as every consumer of summaries must select them (CONTRACT.md v0.3).
 func SummariesFromTraces(td ptrace.Traces) []Summary {
 	var out []Summary
 	for _, rs := range td.ResourceSpans().All() {
 		service := str(rs.Resource().Attributes(), "service.name")
+		collector := str(rs.Resource().Attributes(), contract.AttrSummaryCollector)
+		if collector == "" {
+			continue
+		}
 		for _, ss := range rs.ScopeSpans().All() {
+			if ss.Scope().Name() != contract.SummaryScopeName {
+				continue
+			}
 			for _, span := range ss.Spans().All() {
 				if span.Name() != contract.SpanNameSummary {
 					continue
 				}
 				s := summaryOf(span)
-				s.Service = service
+				s.Service, s.Collector = service, collector
 				out = append(out, s)
 			}
 		}
@@ -64,6 +78,7 @@ func summaryOf(span ptrace.Span) Summary {
 		TraceID:                 span.TraceID().String(),
 		SpanID:                  span.SpanID().String(),
 		InvocationID:            str(a, contract.AttrInvocationID),
+		Tenant:                  str(a, contract.AttrTenant),
 		ConversationID:          str(a, contract.AttrConversationID),
 		AgentName:               str(a, contract.AttrAgentName),
 		Status:                  str(a, contract.AttrStatus),

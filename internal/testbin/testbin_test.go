@@ -125,9 +125,15 @@ func TestFreeAddrsDistinct(t *testing.T) {
 	}
 }
 
+// summaryTraces is a summary as the processor emits it, marked by
+// collector "c1", after a span of the agent's.
 func summaryTraces(id, status string, revision, input int64) ptrace.Traces {
 	td := ptrace.NewTraces()
-	spans := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr(contract.AttrSummaryCollector, "c1")
+	ss := rs.ScopeSpans().AppendEmpty()
+	ss.Scope().SetName(contract.SummaryScopeName)
+	spans := ss.Spans()
 	other := spans.AppendEmpty()
 	other.SetName("chat m")
 	other.Attributes().PutInt(contract.AttrUsageInputTokens, 999)
@@ -151,10 +157,17 @@ func summaryTraces(id, status string, revision, input int64) ptrace.Traces {
 func TestReadSummariesAndClosed(t *testing.T) {
 	var buf []byte
 	var m ptrace.JSONMarshaler
+	// Spans named invocation.summary without the marker are no summaries.
+	noCollector := summaryTraces("a", contract.StatusFinal, 7, 1_000_000)
+	noCollector.ResourceSpans().At(0).Resource().Attributes().Clear()
+	otherScope := summaryTraces("b", contract.StatusFinal, 8, 1_000_000)
+	otherScope.ResourceSpans().At(0).ScopeSpans().At(0).Scope().SetName("forger")
 	for _, td := range []ptrace.Traces{
 		summaryTraces("a", contract.StatusPending, 0, 1),
+		noCollector,
 		summaryTraces("a", contract.StatusFinal, 1, 10),
 		summaryTraces("b", contract.StatusIncomplete, 1, 5),
+		otherScope,
 		summaryTraces("a", contract.StatusFinal, 2, 12),
 	} {
 		line, err := m.MarshalTraces(td)
@@ -174,7 +187,10 @@ func TestReadSummariesAndClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(sums) != 4 {
-		t.Fatalf("read %d summaries, want 4", len(sums))
+		t.Fatalf("read %d summaries, want the 4 marked ones", len(sums))
+	}
+	if sums[0].Collector != "c1" {
+		t.Errorf("collector = %q, want c1", sums[0].Collector)
 	}
 	closed := Closed(sums)
 	if got := closed["a"]; got.Revision != 2 || got.InputTokens != 12 || got.Status != contract.StatusFinal {
