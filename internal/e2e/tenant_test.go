@@ -570,3 +570,117 @@ func TestSharedCollector(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedLoadBalancing runs the shared scale-out layout: loadbalancing.yaml
+// with shared-loadbalancing.yaml in front of two backends running
+// local.yaml with the tenant read from the resource attribute the tier
+// stamps. Alice and bob each send the same six invocation ids with the same
+// span IDs and their own usage; alice's spans also claim to be bob's
+// (invocation.tenant = bob on their resource). Every (tenant, id) closes
+// exactly once, final with that tenant's totals, on one backend: the tier
+// replaced the claim with the authenticated user and routed by both.
+func TestSharedLoadBalancing(t *testing.T) {
+	bin := collectorBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitBudget)
+	defer cancel()
+	var backends []lbBackend
+	for i := range 2 {
+		dir := t.TempDir()
+		addrs, err := testbin.NewCollectorAddrs(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := testbin.StartCollectorConfigs(ctx, bin, []string{
+			repoPath(t, "collector-config", backendConfig),
+			"yaml:processors::invocation::tenant::source: resource",
+			"yaml:processors::invocation::tenant::attribute: " + contract.AttrTenant,
+		}, addrs, filepath.Join(dir, "collector.log"), "AGENTLEDGER_DEBUG_VERBOSITY=basic", fmt.Sprintf("AGENTLEDGER_COLLECTOR_NAME=backend-%d", i))
+		if p != nil {
+			t.Cleanup(func() { stopAndReport(t, p) })
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, lbBackend{addrs: addrs, proc: p})
+	}
+	passwords := map[string]string{"alice": "alice-secret", "bob": "bob-secret"}
+	dir := t.TempDir()
+	lbAddrs, err := testbin.NewCollectorAddrs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := testbin.StartCollectorConfigs(ctx, bin,
+		[]string{repoPath(t, "collector-config", lbConfig), repoPath(t, "collector-config", sharedLBConfig)},
+		lbAddrs, filepath.Join(dir, "collector.log"),
+		"AGENTLEDGER_HTPASSWD_FILE="+htpasswdFile(t, passwords),
+		"AGENTLEDGER_BACKENDS=["+backends[0].addrs.OTLPGRPC+", "+backends[1].addrs.OTLPGRPC+"]")
+	if lb != nil {
+		t.Cleanup(func() { stopAndReport(t, lb) }) // first: its queues drain into running backends
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := exportGRPC(t, lbAddrs.OTLPGRPC, "", batch(time.Now(), "e2e-lbt-anon", newLBInvocation(0).spans()...)); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("export without credentials: %v, want Unauthenticated", err)
+	}
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	const n = 6
+	want := map[[2]string]int64{} // (tenant, id) -> input tokens
+	for i := range n {
+		id := fmt.Sprintf("e2e-lbt-%d", i)
+		for _, tenant := range []string{"alice", "bob"} {
+			iv := newLBInvocation(i)
+			extra := 0
+			if tenant == "bob" {
+				extra = 1000
+			}
+			iv.chat1.attrs[contract.AttrUsageInputTokens] = 100 + i + extra
+			want[[2]string{tenant, id}] = iv.input + int64(extra)
+			spans := iv.spans()
+			// Root trace and continuation trace in separate requests,
+			// continuation first.
+			for _, part := range [][]handSpan{spans[4:], spans[:4]} {
+				td := batch(t0, id, part...)
+				td.ResourceSpans().At(0).Resource().Attributes().PutStr(contract.AttrTenant, "bob") // a claim
+				if err := exportGRPC(t, lbAddrs.OTLPGRPC, basicAuth(tenant, passwords[tenant]), td); err != nil {
+					t.Fatalf("%s's export of %s: %v", tenant, id, err)
+				}
+			}
+		}
+	}
+
+	closing := map[[2]string][]int{} // (tenant, id) -> backends that closed it
+	var got map[[2]string]testbin.Summary
+	err = testbin.Poll(ctx, 200*time.Millisecond, func() (bool, string, error) {
+		clear(closing)
+		got = map[[2]string]testbin.Summary{}
+		for b, be := range backends {
+			sums, err := testbin.ReadSummaries(be.addrs.TracesFile)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return false, "", err
+			}
+			for _, s := range sums {
+				if s.Status == contract.StatusPending {
+					continue
+				}
+				k := [2]string{s.Tenant, s.InvocationID}
+				closing[k] = append(closing[k], b)
+				got[k] = s
+			}
+		}
+		return len(closing) >= len(want), fmt.Sprintf("%d of %d closed", len(closing), len(want)), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, input := range want {
+		s := got[k]
+		if len(closing[k]) != 1 || s.Status != contract.StatusFinal || s.Revision != 1 || s.InputTokens != input || s.Spans != 6 || s.DuplicateSpans != 0 {
+			t.Errorf("%s/%s: closed on backends %v, last %+v; want once, final, %d input tokens, 6 spans", k[0], k[1], closing[k], s, input)
+		}
+	}
+	if len(closing) != len(want) {
+		t.Errorf("closed %d (tenant, id) pairs, want %d: %v", len(closing), len(want), closing)
+	}
+}
