@@ -13,8 +13,10 @@ const prometheusPluginID = "prometheus"
 
 // Variable names shared by the dashboards and by Panels' expansion.
 const (
-	varAgent   = "agent"
-	varService = "service"
+	varAgent     = "agent"
+	varTenant    = "tenant"
+	varService   = "service"
+	varCollector = "collector"
 )
 
 func promDatasource() common.DataSourceRef {
@@ -63,6 +65,22 @@ func agentVariable(multi bool) *dashboard.QueryVariableBuilder {
 		v = v.Multi(true).IncludeAll(true).AllValue(".*")
 	}
 	return v
+}
+
+// tenantVariable is the tenant picker, filled from the tenant label of the
+// invocation counter; "All" (the default) also matches a collector without
+// tenants, whose metrics have no tenant label.
+func tenantVariable() *dashboard.QueryVariableBuilder {
+	q := fmt.Sprintf("label_values(%s, %s)", metricInvocations, labelTenant)
+	return dashboard.NewQueryVariableBuilder(varTenant).
+		Label("Tenant").
+		Description("invocation.tenant of the summaries (a collector with the processor's tenant setting)").
+		Datasource(promDatasource()).
+		Query(dashboard.StringOrMap{String: strPtr(q)}).
+		Definition(q).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+		Sort(dashboard.VariableSortAlphabeticalAsc).
+		Multi(true).IncludeAll(true).AllValue(".*")
 }
 
 func thresholds(steps ...dashboard.Threshold) *dashboard.ThresholdsConfigBuilder {

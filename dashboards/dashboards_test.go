@@ -440,11 +440,14 @@ func TestJaegerSearch(t *testing.T) {
 		vars := dashboards.DefaultVars()
 		vars["agent"] = "build bot"
 		vars["service"] = "opencode"
+		_, err = q.JaegerSearch(vars)
+		require.Error(t, err, "the search needs a collector (the summary marker), which has no default")
+		vars["collector"] = "backend-1"
 		params, err := q.JaegerSearch(vars)
 		require.NoError(t, err)
 		assert.Equal(t, "opencode", params["service"])
 		assert.Equal(t, "invocation.summary", params["operation"])
-		assert.JSONEq(t, `{"gen_ai.agent.name":"build bot"}`, params["tags"])
+		assert.JSONEq(t, `{"gen_ai.agent.name":"build bot","invocation.collector":"backend-1"}`, params["tags"])
 		assert.Equal(t, "100", params["limit"])
 	}
 	require.True(t, found, "no Jaeger query in any dashboard")

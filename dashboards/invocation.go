@@ -24,8 +24,26 @@ const jaegerTraceIDField = "traceID"
 // summaryService is the Jaeger service searched: the service variable.
 var summaryService = "$" + varService
 
-// summaryTags filters invocation.summary spans by the agent variable.
-var summaryTags = fmt.Sprintf(`%s="$%s"`, contract.AttrAgentName, varAgent)
+// summaryTags filters invocation.summary spans by the agent variable and by
+// the summary marker's invocation.collector (a resource attribute, which
+// Jaeger's search matches; the scope name, the marker's other part, it
+// does not). Jaeger matches exact values, so the collector is one at a
+// time, like the service.
+var summaryTags = fmt.Sprintf(`%s="$%s" %s="$%s"`, contract.AttrAgentName, varAgent, contract.AttrSummaryCollector, varCollector)
+
+// collectorVariable picks the collector whose summaries the Jaeger panel
+// lists: the marker's invocation.collector, from the agent's metrics.
+func collectorVariable() *dashboard.QueryVariableBuilder {
+	q := fmt.Sprintf(`label_values(%s{%s}, %s)`, metricInvocations, agentSel, labelCollector)
+	return dashboard.NewQueryVariableBuilder(varCollector).
+		Label("Collector").
+		Description("invocation.collector of the summaries: the collector whose invocation processor made them (Jaeger searches one at a time)").
+		Datasource(promDatasource()).
+		Query(dashboard.StringOrMap{String: strPtr(q)}).
+		Definition(q).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+		Sort(dashboard.VariableSortAlphabeticalAsc)
+}
 
 // serviceVariable picks the service.name whose traces hold the summaries.
 func serviceVariable() *dashboard.QueryVariableBuilder {
@@ -63,7 +81,9 @@ func Invocation() (dashboard.Dashboard, error) {
 		Refresh("30s").
 		Readonly().
 		WithVariable(agentVariable(false)).
+		WithVariable(tenantVariable()).
 		WithVariable(serviceVariable()).
+		WithVariable(collectorVariable()).
 		Link(link("Overview", "/d/"+OverviewUID).
 			Icon("dashboard").
 			KeepTime(true)).

@@ -51,6 +51,11 @@ const (
 	labelAgent   = "gen_ai_agent_name"
 	labelStatus  = "invocation_status"
 	labelReasons = "invocation_incomplete_reasons"
+	// labelTenant is the summary's invocation.tenant (absent without
+	// tenants); labelCollector is the marker's invocation.collector, the
+	// collector that made the summary.
+	labelTenant    = "invocation_tenant"
+	labelCollector = "invocation_collector"
 	// labelService is the agent's service.name: the exporter derives job from
 	// it and Prometheus keeps it (honor_labels). For the invocation metrics it
 	// is the service of the summary span, the one Jaeger searches.

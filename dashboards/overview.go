@@ -10,8 +10,10 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
-// agentSel is the label matcher every per-agent query carries.
-var agentSel = fmt.Sprintf(`%s=~"$%s"`, labelAgent, varAgent)
+// agentSel is the label matcher every query of the summaries' metrics
+// carries: the agents and tenants chosen, and the summary marker (the
+// collector that made the summary; CONTRACT.md v0.3).
+var agentSel = fmt.Sprintf(`%s=~"$%s", %s=~"$%s", %s!=""`, labelAgent, varAgent, labelTenant, varTenant, labelCollector)
 
 // Overview queries, named so that the invocation dashboard reuses them.
 var (
@@ -55,6 +57,7 @@ func Overview() (dashboard.Dashboard, error) {
 		Tooltip(dashboard.DashboardCursorSyncCrosshair).
 		Readonly().
 		WithVariable(agentVariable(true)).
+		WithVariable(tenantVariable()).
 		Link(link("Invocations", "/d/"+InvocationUID).
 			Icon("dashboard").
 			IncludeVars(false).

@@ -169,14 +169,15 @@ func logfmtValue(v string) string {
 type Vars map[string]string
 
 // DefaultVars returns values that make every Prometheus query runnable
-// outside Grafana: all agents, and fixed windows for the built-ins. Jaeger
-// searches still need a concrete agent and service.
+// outside Grafana: all agents and tenants, and fixed windows for the built-ins. Jaeger
+// searches still need a concrete agent, service and collector.
 func DefaultVars() Vars {
 	return Vars{
 		"__rate_interval": "1m",
 		"__interval":      "15s",
 		"__range":         "1h",
 		varAgent:          ".*",
+		varTenant:         ".*",
 	}
 }
 

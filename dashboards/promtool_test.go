@@ -21,26 +21,38 @@ import (
 // cache_read 10, after-result output 0.5; agent plan input 2, after-result
 // input 1; build final 0.1/s, incomplete 0.05/s, plan final 0.1/s. Of
 // build's time-to-final observations one third is <=100ms and the rest in
-// (100ms, 1000ms]; all of plan's are <=100ms.
+// (100ms, 1000ms]; all of plan's are <=100ms. The invocation series carry
+// the summary marker's label; unmarked ones with huge values must not
+// count.
 var promtoolSeries = []struct{ series, values string }{
 	{`agentledger_model_tokens_total{job="svc",gen_ai_request_model="m1",gen_ai_token_type="input"}`, "0+60x20"},
 	{`agentledger_model_tokens_total{job="svc",gen_ai_request_model="m1",gen_ai_token_type="output"}`, "0+120x20"},
-	{`agentledger_invocation_tokens_total{job="svc",gen_ai_agent_name="build",gen_ai_token_type="input"}`, "0+60x20"},
-	{`agentledger_invocation_tokens_total{job="svc",gen_ai_agent_name="build",gen_ai_token_type="output"}`, "0+60x20"},
-	{`agentledger_invocation_tokens_total{job="svc",gen_ai_agent_name="build",gen_ai_token_type="cache_read"}`, "0+600x20"},
-	{`agentledger_invocation_tokens_total{job="svc",gen_ai_agent_name="plan",gen_ai_token_type="input"}`, "0+120x20"},
-	{`agentledger_invocation_after_result_tokens_total{job="svc",gen_ai_agent_name="build",gen_ai_token_type="output"}`, "0+30x20"},
-	{`agentledger_invocation_after_result_tokens_total{job="svc",gen_ai_agent_name="plan",gen_ai_token_type="input"}`, "0+60x20"},
-	{`agentledger_invocations_total{job="svc",gen_ai_agent_name="build",invocation_status="final"}`, "0+6x20"},
-	{`agentledger_invocations_total{job="svc",gen_ai_agent_name="build",invocation_status="incomplete"}`, "0+3x20"},
-	{`agentledger_invocations_total{job="svc",gen_ai_agent_name="plan",invocation_status="final"}`, "0+6x20"},
-	{`agentledger_invocation_incomplete_total{job="svc",gen_ai_agent_name="build",invocation_incomplete_reasons="[\"open_timeout\"]"}`, "0+3x20"},
-	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="build",le="100"}`, "0+1x20"},
-	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="build",le="1000"}`, "0+3x20"},
-	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="build",le="+Inf"}`, "0+3x20"},
-	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="plan",le="100"}`, "0+5x20"},
-	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="plan",le="1000"}`, "0+5x20"},
-	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="plan",le="+Inf"}`, "0+5x20"},
+	{`agentledger_invocation_tokens_total{job="svc",invocation_collector="c1",gen_ai_agent_name="build",gen_ai_token_type="input"}`, "0+60x20"},
+	{`agentledger_invocation_tokens_total{job="svc",invocation_collector="c1",gen_ai_agent_name="build",gen_ai_token_type="output"}`, "0+60x20"},
+	{`agentledger_invocation_tokens_total{job="svc",invocation_collector="c1",gen_ai_agent_name="build",gen_ai_token_type="cache_read"}`, "0+600x20"},
+	{`agentledger_invocation_tokens_total{job="svc",invocation_collector="c1",gen_ai_agent_name="plan",gen_ai_token_type="input"}`, "0+120x20"},
+	{`agentledger_invocation_after_result_tokens_total{job="svc",invocation_collector="c1",gen_ai_agent_name="build",gen_ai_token_type="output"}`, "0+30x20"},
+	{`agentledger_invocation_after_result_tokens_total{job="svc",invocation_collector="c1",gen_ai_agent_name="plan",gen_ai_token_type="input"}`, "0+60x20"},
+	{`agentledger_invocations_total{job="svc",invocation_collector="c1",gen_ai_agent_name="build",invocation_status="final"}`, "0+6x20"},
+	{`agentledger_invocations_total{job="svc",invocation_collector="c1",gen_ai_agent_name="build",invocation_status="incomplete"}`, "0+3x20"},
+	{`agentledger_invocations_total{job="svc",invocation_collector="c1",gen_ai_agent_name="plan",invocation_status="final"}`, "0+6x20"},
+	{`agentledger_invocation_incomplete_total{job="svc",invocation_collector="c1",gen_ai_agent_name="build",invocation_incomplete_reasons="[\"open_timeout\"]"}`, "0+3x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",invocation_collector="c1",gen_ai_agent_name="build",le="100"}`, "0+1x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",invocation_collector="c1",gen_ai_agent_name="build",le="1000"}`, "0+3x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",invocation_collector="c1",gen_ai_agent_name="build",le="+Inf"}`, "0+3x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",invocation_collector="c1",gen_ai_agent_name="plan",le="100"}`, "0+5x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",invocation_collector="c1",gen_ai_agent_name="plan",le="1000"}`, "0+5x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",invocation_collector="c1",gen_ai_agent_name="plan",le="+Inf"}`, "0+5x20"},
+	// Series without the summary marker (made from spans named
+	// invocation.summary that no collector's processor wrote): every
+	// query must ignore them.
+	{`agentledger_invocation_tokens_total{job="svc",gen_ai_agent_name="build",gen_ai_token_type="input"}`, "0+600000x20"},
+	{`agentledger_invocation_after_result_tokens_total{job="svc",gen_ai_agent_name="build",gen_ai_token_type="output"}`, "0+600000x20"},
+	{`agentledger_invocations_total{job="svc",gen_ai_agent_name="build",invocation_status="final"}`, "0+600x20"},
+	{`agentledger_invocation_incomplete_total{job="svc",gen_ai_agent_name="build",invocation_incomplete_reasons="[\"forged\"]"}`, "0+600x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="build",le="100"}`, "0+600x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="build",le="1000"}`, "0+600x20"},
+	{`agentledger_invocation_time_to_final_milliseconds_bucket{job="svc",gen_ai_agent_name="build",le="+Inf"}`, "0+600x20"},
 	{`otelcol_processor_invocation_open_invocations{job="otelcol",otelcol_component_id="invocation"}`, "3x20"},
 }
 

@@ -43,6 +43,7 @@ func checkDashboardQueries(t *testing.T, st liveStack, agent, service string) {
 			jv := dashboards.DefaultVars()
 			jv["agent"] = agent
 			jv["service"] = service
+			jv["collector"] = liveCollector
 			params, err := p.JaegerSearch(jv)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)

@@ -29,6 +29,9 @@ const (
 	openTimeout = 40 * time.Second
 )
 
+// liveCollector names the live stack's collector on its summaries.
+const liveCollector = "e2e-live"
+
 // liveStack is the real collector (jaeger.yaml), Jaeger and Prometheus.
 type liveStack struct {
 	collector testbin.CollectorAddrs
@@ -60,7 +63,8 @@ func startLiveStack(t *testing.T) liveStack {
 		t.Fatal(err)
 	}
 	st.collector.JaegerOTLP = st.jaeger.OTLPGRPC
-	startCollector(t, colBin, "jaeger.yaml", st.collector, "AGENTLEDGER_OPEN_TIMEOUT="+openTimeout.String())
+	startCollector(t, colBin, "jaeger.yaml", st.collector, "AGENTLEDGER_OPEN_TIMEOUT="+openTimeout.String(),
+		"AGENTLEDGER_COLLECTOR_NAME="+liveCollector)
 
 	if st.prom, err = testbin.FreeAddr(); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
 
+	"github.com/agentledger/agentledger/dashboards"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/internal/contract"
 	"github.com/agentledger/agentledger/internal/testbin"
@@ -304,6 +305,36 @@ func TestForgedSummaryNeverReachesExporters(t *testing.T) {
 	}
 	if got := telemetryValue(t, addrs.Telemetry, "otelcol_processor_invocation_incoming_summaries_dropped"); got != 2 {
 		t.Errorf("incoming summaries dropped = %v, want 2", got)
+	}
+
+	// The drill-down dashboard's Jaeger search (which selects summaries by
+	// the processor's scope) finds the genuine summary's trace.
+	panels, err := dashboards.Panels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	searched := 0
+	for _, p := range panels {
+		if p.Kind != dashboards.KindJaeger {
+			continue
+		}
+		vars := dashboards.DefaultVars()
+		vars["agent"], vars["service"], vars["collector"] = "e2e", "e2e-agent", e2eCollector
+		params, err := p.JaegerSearch(vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := jaegerV1Search(ctx, jaeger.QueryHTTP, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("%s: Jaeger search %v found %d traces, want the genuine one", p.Panel, params, n)
+		}
+		searched++
+	}
+	if searched == 0 {
+		t.Error("no Jaeger panel searched")
 	}
 }
 
