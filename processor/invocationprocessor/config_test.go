@@ -49,6 +49,16 @@ func TestLoadConfig(t *testing.T) {
 				return cfg
 			}(),
 		},
+		{
+			id: component.NewIDWithName(metadata.Type, "tenants"),
+			want: func() *Config {
+				cfg := createDefaultConfig().(*Config)
+				cfg.Tenant = &TenantConfig{Source: TenantFromAuth, Attribute: "username"}
+				cfg.Summaries = SummariesConfig{Collector: "backend-1", AcceptFrom: []string{"upstream-a", "upstream-b"}}
+				return cfg
+			}(),
+		},
+		{id: component.NewIDWithName(metadata.Type, "badtenant"), valErr: `tenant::source "header" must be auth or resource`},
 		{id: component.NewIDWithName(metadata.Type, "badstorage"), loadErr: "storage"},
 		{id: component.NewIDWithName(metadata.Type, "invalid"), valErr: "remote_settle must be less than open_timeout"},
 	}
