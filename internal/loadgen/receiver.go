@@ -89,8 +89,13 @@ func (r *receiver) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptra
 	defer r.mu.Unlock()
 	rss := req.Traces().ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
+		_, collector := rss.At(i).Resource().Attributes().Get(contract.AttrSummaryCollector)
 		sss := rss.At(i).ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
+			// A summary is a span with the summary name and the marker
+			// (CONTRACT.md v0.3); a span with the name alone is neither a
+			// summary nor one of ours.
+			marked := collector && sss.At(j).Scope().Name() == contract.SummaryScopeName
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				sp := spans.At(k)
@@ -100,6 +105,9 @@ func (r *receiver) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptra
 					default:
 						close(r.warm)
 					}
+					continue
+				}
+				if sp.Name() == contract.SpanNameSummary && !marked {
 					continue
 				}
 				if sp.Name() != contract.SpanNameSummary {
