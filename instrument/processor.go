@@ -30,9 +30,12 @@ const AttrLateChild = "invocation.late_child"
 // that already carries invocation.id keeps it. At OnEnd the span is handed
 // to the next processor with invocation.children set: the number of
 // sampled direct children of the same invocation that started before it
-// ended. OnStart stamps invocation.children = 0 with invocation.id; the
-// SDK's ended span cannot be changed, so a span whose count is not 0 (or
-// whose stamp was overwritten) is passed on wrapped with its count.
+// ended. OnStart stamps invocation.children = 0 with invocation.id (one
+// SetAttributes, so that most spans, which have no children, need nothing
+// more); the SDK's ended span cannot be changed, so a span whose count is
+// not 0 (or whose stamp was overwritten) is passed on wrapped with its
+// count. Only the next processor gets the count: a processor registered
+// beside this one on the provider sees the stamp, 0.
 type SpanProcessor struct {
 	next   sdktrace.SpanProcessor
 	ledger *Ledger
