@@ -3,6 +3,7 @@ package invocationprocessor
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
@@ -184,4 +185,102 @@ func startFileStorage(tb testing.TB) storage.Extension {
 	}
 	tb.Cleanup(func() { _ = ext.Shutdown(context.Background()) })
 	return ext.(storage.Extension)
+}
+
+// openBatch makes one batch of invocations that each stay open: a root
+// declaring 11 children, 5 chat spans with usage and 5 execute_tool spans
+// arrive (11 of 12 spans); the sixth chat never does. The batch carries
+// one agent resource, as an SDK's exporter sends it.
+func openBatch(first, n int) ptrace.Traces {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	res := rs.Resource().Attributes()
+	res.PutStr("service.name", "agent")
+	res.PutStr("service.version", "1.4.2")
+	res.PutStr("host.name", "worker-7")
+	res.PutInt("process.pid", 4242)
+	res.PutStr("telemetry.sdk.language", "go")
+	res.PutStr("telemetry.sdk.name", "opentelemetry")
+	ss := rs.ScopeSpans().AppendEmpty()
+	for i := first; i < first+n; i++ {
+		base := uint64(i) * 16
+		inv := fmt.Sprintf("open-%d", i)
+		spans := []sp{{inv: inv, name: "invoke_agent coder", trace: base + 1, id: base + 1, start: 0, end: 60, role: contract.RoleRoot, children: int64(11),
+			extra: map[string]any{contract.AttrConversationID: "conv-1", contract.AttrAgentName: "coder", contract.AttrOperationName: contract.OpInvokeAgent}}}
+		for k := range uint64(5) {
+			spans = append(spans,
+				sp{inv: inv, name: "chat", trace: base + 1, id: base + 2 + 2*k, parent: base + 1, start: int64(1 + 2*k), end: int64(2 + 2*k), children: int64(0), op: contract.OpChat, usage: tokens(100, 10)},
+				sp{inv: inv, name: "execute_tool shell", trace: base + 1, id: base + 3 + 2*k, parent: base + 1, start: int64(2 + 2*k), end: int64(3 + 2*k), children: int64(0), op: contract.OpExecuteTool})
+		}
+		for _, s := range spans {
+			s.fill(ss.Spans().AppendEmpty())
+		}
+	}
+	return td
+}
+
+// heapInUse is the live heap after two collections.
+func heapInUse() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkOpenInvocations measures the memory an open invocation holds:
+// one op loads 100,000 invocations that stay open (11 of their 12 spans
+// arrived, see openBatch) into a new processor, and B/open is the live
+// heap after GC that the processor holds per open invocation
+// (runtime.MemStats, the batches themselves freed). mode=spanids is the
+// baseline: a map from each invocation id to its arrived span IDs, the
+// least that deduplication needs; mode=invocation is the processor
+// (default configuration, the open timeout never reached).
+func BenchmarkOpenInvocations(b *testing.B) {
+	const open, perBatch = 100_000, 100
+	ctx := context.Background()
+	for _, mode := range []string{"spanids", "invocation"} {
+		b.Run("mode="+mode, func(b *testing.B) {
+			b.ReportAllocs()
+			var perOpen float64
+			for b.Loop() {
+				b.StopTimer()
+				before := heapInUse()
+				b.StartTimer()
+				var keep any
+				switch mode {
+				case "spanids":
+					ids := make(map[string][]pcommon.SpanID)
+					for i := 0; i < open; i += perBatch {
+						forSpans(openBatch(i, perBatch), func(_ pcommon.Resource, s ptrace.Span) {
+							id, _ := s.Attributes().Get(contract.AttrInvocationID)
+							ids[id.Str()] = append(ids[id.Str()], s.SpanID())
+						})
+					}
+					keep = ids
+				case "invocation":
+					cfg := createDefaultConfig().(*Config)
+					cfg.MaxOpenInvocations = open
+					p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for i := 0; i < open; i += perBatch {
+						if err := p.ConsumeTraces(ctx, openBatch(i, perBatch)); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if n := p.bounds.open.Load(); n != open {
+						b.Fatalf("%d open invocations, want %d", n, open)
+					}
+					keep = p
+				}
+				b.StopTimer()
+				perOpen = float64(heapInUse()-before) / open
+				runtime.KeepAlive(keep)
+				b.StartTimer()
+			}
+			b.ReportMetric(perOpen, "B/open")
+		})
+	}
 }

@@ -316,7 +316,10 @@ func flagSet(attrs pcommon.Map, key string) bool {
 // add indexes one span of the invocation in O(1) amortised time (plus its
 // links), updating the open obligation count as LEDGER.md describes and
 // applying CONTRACT.md's v0.2 rules.
-func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg *ledgerConfig) addResult {
+//
+// resources shares the resource attributes kept for summaries with the
+// shard's other invocations.
+func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, resources *resourceCache, now int64, cfg *ledgerConfig) addResult {
 	id := sp.SpanID()
 	name := sp.Name()
 	traceIdx := inv.traceIndex(sp.TraceID())
@@ -350,7 +353,7 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 		role = v.Str()
 	}
 	if len(inv.Traces) == 0 && role != contract.RoleRoot {
-		inv.Resource = res.Attributes().AsRaw() // the root's replaces it
+		inv.Resource = resources.of(res) // the root's replaces it
 	}
 	traceIdx = inv.addTrace(sp.TraceID())
 	if start := uint64(sp.StartTimestamp()); inv.MinStart == 0 || start < inv.MinStart {
@@ -386,7 +389,7 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 		if inv.RootArrived {
 			inv.addAnomaly(anomalyExtraRoot + ":" + name)
 		} else {
-			inv.setRoot(sp, res, now)
+			inv.setRoot(sp, resources.of(res), now)
 		}
 	}
 	if v, ok := attrs.Get(contract.AttrUnattributed); ok {
@@ -449,14 +452,14 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, now int64, cfg 
 	return addIndexed
 }
 
-func (inv *invocation) setRoot(sp ptrace.Span, res pcommon.Resource, now int64) {
+func (inv *invocation) setRoot(sp ptrace.Span, resource map[string]any, now int64) {
 	inv.RootArrived = true
 	inv.discharge(now)
 	inv.RootTraceID = sp.TraceID()
 	inv.RootSpanID = sp.SpanID()
 	inv.RootStart = uint64(sp.StartTimestamp())
 	inv.RootEnd = uint64(sp.EndTimestamp())
-	inv.Resource = res.Attributes().AsRaw()
+	inv.Resource = resource
 	attrs := sp.Attributes()
 	if v, ok := attrs.Get(contract.AttrConversationID); ok {
 		inv.ConversationID = v.AsString()

@@ -6,7 +6,10 @@ import (
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
+
+	"github.com/agentledger/agentledger/internal/contract"
 )
 
 // outboxSlack is how many summaries beyond a shard's share of
@@ -104,9 +107,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 		s.sendFailed = false
 		s.mu.Unlock()
 		p.journalSent(s, out)
-		for i := range out {
-			p.tel.ProcessorInvocationSummaries.Add(context.WithoutCancel(ctx), 1, statusAttr(out[i].status))
-		}
+		p.countSent(ctx, out)
 	}
 }
 
@@ -127,4 +128,135 @@ func (p *invocationProcessor) sendWithin(ctx context.Context, s *shard, td ptrac
 	case <-ctx.Done():
 		return fmt.Errorf("next consumer still busy at the deadline: %w", ctx.Err())
 	}
+}
+
+// taken is the part of one shard's outbox in a batched send.
+type taken struct {
+	shard *shard
+	out   []summary
+}
+
+// flushAfterBatch sends the outboxes of the shards a batch touched as one
+// batch of summaries: one downstream call per ConsumeTraces instead of one
+// per shard, the resources shared (buildTraces). It holds the sending
+// semaphore of every shard whose summaries it sends, so each shard's
+// summaries still arrive in the order they were made; a shard whose
+// semaphore is held elsewhere is left to that sender, and one whose last
+// send failed to the timer goroutine, as flush does with flushAfterBatch.
+func (p *invocationProcessor) flushAfterBatch(ctx context.Context, shards []*shard) error {
+	if len(shards) == 1 {
+		return p.flush(ctx, shards[0], flushAfterBatch)
+	}
+	var parts []taken
+	var all []summary
+	for {
+		parts, all = parts[:0], all[:0]
+		// more is set when a shard has summaries again after this
+		// goroutine held its semaphore: one that gave up while it was held
+		// added them, and they must not wait for the next batch.
+		more := false
+		for _, s := range shards {
+			select {
+			case s.sending <- struct{}{}:
+			default:
+				continue // the goroutine sending takes these summaries too
+			}
+			s.mu.Lock()
+			var out []summary
+			if !s.sendFailed {
+				out, s.outbox = s.outbox, nil
+			}
+			s.mu.Unlock()
+			if len(out) == 0 {
+				<-s.sending
+				more = more || s.hasUnsent()
+				continue
+			}
+			parts = append(parts, taken{shard: s, out: out})
+			all = append(all, out...)
+		}
+		if len(parts) == 0 {
+			if more {
+				continue
+			}
+			return nil
+		}
+		err := p.next.ConsumeTraces(ctx, buildTraces(all, &p.trust))
+		for _, t := range parts {
+			<-t.shard.sending
+		}
+		if err != nil {
+			p.tel.ProcessorInvocationSummarySendFailures.Add(context.WithoutCancel(ctx), 1)
+			if !consumererror.IsPermanent(err) {
+				var dropped int64
+				first := false
+				for _, t := range parts {
+					s := t.shard
+					s.mu.Lock()
+					first = first || !s.sendFailed
+					s.sendFailed = true
+					s.outbox = append(t.out, s.outbox...)
+					dropped += s.trimOutbox()
+					s.mu.Unlock()
+				}
+				if dropped > 0 {
+					p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
+					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
+				}
+				if first {
+					p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
+				}
+			}
+			return fmt.Errorf("sending %d invocation summaries: %w", len(all), err)
+		}
+		p.countSent(ctx, all)
+		for _, t := range parts {
+			p.journalSent(t.shard, t.out)
+			clear(t.out)
+			t.shard.mu.Lock()
+			t.shard.sendFailed = false
+			if t.shard.outbox == nil {
+				t.shard.outbox = t.out[:0] // reused for the next summaries
+			}
+			t.shard.mu.Unlock()
+		}
+		for _, t := range parts {
+			more = more || t.shard.hasUnsent()
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// countSent adds delivered summaries to the internal telemetry.
+func (p *invocationProcessor) countSent(ctx context.Context, sent []summary) {
+	ctx = context.WithoutCancel(ctx)
+	var pending, final, incomplete int64
+	for i := range sent {
+		switch sent[i].status {
+		case contract.StatusPending:
+			pending++
+		case contract.StatusFinal:
+			final++
+		default:
+			incomplete++
+		}
+	}
+	for _, c := range []struct {
+		n    int64
+		attr metric.AddOption
+	}{{pending, statusPendingAttr}, {final, statusFinalAttr}, {incomplete, statusIncompleteAttr}} {
+		if c.n > 0 {
+			p.tel.ProcessorInvocationSummaries.Add(ctx, c.n, c.attr)
+		}
+	}
+}
+
+// hasUnsent reports whether summaries wait in the outbox for a batch to
+// send them (not after a failed send: those are the timer's).
+func (s *shard) hasUnsent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.outbox) > 0 && !s.sendFailed
 }

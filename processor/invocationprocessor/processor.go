@@ -289,6 +289,9 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 					continue
 				}
 				key := ledgerKey(tenant, v.Str())
+				if refs == nil {
+					refs = make([]indexRef, 0, td.SpanCount())
+				}
 				refs = append(refs, indexRef{shard: p.shardOf(key), id: key, span: sp, res: rs.Resource()})
 			}
 		}
@@ -335,10 +338,8 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	// not its batch, and a retried batch would pass through twice. They
 	// are retried from the outbox instead.
 	err := p.next.ConsumeTraces(ctx, td)
-	for _, s := range touched {
-		if ferr := p.flush(ctx, s, flushAfterBatch); ferr != nil {
-			p.logger.Debug("invocation summaries not sent yet", zap.Error(ferr))
-		}
+	if ferr := p.flushAfterBatch(ctx, touched); ferr != nil {
+		p.logger.Debug("invocation summaries not sent yet", zap.Error(ferr))
 	}
 	return err
 }
@@ -392,7 +393,7 @@ func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, s
 		r := &refs[i]
 		s.journalFact(r, now, stats)
 		inv := s.ensure(r.id, now, stats)
-		switch inv.add(r.span, r.res, now, &p.cfg) {
+		switch inv.add(r.span, r.res, &s.resources, now, &p.cfg) {
 		case addIndexed:
 			stats.indexed++
 		case addDuplicate:
@@ -491,14 +492,3 @@ var (
 	statusFinalAttr      = metric.WithAttributeSet(attribute.NewSet(attribute.String("status", contract.StatusFinal)))
 	statusIncompleteAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("status", contract.StatusIncomplete)))
 )
-
-func statusAttr(s string) metric.AddOption {
-	switch s {
-	case contract.StatusPending:
-		return statusPendingAttr
-	case contract.StatusFinal:
-		return statusFinalAttr
-	default:
-		return statusIncompleteAttr
-	}
-}

@@ -29,6 +29,8 @@ type shard struct {
 	gen         uint64
 	outbox      []summary // made, not yet sent, in the order they were made
 	outboxLimit int
+	// resources shares resource attributes between invocations.
+	resources resourceCache
 	// sendFailed is set when the last send of the outbox failed: batches
 	// then leave the retry to the timer goroutine instead of rebuilding
 	// the whole outbox for every batch.

@@ -454,7 +454,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				if ps.taintAll > op.time || ps.tainted[ev.id] > op.time {
 					taintInvocation(inv)
 				}
-				inv.add(span, r, op.time, &p.cfg)
+				inv.add(span, r, &s.resources, op.time, &p.cfg)
 			case evEmit:
 				if ev.flags&emitSent == 0 {
 					sum, err := decodeSummary(ev)

@@ -2,7 +2,6 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"encoding/binary"
-	"hash/fnv"
 	"slices"
 	"strconv"
 
@@ -60,7 +59,7 @@ func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerC
 		agentName:      inv.AgentName,
 		resource:       inv.Resource,
 		anomalies:      inv.anomalies(status == contract.StatusFinal),
-		links:          slices.Clone(inv.ContinuationRoots),
+		links:          slices.Clip(inv.ContinuationRoots), // only ever appended to
 		usage:          inv.Usage,
 		afterIn:        inv.AfterInput,
 		afterOut:       inv.AfterOutput,
@@ -94,26 +93,39 @@ func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerC
 // summarySpanID is deterministic per (invocation id, revision, status), so
 // a re-sent summary is recognisable as the same one.
 func summarySpanID(id string, revision int64, status string) pcommon.SpanID {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(id))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write(strconv.AppendInt(nil, revision, 10))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(status))
-	v := h.Sum64()
-	if v == 0 {
-		v = 1
+	// FNV-1a over id, NUL, the decimal revision, NUL, status; written out
+	// so that it allocates nothing.
+	h := uint64(14695981039346656037)
+	write := func(s string) {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
+	}
+	var buf [20]byte
+	write(id)
+	write("\x00")
+	write(string(strconv.AppendInt(buf[:0], revision, 10)))
+	write("\x00")
+	write(status)
+	if h == 0 {
+		h = 1
 	}
 	var sid pcommon.SpanID
-	binary.BigEndian.PutUint64(sid[:], v)
+	binary.BigEndian.PutUint64(sid[:], h)
 	return sid
 }
 
-// buildTraces turns summaries into spans, each in its own ResourceSpans
-// carrying the root's resource attributes, so a trace UI files the summary
-// under the agent's service, and the marker (trust.mark).
+// buildTraces turns summaries into spans carrying the root's resource
+// attributes, so a trace UI files a summary under the agent's service, and
+// the marker (trust.mark). Consecutive summaries with equal resources
+// share one ResourceSpans: the summaries of one send, made from many
+// shards, mostly come from one agent.
 func buildTraces(sums []summary, t *trust) ptrace.Traces {
 	td := ptrace.NewTraces()
+	var spans ptrace.SpanSlice
+	var resource map[string]any
+	open := false // spans takes the next summary when its resource is resource
 	for i := range sums {
 		s := &sums[i]
 		if s.restored != nil {
@@ -122,15 +134,19 @@ func buildTraces(sums []summary, t *trust) ptrace.Traces {
 			// Stored before a restart, perhaps by a version that did not
 			// mark summaries: this collector is the one sending it.
 			t.mark(rs.Resource().Attributes())
+			open = false
 			continue
 		}
-		rs := td.ResourceSpans().AppendEmpty()
-		// FromRaw only fails for value types AsRaw never produces.
-		_ = rs.Resource().Attributes().FromRaw(s.resource)
-		t.mark(rs.Resource().Attributes())
-		ss := rs.ScopeSpans().AppendEmpty()
-		ss.Scope().SetName(metadata.ScopeName)
-		s.fill(ss.Spans().AppendEmpty())
+		if !open || !sameRaw(resource, s.resource) {
+			rs := td.ResourceSpans().AppendEmpty()
+			// FromRaw only fails for value types AsRaw never produces.
+			_ = rs.Resource().Attributes().FromRaw(s.resource)
+			t.mark(rs.Resource().Attributes())
+			ss := rs.ScopeSpans().AppendEmpty()
+			ss.Scope().SetName(metadata.ScopeName)
+			spans, resource, open = ss.Spans(), s.resource, true
+		}
+		s.fill(spans.AppendEmpty())
 	}
 	return td
 }

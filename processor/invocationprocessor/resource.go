@@ -1,0 +1,110 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"reflect"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// resourceCache shares resource attributes between a shard's invocations.
+// An agent sends all its invocations under one resource, and a copy per
+// invocation was a fifth of an open invocation's memory; shared copies
+// also let one summary batch carry them once (buildTraces). The maps it
+// returns are never modified. Guarded by the shard's mu.
+type resourceCache struct {
+	recent [8]map[string]any
+	next   int
+}
+
+// of returns the attributes as raw values, the same map as an earlier
+// call's when the attributes are equal.
+func (c *resourceCache) of(res pcommon.Resource) map[string]any {
+	attrs := res.Attributes()
+	for _, m := range c.recent {
+		if m != nil && sameAttributes(attrs, m) {
+			return m
+		}
+	}
+	m := attrs.AsRaw()
+	c.recent[c.next] = m
+	c.next = (c.next + 1) % len(c.recent)
+	return m
+}
+
+// sameAttributes reports whether raw is attrs.AsRaw(), for scalar values;
+// any other value type is reported as different.
+func sameAttributes(attrs pcommon.Map, raw map[string]any) bool {
+	if attrs.Len() != len(raw) {
+		return false
+	}
+	same := true
+	attrs.Range(func(k string, v pcommon.Value) bool {
+		r, ok := raw[k]
+		if !ok {
+			same = false
+			return false
+		}
+		switch v.Type() {
+		case pcommon.ValueTypeStr:
+			s, ok := r.(string)
+			same = ok && s == v.Str()
+		case pcommon.ValueTypeInt:
+			n, ok := r.(int64)
+			same = ok && n == v.Int()
+		case pcommon.ValueTypeBool:
+			b, ok := r.(bool)
+			same = ok && b == v.Bool()
+		case pcommon.ValueTypeDouble:
+			f, ok := r.(float64)
+			same = ok && f == v.Double()
+		default:
+			same = false
+		}
+		return same
+	})
+	return same
+}
+
+// sameMap reports whether a and b are the same map (not equal contents).
+func sameMap(a, b map[string]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// sameRaw reports whether a and b are the same map or hold the same
+// scalar values; maps holding other values are only the same as
+// themselves.
+func sameRaw(a, b map[string]any) bool {
+	if sameMap(a, b) {
+		return true
+	}
+	if len(a) != len(b) {
+		return false
+	}
+	for k, av := range a {
+		bv, ok := b[k]
+		if !ok {
+			return false
+		}
+		switch av := av.(type) {
+		case string:
+			if bv, ok := bv.(string); !ok || av != bv {
+				return false
+			}
+		case int64:
+			if bv, ok := bv.(int64); !ok || av != bv {
+				return false
+			}
+		case bool:
+			if bv, ok := bv.(bool); !ok || av != bv {
+				return false
+			}
+		case float64:
+			if bv, ok := bv.(float64); !ok || av != bv {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
