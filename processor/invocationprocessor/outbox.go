@@ -6,10 +6,7 @@ import (
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
-
-	"github.com/agentledger/agentledger/internal/contract"
 )
 
 // outboxSlack is how many summaries beyond a shard's share of
@@ -225,30 +222,6 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, shards []*sha
 		}
 		if !more {
 			return nil
-		}
-	}
-}
-
-// countSent adds delivered summaries to the internal telemetry.
-func (p *invocationProcessor) countSent(ctx context.Context, sent []summary) {
-	ctx = context.WithoutCancel(ctx)
-	var pending, final, incomplete int64
-	for i := range sent {
-		switch sent[i].status {
-		case contract.StatusPending:
-			pending++
-		case contract.StatusFinal:
-			final++
-		default:
-			incomplete++
-		}
-	}
-	for _, c := range []struct {
-		n    int64
-		attr metric.AddOption
-	}{{pending, statusPendingAttr}, {final, statusFinalAttr}, {incomplete, statusIncompleteAttr}} {
-		if c.n > 0 {
-			p.tel.ProcessorInvocationSummaries.Add(ctx, c.n, c.attr)
 		}
 	}
 }

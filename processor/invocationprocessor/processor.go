@@ -5,20 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/agentledger/agentledger/internal/contract"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
 )
 
@@ -36,21 +31,6 @@ func (systemClock) Now() time.Time { return time.Now() }
 const (
 	minTickInterval = 10 * time.Millisecond
 	maxTickInterval = time.Second
-)
-
-// Bound names used in the bound_hits metric.
-const (
-	boundOpen      = "max_open_invocations"
-	boundSpans     = "max_spans_per_invocation"
-	boundRetention = "retention_capacity"
-	boundOutbox    = "summary_outbox"
-)
-
-var (
-	boundOpenAttr      = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundOpen)))
-	boundSpansAttr     = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundSpans)))
-	boundRetentionAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundRetention)))
-	boundOutboxAttr    = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundOutbox)))
 )
 
 // invocationProcessor passes every span through and adds summary spans.
@@ -247,55 +227,12 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// indexRef is one span of the batch routed to a shard.
-type indexRef struct {
-	shard int
-	id    string // the ledger key: tenant and invocation id (ledgerKey)
-	span  ptrace.Span
-	res   pcommon.Resource
-}
-
 // ConsumeTraces indexes member spans under their tenant, passes the batch
 // on (without the summaries it does not accept from outside), and then
 // sends any summaries the batch completed.
 func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	now := p.clock.Now().UnixNano()
-	var refs []indexRef
-	var refusedSpans refused
-	req := p.tenants.ofRequest(ctx)
-	rss := td.ResourceSpans()
-	for i := 0; i < rss.Len(); i++ {
-		rs := rss.At(i)
-		tenant, tenantOK := p.tenants.of(req, rs.Resource())
-		sss := rs.ScopeSpans()
-		for j := 0; j < sss.Len(); j++ {
-			spans := sss.At(j).Spans()
-			for k := 0; k < spans.Len(); k++ {
-				sp := spans.At(k)
-				if sp.Name() == contract.SpanNameSummary {
-					// Never a member. Passed on only from a trusted
-					// collector (a second tier), else dropped below.
-					if !p.trust.accepts(sss.At(j).Scope(), rs.Resource()) {
-						refusedSpans.summaries++
-					}
-					continue
-				}
-				v, ok := sp.Attributes().Get(contract.AttrInvocationID)
-				if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" {
-					continue
-				}
-				if !tenantOK {
-					refusedSpans.withoutTenant++
-					continue
-				}
-				key := ledgerKey(tenant, v.Str())
-				if refs == nil {
-					refs = make([]indexRef, 0, td.SpanCount())
-				}
-				refs = append(refs, indexRef{shard: p.shardOf(key), id: key, span: sp, res: rs.Resource()})
-			}
-		}
-	}
+	refs, refusedSpans := p.route(ctx, td)
 	if refusedSpans != (refused{}) {
 		p.recordRefused(ctx, refusedSpans, now)
 		if refusedSpans.summaries > 0 {
@@ -319,7 +256,7 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	var touched []*shard
 	for _, group := range p.groupByShard(refs) {
 		s := p.shards[group[0].shard]
-		if p.indexShard(s, group, now, &stats) {
+		if s.index(group, now, &stats) {
 			touched = append(touched, s)
 		}
 	}
@@ -342,76 +279,6 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		p.logger.Debug("invocation summaries not sent yet", zap.Error(ferr))
 	}
 	return err
-}
-
-// groupByShard orders refs by shard with a counting sort, keeping batch
-// order within a shard, and returns one slice per shard present.
-func (p *invocationProcessor) groupByShard(refs []indexRef) [][]indexRef {
-	first := refs[0].shard
-	same := true
-	for i := range refs {
-		if refs[i].shard != first {
-			same = false
-			break
-		}
-	}
-	if same {
-		return [][]indexRef{refs}
-	}
-	counts := make([]int, len(p.shards)+1)
-	for i := range refs {
-		counts[refs[i].shard+1]++
-	}
-	groups := make([][]indexRef, 0, len(p.shards))
-	for i := 1; i < len(counts); i++ {
-		counts[i] += counts[i-1]
-	}
-	sorted := make([]indexRef, len(refs))
-	next := slices.Clone(counts[:len(p.shards)])
-	for i := range refs {
-		sh := refs[i].shard
-		sorted[next[sh]] = refs[i]
-		next[sh]++
-	}
-	for sh := range p.shards {
-		if counts[sh+1] > counts[sh] {
-			groups = append(groups, sorted[counts[sh]:counts[sh+1]])
-		}
-	}
-	return groups
-}
-
-// indexShard indexes one shard's spans of a batch under its lock and
-// reports whether summaries are waiting in its outbox.
-func (p *invocationProcessor) indexShard(s *shard, refs []indexRef, now int64, stats *stats) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.gen++
-	s.touched = s.touched[:0]
-	s.journalBegin()
-	for i := range refs {
-		r := &refs[i]
-		s.journalFact(r, now, stats)
-		inv := s.ensure(r.id, now, stats)
-		switch inv.add(r.span, r.res, &s.resources, now, &p.cfg) {
-		case addIndexed:
-			stats.indexed++
-		case addDuplicate:
-			stats.duplicates++
-		case addSpanLimit:
-			stats.spanLimit++
-		}
-		s.touch(inv)
-	}
-	for _, inv := range s.touched {
-		s.evaluate(inv, now, stats)
-	}
-	s.publishOpen(s.touched, now)
-	clear(s.touched)
-	s.touched = s.touched[:0]
-	s.journalEnd(now)
-	stats.outboxDropped += s.trimOutbox()
-	return len(s.outbox) > 0
 }
 
 // tick fires every due timer (open_timeout, remote_settle, retention) at
@@ -445,50 +312,3 @@ func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	}
 	return errors.Join(errs...)
 }
-
-func (p *invocationProcessor) shardOf(id string) int {
-	// FNV-1a, inline so routing allocates nothing.
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
-		h *= 1099511628211
-	}
-	return int(h % uint64(len(p.shards)))
-}
-
-// record adds what a locked section did to the internal telemetry.
-func (p *invocationProcessor) record(ctx context.Context, done *stats) {
-	ctx = context.WithoutCancel(ctx)
-	t := p.tel
-	if done.indexed > 0 {
-		t.ProcessorInvocationSpansIndexed.Add(ctx, done.indexed)
-	}
-	if done.duplicates > 0 {
-		t.ProcessorInvocationDuplicateSpans.Add(ctx, done.duplicates)
-	}
-	if done.evicted > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, done.evicted, boundOpenAttr)
-	}
-	if done.spanLimit > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, done.spanLimit, boundSpansAttr)
-	}
-	if done.forgotten > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, done.forgotten, boundRetentionAttr)
-	}
-	if d := done.opened - done.closed; d != 0 {
-		t.ProcessorInvocationOpenInvocations.Add(ctx, d)
-	}
-	for _, d := range done.delays {
-		t.ProcessorInvocationFinalityDelay.Record(ctx, d)
-	}
-	if done.outboxDropped > 0 {
-		t.ProcessorInvocationBoundHits.Add(ctx, done.outboxDropped, boundOutboxAttr)
-		p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", done.outboxDropped))
-	}
-}
-
-var (
-	statusPendingAttr    = metric.WithAttributeSet(attribute.NewSet(attribute.String("status", contract.StatusPending)))
-	statusFinalAttr      = metric.WithAttributeSet(attribute.NewSet(attribute.String("status", contract.StatusFinal)))
-	statusIncompleteAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("status", contract.StatusIncomplete)))
-)

@@ -60,6 +60,39 @@ func newShard(cfg *ledgerConfig, b *bounds, outboxLimit int) *shard {
 	}
 }
 
+// index indexes the shard's spans of a batch under its lock and reports
+// whether summaries are waiting in its outbox.
+func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.touched = s.touched[:0]
+	s.journalBegin()
+	for i := range refs {
+		r := &refs[i]
+		s.journalFact(r, now, stats)
+		inv := s.ensure(r.id, now, stats)
+		switch inv.add(r.span, r.res, &s.resources, now, s.cfg) {
+		case addIndexed:
+			stats.indexed++
+		case addDuplicate:
+			stats.duplicates++
+		case addSpanLimit:
+			stats.spanLimit++
+		}
+		s.touch(inv)
+	}
+	for _, inv := range s.touched {
+		s.evaluate(inv, now, stats)
+	}
+	s.publishOpen(s.touched, now)
+	clear(s.touched)
+	s.touched = s.touched[:0]
+	s.journalEnd(now)
+	stats.outboxDropped += s.trimOutbox()
+	return len(s.outbox) > 0
+}
+
 // trimOutbox drops the oldest waiting summaries beyond the bound and
 // returns how many it dropped. mu must be held.
 func (s *shard) trimOutbox() int64 {
