@@ -112,6 +112,9 @@ type stats struct {
 	opened, closed                int64
 	outboxDropped                 int64
 	delays                        []float64
+	// delaysBuf holds the first delays, so a batch closing a few
+	// invocations does not grow delays.
+	delaysBuf [16]float64
 }
 
 // invList is an intrusive doubly linked list of invocations.
@@ -307,6 +310,9 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 	s.open.remove(inv)
 	s.bounds.open.Add(-1)
 	stats.closed++
+	if stats.delays == nil {
+		stats.delays = stats.delaysBuf[:0]
+	}
 	stats.delays = append(stats.delays, float64(now-inv.LastDischarge)/1e9)
 	s.outbox = append(s.outbox, inv.snapshot(status, 1, now, s.cfg))
 	s.publishClosed(now)
