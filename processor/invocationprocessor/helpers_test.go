@@ -70,11 +70,36 @@ func newHarness(t testing.TB, shards int, mod func(*Config)) *harness {
 func (h *harness) consume(td ptrace.Traces) {
 	h.t.Helper()
 	require.NoError(h.t, h.p.ConsumeTraces(context.Background(), td))
+	h.quiesce()
 }
 
 func (h *harness) advance(d time.Duration) {
 	h.t.Helper()
 	require.NoError(h.t, h.p.tick(context.Background(), h.clock.Advance(d)))
+	h.quiesce()
+}
+
+// quiesce returns once every summary made so far has reached the sink. A
+// flush leaves a shard's summaries to the goroutine already sending it
+// (the started timer goroutine, in tests that run it), so without this a
+// test could look at the sink while that goroutine still holds a summary
+// the test's own batch or tick made.
+func (h *harness) quiesce() {
+	h.t.Helper()
+	for _, s := range h.p.shards {
+		for i := 0; ; i++ {
+			require.Less(h.t, i, 100, "a shard's outbox never emptied")
+			s.sending <- struct{}{} // waits out a concurrent sender
+			s.mu.Lock()
+			empty := len(s.outbox) == 0
+			s.mu.Unlock()
+			<-s.sending
+			if empty {
+				break
+			}
+			_ = h.p.flush(context.Background(), s, flushFromTimer)
+		}
+	}
 }
 
 func (h *harness) shutdown() {
