@@ -14,12 +14,14 @@
 // cache_read.input_tokens and reasoning.output_tokens.
 //
 // Streaming: when a chat completions stream does not ask for usage, the
-// middleware sets stream_options.include_usage=true on the request and
-// removes the extra usage-only chunk from the stream the caller reads, so
-// usage is always recorded without changing what the caller sees. The span
-// ends exactly once: when the stream's terminal event was read, when it
-// fails, or when the caller closes it early (then
-// gen_ai.response.stream_closed_early=true).
+// middleware sets stream_options.include_usage=true on the request (in
+// the body's bytes, which are otherwise sent as the caller's SDK wrote
+// them; a body whose stream_options is neither an object nor null is sent
+// unchanged, without usage) and removes the extra usage-only chunk from
+// the stream the caller reads, so usage is always recorded without
+// changing what the caller sees. The span ends exactly once: when the
+// stream's terminal event was read, when it fails, or when the caller
+// closes it early (then gen_ai.response.stream_closed_early=true).
 //
 // Retries: the SDK runs its middleware once per attempt, inside its retry
 // loop. The middleware ties the attempts of one logical call together (by

@@ -13,9 +13,16 @@ import (
 )
 
 var (
-	fuzzChat          = genaitest.FuzzEndpoint{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","messages":[{"role":"user","content":"hi"}]}`}
-	fuzzChatStream    = genaitest.FuzzEndpoint{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, Stream: true}
-	fuzzChatInjected  = genaitest.FuzzEndpoint{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","stream":true,"messages":[{"role":"user","content":"hi"}]}`, Stream: true}
+	fuzzChat         = genaitest.FuzzEndpoint{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","messages":[{"role":"user","content":"hi"}]}`}
+	fuzzChatStream   = genaitest.FuzzEndpoint{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, Stream: true}
+	fuzzChatInjected = genaitest.FuzzEndpoint{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","stream":true,"messages":[{"role":"user","content":"hi"}]}`, Stream: true}
+	// fuzzChatSpliced are streamed requests that do not ask for usage in
+	// the shapes the middleware splices include_usage into.
+	fuzzChatSpliced = []genaitest.FuzzEndpoint{
+		{Path: "/v1/chat/completions", Req: "{ \"model\" : \"gpt-f\" ,\n \"stream\" : true , \"stream_options\" : { \"include_usage\" : false , \"x\" : {\"include_usage\":false} } }\n", Stream: true},
+		{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","stream":true,"stream_options":{"include_obfuscation":false},"messages":[]}`, Stream: true},
+		{Path: "/v1/chat/completions", Req: `{"model":"gpt-f","stream":true,"stream_options":null}`, Stream: true},
+	}
 	fuzzResponses     = genaitest.FuzzEndpoint{Path: "/v1/responses", Req: `{"model":"gpt-f","input":"hi"}`}
 	fuzzResponsesSSE  = genaitest.FuzzEndpoint{Path: "/v1/responses", Req: `{"model":"gpt-f","stream":true,"input":"hi"}`, Stream: true}
 	fuzzEmbeddingsReq = genaitest.FuzzEndpoint{Path: "/v1/embeddings", Req: `{"model":"emb-f","input":["a","b"]}`}
@@ -57,6 +64,20 @@ func FuzzChatStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, cut uint16) {
 		fuzzWrapper.CallThrough(t, fuzzChatStream, body, cut)
 		fuzzWrapper.CallThrough(t, fuzzChatInjected, body, cut)
+	})
+}
+
+// FuzzChatStreamSpliced is FuzzChatStream for the requests the
+// middleware splices include_usage into.
+func FuzzChatStreamSpliced(f *testing.F) {
+	fuzzWrapper.AddSeeds(f, fuzzChatStream,
+		"data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n",
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}],\"usage\":{\"prompt_tokens\":3}}\n\n",
+	)
+	f.Fuzz(func(t *testing.T, body []byte, cut uint16) {
+		for _, ep := range fuzzChatSpliced {
+			fuzzWrapper.CallThrough(t, ep, body, cut)
+		}
 	})
 }
 

@@ -1,6 +1,7 @@
 package otelopenai
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -36,26 +37,66 @@ func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*htt
 
 // requestInfo is what the middleware reads from a request body.
 type requestInfo struct {
-	Model         string `json:"model"`
-	Stream        bool   `json:"stream"`
+	Model         string
+	Stream        bool
 	StreamOptions *struct {
 		IncludeUsage *bool `json:"include_usage"`
-	} `json:"stream_options"`
-	Messages            json.RawMessage `json:"messages"`
-	Input               json.RawMessage `json:"input"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxOutputTokens     *int64          `json:"max_output_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
+	}
+	Messages            json.RawMessage
+	Input               json.RawMessage
+	MaxCompletionTokens *int64
+	MaxTokens           *int64
+	MaxOutputTokens     *int64
+	Temperature         *float64
+	TopP                *float64
+}
+
+// read sets info from the top-level members of a request body as
+// json.Unmarshal would: names matched case-insensitively, the last of
+// duplicates kept, a value of the wrong type left out. Messages and Input
+// are slices of the body, not copies.
+func (info *requestInfo) read(fields []genaicall.Field) {
+	for _, f := range fields {
+		var dst any
+		switch {
+		case f.Is("model", true):
+			dst = &info.Model
+		case f.Is("stream", true):
+			dst = &info.Stream
+		case f.Is("stream_options", true):
+			dst = &info.StreamOptions
+		case f.Is("messages", true):
+			info.Messages = f.Value
+		case f.Is("input", true):
+			info.Input = f.Value
+		case f.Is("max_completion_tokens", true):
+			dst = &info.MaxCompletionTokens
+		case f.Is("max_tokens", true):
+			dst = &info.MaxTokens
+		case f.Is("max_output_tokens", true):
+			dst = &info.MaxOutputTokens
+		case f.Is("temperature", true):
+			dst = &info.Temperature
+		case f.Is("top_p", true):
+			dst = &info.TopP
+		}
+		if dst != nil {
+			_ = json.Unmarshal(f.Value, dst)
+		}
+	}
 }
 
 // describe reads a request body for op. A streamed chat request that does
 // not ask for usage is sent asking for it; the parser then hides the
-// usage-only chunk from the caller.
+// usage-only chunk from the caller. Only the body's top-level members are
+// looked at; the messages are neither decoded nor copied.
 func (op operation) describe(body []byte) genaicall.Request {
+	var buf [16]genaicall.Field
 	var info requestInfo
-	_ = json.Unmarshal(body, &info)
+	fields, ok := genaicall.ObjectFields(body, buf[:0])
+	if ok {
+		info.read(fields)
+	}
 	r := genaicall.Request{
 		Endpoint:    int(op),
 		Operation:   op.name(),
@@ -74,8 +115,8 @@ func (op operation) describe(body []byte) genaicall.Request {
 		}
 	}
 	p := parser{op: op}
-	if op == opChat && info.Stream && (info.StreamOptions == nil || info.StreamOptions.IncludeUsage == nil || !*info.StreamOptions.IncludeUsage) {
-		if nb, err := withIncludeUsage(body); err == nil {
+	if ok && op == opChat && info.Stream && (info.StreamOptions == nil || info.StreamOptions.IncludeUsage == nil || !*info.StreamOptions.IncludeUsage) {
+		if nb, ok := withIncludeUsage(body, fields); ok {
 			r.Body = nb
 			p.injected = true
 		}
@@ -84,23 +125,81 @@ func (op operation) describe(body []byte) genaicall.Request {
 	return r
 }
 
-// withIncludeUsage returns body with stream_options.include_usage = true.
-func withIncludeUsage(body []byte) ([]byte, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		return nil, err
-	}
-	so := map[string]json.RawMessage{}
-	if raw, ok := fields["stream_options"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &so); err != nil {
-			return nil, err
+// splice is one edit of a body: text replaces body[at:end].
+type splice struct {
+	at, end int
+	text    string
+}
+
+const includeUsage = `"include_usage":true`
+
+// withIncludeUsage returns a copy of body, whose top-level members are
+// fields, with stream_options.include_usage set to true: the value of
+// each include_usage member in each stream_options object becomes true,
+// or the member is added first in the object; a null stream_options
+// becomes {"include_usage":true}, and a missing one is added last in the
+// body. Every other byte is kept as it was. It reports false, and body is
+// to be sent unchanged, when a stream_options is neither an object nor
+// null.
+func withIncludeUsage(body []byte, fields []genaicall.Field) ([]byte, bool) {
+	var buf [4]splice
+	edits := buf[:0]
+	found := false
+	for _, f := range fields {
+		if !f.Is("stream_options", false) {
+			continue
+		}
+		found = true
+		switch f.Value[0] {
+		case 'n':
+			edits = append(edits, splice{f.At, f.At + len(f.Value), "{" + includeUsage + "}"})
+		case '{':
+			var ibuf [4]genaicall.Field
+			inner, ok := genaicall.ObjectFields(f.Value, ibuf[:0])
+			if !ok {
+				return nil, false
+			}
+			set := false
+			for _, g := range inner {
+				if g.Is("include_usage", false) {
+					edits = append(edits, splice{f.At + g.At, f.At + g.At + len(g.Value), "true"})
+					set = true
+				}
+			}
+			if !set {
+				text := includeUsage
+				if len(inner) > 0 {
+					text += ","
+				}
+				edits = append(edits, splice{f.At + 1, f.At + 1, text})
+			}
+		default:
+			return nil, false
 		}
 	}
-	so["include_usage"] = json.RawMessage("true")
-	raw, err := json.Marshal(so)
-	if err != nil {
-		return nil, err
+	if !found {
+		text := `"stream_options":{` + includeUsage + `}`
+		var at int
+		if n := len(fields); n > 0 {
+			last := fields[n-1]
+			at, text = last.At+len(last.Value), ","+text
+		} else {
+			at = bytes.LastIndexByte(body, '}')
+		}
+		if at < 0 {
+			return nil, false
+		}
+		edits = append(edits, splice{at, at, text})
 	}
-	fields["stream_options"] = raw
-	return json.Marshal(fields)
+	size := len(body)
+	for _, e := range edits {
+		size += len(e.text) - (e.end - e.at)
+	}
+	out := make([]byte, 0, size)
+	prev := 0
+	for _, e := range edits {
+		out = append(append(out, body[prev:e.at]...), e.text...)
+		prev = e.end
+	}
+	return append(out, body[prev:]...), true
 }
