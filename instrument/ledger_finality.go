@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // This file decides an invocation's status: its first close (final when

@@ -9,7 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // Reason kinds of the in-process ledger besides the contract's.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // This file is the ledger's retention: which invocations it holds, for

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // TestUnattributedTurn pins contract rule 7: a turn nobody can own is an

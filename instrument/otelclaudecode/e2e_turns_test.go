@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
 

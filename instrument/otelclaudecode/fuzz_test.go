@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // FuzzDecodeEvent checks the line decoder on arbitrary input: it never

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // readFixture returns the lines of a recorded stream (testdata/README.md).

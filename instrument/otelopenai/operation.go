@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // operation is an API endpoint the middleware traces.

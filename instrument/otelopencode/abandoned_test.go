@@ -17,7 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // promptServer is a fake OpenCode server for prompts a caller abandons:

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // trackedJobs is the number of jobs the mapper tracks.

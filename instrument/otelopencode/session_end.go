@@ -6,7 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // errDeleted is recorded on spans a session's deletion cut short.

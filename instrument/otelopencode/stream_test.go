@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // fakeStream serves GET /event from a list of scripted connections: each

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/testbin"
 )
 

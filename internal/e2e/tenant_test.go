@@ -30,7 +30,7 @@ import (
 
 	"github.com/agentledger/agentledger/dashboards"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/testbin"
 )
 

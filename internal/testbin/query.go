@@ -13,7 +13,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // ErrNotFound is returned by the Jaeger queries when Jaeger has no such

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // obligationsMet reports conditions 1-3 of CONTRACT.md (and that nothing

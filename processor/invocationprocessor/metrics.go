@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // Bound names used in the bound_hits metric.

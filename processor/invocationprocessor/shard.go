@@ -5,7 +5,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // shard owns the invocations whose id hashes to it. A load-balancing tier

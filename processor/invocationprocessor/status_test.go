@@ -19,7 +19,7 @@ import (
 
 	"github.com/agentledger/agentledger/extension/invocationstatusextension"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
 )
 

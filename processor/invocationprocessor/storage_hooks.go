@@ -2,7 +2,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
-	"github.com/agentledger/agentledger/internal/contract"
+	"github.com/agentledger/agentledger/contract"
 )
 
 // The functions in this file are the only storage code that touches the
