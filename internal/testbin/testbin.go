@@ -355,8 +355,11 @@ func GoBuild(ctx context.Context, pkg, out string, progress io.Writer) error {
 	if progress != nil {
 		args = append(args, "-v")
 	}
-	cmd := exec.CommandContext(ctx, goTool(), append(args, pkg)...)
-	cmd.Dir = root
+	// Each directory of the repository belongs to its own module (the
+	// collector, the examples), so the build runs in the package's
+	// directory, inside its module.
+	cmd := exec.CommandContext(ctx, goTool(), append(args, ".")...)
+	cmd.Dir = filepath.Join(root, pkg)
 	var stderr strings.Builder
 	if progress != nil {
 		cmd.Stdout = progress
