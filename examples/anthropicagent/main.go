@@ -33,7 +33,7 @@ import (
 
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/examples/scriptedmodel"
 )
 
 type config struct {

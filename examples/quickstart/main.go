@@ -24,7 +24,7 @@ import (
 
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelopenai"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/examples/scriptedmodel"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/examples/scriptedmodel"
 )
 
 // stepUsage is what every scripted model response reports.

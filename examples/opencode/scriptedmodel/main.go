@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/examples/scriptedmodel"
 )
 
 func main() {

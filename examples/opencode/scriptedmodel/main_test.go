@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/examples/scriptedmodel"
 )
 
 func request(msgs ...map[string]any) scriptedmodel.Request {
