@@ -2,9 +2,7 @@ module github.com/agentledger/agentledger/instrument/otelopenai
 
 go 1.26.0
 
-replace (
-	github.com/agentledger/agentledger => ../..
-)
+replace github.com/agentledger/agentledger => ../..
 
 require (
 	github.com/agentledger/agentledger v0.0.0-00010101000000-000000000000
