@@ -35,12 +35,19 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 	OPENCODE_BIN=$(OPENCODE_BIN) \
 	CLAUDE_BIN=$(CLAUDE_BIN)
 
-.PHONY: help build jaeger prometheus chromium opencode claude test demo dashboards fuzz bench vet clean
+# Every Go module of the repository but the tools: the root (instrument and
+# contract), the client adapters, the processor, the extension, the
+# distribution, dashboards, internal/testbin and examples (with the demo and
+# the end-to-end tests). Each is tested in its own directory; they share the
+# Go build cache.
+MODULES := $(shell find . -name go.mod -not -path './tools/*' -not -path './.*/*' -printf '%h\n' | sort)
+
+.PHONY: help build jaeger prometheus chromium opencode claude test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
 
 help:
 	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
 	@echo "make demo VIEW=1   also start Jaeger and Prometheus (left running) to browse the traces and metrics"
-	@echo "make test          build what the tests need, then go test -race ./..."
+	@echo "make test          build what the tests need, check every go.mod is tidy, the consumer and OCB checks, then go test -race ./... in every module"
 	@echo "make build         the collector distribution into .bin/otelcol-agentledger"
 	@echo "make jaeger        Jaeger v1.76.0 into .bin/jaeger (skipped when present)"
 	@echo "make prometheus    apt-get install prometheus when missing (needs root)"
@@ -53,10 +60,12 @@ help:
 
 # The Go build cache makes this a no-op when nothing changed; the first build
 # compiles the collector (several minutes), so -v lists packages as they go.
+# -trimpath and CGO_ENABLED=0 are what the collector builder uses, so the
+# OCB check (.ci/ocb-check) finds these packages in the build cache.
 build:
 	@mkdir -p $(BIN)
 	@echo ">> building $(COLLECTOR_BIN) (first build takes several minutes; packages are listed as they compile)"
-	$(GO) build -v -o $(COLLECTOR_BIN) ./cmd/otelcol-agentledger
+	cd cmd/otelcol-agentledger && CGO_ENABLED=0 $(GO) build -trimpath -v -o $(COLLECTOR_BIN) .
 	@echo ">> built $(COLLECTOR_BIN)"
 
 # Jaeger's module has replace directives, so `go install ...@v1.76.0` cannot
@@ -102,30 +111,56 @@ claude:
 		npm install --no-audit --no-fund --prefix $(CLAUDE_PREFIX) @anthropic-ai/claude-code@$(CLAUDE_VERSION); \
 	fi
 
-test: build jaeger prometheus chromium opencode claude
-	@echo ">> go test -race ./... (AGENTLEDGER_E2E=$(E2E))"
-	$(TEST_ENV) $(GO) test -race -timeout 40m $(TESTFLAGS) ./...
+test: build jaeger prometheus chromium opencode claude tidy-check consumer-check ocb-check
+	@echo ">> go test -race ./... in each module (AGENTLEDGER_E2E=$(E2E))"
+	@failed=; for m in $(MODULES); do \
+		echo ">> $$m"; \
+		(cd $$m && $(TEST_ENV) $(GO) test -race -timeout 40m $(TESTFLAGS) ./...) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo ">> FAIL in:$$failed"; exit 1; fi
+
+# Fails when any module's go.mod or go.sum is not what go mod tidy writes
+# (our modules and tools/builder; tools/jaeger and tools/mdatagen lack go.sum
+# lines of their dependencies' tests, which tidy would download).
+tidy-check:
+	@failed=; for m in $(MODULES) tools/builder; do \
+		(cd $$m && $(GO) mod tidy -diff) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo ">> go mod tidy -diff: not tidy:$$failed"; exit 1; fi; \
+	echo ">> every go.mod is tidy: $(MODULES) tools/builder"
+
+# A module of a user's own that imports instrument and instrument/otelopenai
+# finds no collector module and at most 100 modules, and keeps its pins.
+consumer-check:
+	./.ci/consumer-check
+
+# ocb with collector-config/builder-config.yaml from a temporary directory
+# outside the checkout, then the built collector on local.yaml.
+ocb-check: build
+	./.ci/ocb-check
 
 vet:
-	$(GO) vet ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
 # VIEW=1 also starts Jaeger and Prometheus and leaves them running.
 VIEW ?=
 view := $(filter 1 true yes,$(VIEW))
 demo: build $(if $(view),jaeger prometheus)
-	$(GO) run ./internal/demo -collector $(COLLECTOR_BIN) \
+	$(GO) -C examples run ./internal/demo -collector $(COLLECTOR_BIN) \
 		$(if $(view),-view -jaeger $(JAEGER_BIN) -prometheus $(PROMETHEUS_BIN))
 
 dashboards:
-	$(GO) generate ./dashboards/...
+	$(GO) -C dashboards generate ./...
 
 # Every FuzzXxx in every package, FUZZTIME each (go test -fuzz takes one
 # target per run).
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-			echo ">> $$pkg $$f"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
+	@for m in $(MODULES); do \
+		for pkg in $$($(GO) -C $$m list ./...); do \
+			for f in $$($(GO) -C $$m test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+				echo ">> $$pkg $$f"; \
+				$(GO) -C $$m test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
+			done; \
 		done; \
 	done
 
@@ -136,14 +171,17 @@ fuzz:
 # one run of every benchmark (interleaved), so that a base and its variants
 # share the machine's load; the load averages go to out/bench-load.txt. See
 # docs/performance.md.
-BENCHPKGS := ./instrument ./instrument/internal/genaicall ./instrument/otelopenai ./instrument/otelanthropic ./processor/invocationprocessor
+# Module directory:packages, one module after the other in each round.
+BENCHPKGS := .:./instrument,./instrument/internal/genaicall instrument/otelopenai:. instrument/otelanthropic:. processor/invocationprocessor:.
 bench:
 	@mkdir -p out
 	@rm -f out/bench.txt
 	@echo "start $$(date -u +%FT%TZ) load $$(cut -d' ' -f1-3 /proc/loadavg)" > out/bench-load.txt
 	@for i in $$(seq $(BENCHCOUNT)); do \
 		echo ">> round $$i of $(BENCHCOUNT)"; \
-		$(GO) test -run '^$$' -bench . -benchmem -count 1 $(BENCHPKGS) | tee -a out/bench.txt; \
+		for mp in $(BENCHPKGS); do \
+			$(GO) -C $${mp%%:*} test -run '^$$' -bench . -benchmem -count 1 $$(echo $${mp#*:} | tr , ' ') | tee -a out/bench.txt; \
+		done; \
 	done
 	@echo "end   $$(date -u +%FT%TZ) load $$(cut -d' ' -f1-3 /proc/loadavg)" >> out/bench-load.txt
 	@cat out/bench-load.txt

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +133,10 @@ type manifestModule struct {
 	Path   string `yaml:"path"`
 }
 
+// releaseVersion is a release's semantic version, v1.2.3.
+var releaseVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
+
+// selfModule is the root module's path; the component modules are below it.
 const selfModule = "github.com/agentledger/agentledger"
 
 // TestBuilderManifestMatchesDistribution checks that the ocb manifest lists
@@ -162,9 +167,20 @@ func TestBuilderManifestMatchesDistribution(t *testing.T) {
 			imp = path
 		}
 		imports = append(imports, imp)
-		if path == selfModule {
-			if mod.Path != ".." {
-				t.Errorf("%s: path = %q, want .. (the checkout, relative to collector-config)", path, mod.Path)
+		if mod.Path != "" {
+			t.Errorf("%s: path = %q; the manifest names modules by path and version only, so that it builds outside the checkout", path, mod.Path)
+		}
+		if strings.HasPrefix(path, selfModule+"/") {
+			// Our own component modules: each its own module in the
+			// checkout, named at a release version (the OCB test adds
+			// replaces to the checkout).
+			dir := strings.TrimPrefix(path, selfModule+"/")
+			gomod, err := os.ReadFile(repoPath(t, dir, "go.mod"))
+			if err != nil || !strings.HasPrefix(string(gomod), "module "+path+"\n") {
+				t.Errorf("%s: no module of that path in %s/go.mod (%v)", path, dir, err)
+			}
+			if !releaseVersion.MatchString(version) || version == "v0.0.0" {
+				t.Errorf("%s: version %q, want a release version", path, version)
 			}
 			continue
 		}
@@ -216,10 +232,12 @@ func isComponentImport(p string) bool {
 	return strings.HasSuffix(p, "/extension/storage/filestorage")
 }
 
-// goModRequires returns module path -> version from the repository go.mod.
+// goModRequires returns module path -> version from the distribution's
+// go.mod (cmd/otelcol-agentledger), the one module that requires every
+// component.
 func goModRequires(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open(repoPath(t, "go.mod"))
+	f, err := os.Open(repoPath(t, "cmd", "otelcol-agentledger", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
