@@ -86,7 +86,7 @@ prometheus:
 	fi
 
 # Headless Chromium from Debian loads the invocation status page in the
-# browser test (internal/demo); its fontconfig brings DejaVu for the text.
+# browser test (examples/internal/demo); its fontconfig brings DejaVu for the text.
 chromium:
 	@if [ -x $(CHROMIUM_BIN) ]; then echo ">> $(CHROMIUM_BIN) present"; else \
 		echo ">> installing chromium with apt-get"; \
