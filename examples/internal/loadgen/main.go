@@ -18,7 +18,7 @@
 // (passthrough.yaml, the same without the processor), and prints the
 // ratio of their throughputs:
 //
-//	go -C examples run ./internal/loadgen -collector .bin/otelcol-agentledger
+//	go -C examples run ./internal/loadgen -collector ../.bin/otelcol-agentledger
 //
 // Without -collector it measures a collector already running with one of
 // those configs, started with LOADGEN_RECEIVER_ENDPOINT set to -listen:
