@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/contract"
 )
 
 // maxSteps bounds the model calls of one turn.

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/examples/scriptedmodel"
+	"github.com/agentledger/agentledger/instrument"
 )
 
 // stepUsage is what every scripted model response reports.

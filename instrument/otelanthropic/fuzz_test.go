@@ -7,9 +7,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
-	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
 

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 )
 
 // operation is an API endpoint the middleware traces.

@@ -8,9 +8,9 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
-	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/scriptedmodel"
 )
 

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument"
 )
 
 // pipeline is an SDK provider whose spans go through the core

@@ -13,8 +13,8 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument"
 )
 
 // unattributedRoots returns the root spans of unattributed turns, by reason.

@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
-	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
 )
 

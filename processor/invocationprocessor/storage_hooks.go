@@ -1,8 +1,8 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
-	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 )
 
 // The functions in this file are the only storage code that touches the

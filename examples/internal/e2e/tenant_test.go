@@ -28,9 +28,9 @@ import (
 	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/dashboards"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
-	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/testbin"
 )
 
