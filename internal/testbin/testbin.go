@@ -343,9 +343,10 @@ func WaitReady(ctx context.Context, p *Process, url string) error {
 	return nil
 }
 
-// GoBuild builds the main package pkg (an import path or ./relative to the
-// repository root) into out, with -v progress written to progress (nil for
-// none).
+// GoBuild builds the main package in directory pkg (relative to the
+// repository root, e.g. "examples/shellagent"; not an import path: the
+// build runs inside the module that holds that directory) into out, with
+// -v progress written to progress (nil for none).
 func GoBuild(ctx context.Context, pkg, out string, progress io.Writer) error {
 	root, err := RepoRoot()
 	if err != nil {
