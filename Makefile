@@ -37,8 +37,8 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 
 # Every Go module of the repository but the tools: the root (instrument and
 # contract), the client adapters, the processor, the extension, the
-# distribution, dashboards, internal/testbin and examples (with the demo and
-# the end-to-end tests). Each is tested in its own directory; they share the
+# distribution, dashboards, internal/testbin, examples, and tests (the demo,
+# the end-to-end tests and the load generator). Each is tested in its own directory; they share the
 # Go build cache.
 MODULES := $(shell find . -name go.mod -not -path './tools/*' -not -path './.*/*' -printf '%h\n' | sort)
 
@@ -86,7 +86,7 @@ prometheus:
 	fi
 
 # Headless Chromium from Debian loads the invocation status page in the
-# browser test (examples/internal/demo); its fontconfig brings DejaVu for the text.
+# browser test (tests/demo); its fontconfig brings DejaVu for the text.
 chromium:
 	@if [ -x $(CHROMIUM_BIN) ]; then echo ">> $(CHROMIUM_BIN) present"; else \
 		echo ">> installing chromium with apt-get"; \
@@ -146,7 +146,7 @@ vet:
 VIEW ?=
 view := $(filter 1 true yes,$(VIEW))
 demo: build $(if $(view),jaeger prometheus)
-	$(GO) -C examples run ./internal/demo -collector $(COLLECTOR_BIN) \
+	$(GO) -C tests run ./demo -collector $(COLLECTOR_BIN) \
 		$(if $(view),-view -jaeger $(JAEGER_BIN) -prometheus $(PROMETHEUS_BIN))
 
 dashboards:

@@ -31,9 +31,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 type config struct {

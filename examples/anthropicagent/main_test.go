@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // keepSpans keeps the exported spans past the provider's shutdown, which

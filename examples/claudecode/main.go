@@ -33,9 +33,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelclaudecode"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // defaultCLI is where `make claude` installs the CLI.

@@ -6,14 +6,34 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/internal/testbin"
 )
+
+// claudeBin is the Claude Code CLI: $CLAUDE_BIN, else defaultCLI. A missing
+// binary skips the test, or fails it when AGENTLEDGER_E2E=1 (as make test
+// sets).
+func claudeBin(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("CLAUDE_BIN")
+	if path == "" {
+		path = defaultCLI
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+		return path
+	}
+	msg := "Claude Code CLI " + path + " not found (set CLAUDE_BIN or run make claude)"
+	if os.Getenv("AGENTLEDGER_E2E") == "1" {
+		t.Fatal(msg + "; AGENTLEDGER_E2E=1 makes this a failure")
+	}
+	t.Skip(msg + "; skipping (set AGENTLEDGER_E2E=1 to fail instead)")
+	return ""
+}
 
 type testWriter struct{ t *testing.T }
 
@@ -25,7 +45,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func runLines(t *testing.T, scenario string) []line {
 	t.Helper()
 	cfg := config{
-		cli:      testbin.Require(t, "CLAUDE_BIN", "make claude", defaultCLI),
+		cli:      claudeBin(t),
 		scenario: scenario,
 		timeout:  2 * time.Minute,
 		exporter: tracetest.NewInMemoryExporter(),

@@ -22,9 +22,9 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelopenai"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 func main() {

@@ -37,10 +37,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelopenai"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 type config struct {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // stepUsage is what every scripted model response reports.

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 func ExampleClientOptions() {

@@ -11,7 +11,7 @@ import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/otelanthropic"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // TestMiddlewareUsesProviderOfContextSpan (issue 9 item 9): client options

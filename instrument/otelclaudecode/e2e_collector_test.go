@@ -11,8 +11,8 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
 	"github.com/agentledger/agentledger/internal/testbin"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // collectorSpans returns the spans in the collector's output, with their

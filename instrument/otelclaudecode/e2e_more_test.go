@@ -13,8 +13,8 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
 	"github.com/agentledger/agentledger/internal/testbin"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // start starts a warm session that is stopped when the test ends.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // agentCall is a call of Claude Code's Agent tool, which starts a

@@ -18,8 +18,8 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
 	"github.com/agentledger/agentledger/internal/testbin"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // claudeBin is where `make claude` (npm install --prefix .cache/claude

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // testRetried: the model fails a request (HTTP 500), then cuts the

@@ -8,8 +8,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
 	"github.com/agentledger/agentledger/internal/testbin"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // TestNoGoroutineLeft: once the CLI of a run and of a warm session has

@@ -14,7 +14,7 @@ import (
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 	"github.com/agentledger/agentledger/instrument/otelopenai"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // TestMiddlewareUsesProviderOfContextSpan (issue 9 item 9): a Middleware

@@ -8,7 +8,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/agentledger/agentledger/instrument/internal/genaitest"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 func TestResponses(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
 	"github.com/agentledger/agentledger/internal/testbin"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // openCodeBin is where `make opencode` (npm install --prefix .cache/opencode

@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 func main() {

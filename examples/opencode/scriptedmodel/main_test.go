@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 func request(msgs ...map[string]any) scriptedmodel.Request {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentledger/agentledger/instrument/internal/genaitest"
-	"github.com/agentledger/agentledger/internal/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // scriptedStreams returns real-shaped event streams: what the scripted

@@ -81,9 +81,9 @@ func mixedBatch(t0 time.Time, items []lbSpan) ptrace.Traces {
 	rs := td.ResourceSpans().AppendEmpty()
 	rs.Resource().Attributes().PutStr("service.name", "e2e-agent")
 	agent := rs.ScopeSpans().AppendEmpty()
-	agent.Scope().SetName("github.com/agentledger/agentledger/internal/e2e")
+	agent.Scope().SetName("github.com/agentledger/agentledger/tests/e2e")
 	model := rs.ScopeSpans().AppendEmpty()
-	model.Scope().SetName("github.com/agentledger/agentledger/internal/e2e/model")
+	model.Scope().SetName("github.com/agentledger/agentledger/tests/e2e/model")
 	for _, it := range items {
 		ss := agent
 		if it.span.attrs[contract.AttrOperationName] == contract.OpChat {

@@ -10,7 +10,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 var usage = scriptedmodel.Usage{InputTokens: 100, OutputTokens: 40, CacheReadTokens: 30, CacheCreationTokens: 20, ReasoningTokens: 10}

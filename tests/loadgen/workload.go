@@ -239,7 +239,7 @@ func (w *workload) batchRequests(n int) {
 		rs := td.ResourceSpans().AppendEmpty()
 		rs.Resource().Attributes().PutStr("service.name", "loadgen-agent")
 		ss := rs.ScopeSpans().AppendEmpty()
-		ss.Scope().SetName("github.com/agentledger/agentledger/internal/loadgen")
+		ss.Scope().SetName("github.com/agentledger/agentledger/tests/loadgen")
 		spans := ss.Spans()
 		spans.EnsureCapacity(to - from)
 		for _, si := range w.sends[from:to] {

@@ -18,13 +18,13 @@
 // (passthrough.yaml, the same without the processor), and prints the
 // ratio of their throughputs:
 //
-//	go -C examples run ./internal/loadgen -collector ../.bin/otelcol-agentledger
+//	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger
 //
 // Without -collector it measures a collector already running with one of
 // those configs, started with LOADGEN_RECEIVER_ENDPOINT set to -listen:
 //
-//	LOADGEN_RECEIVER_ENDPOINT=127.0.0.1:4320 .bin/otelcol-agentledger --config examples/internal/loadgen/invocation.yaml &
-//	go -C examples run ./internal/loadgen -otlp 127.0.0.1:4317 -listen 127.0.0.1:4320 -pipeline invocation
+//	LOADGEN_RECEIVER_ENDPOINT=127.0.0.1:4320 .bin/otelcol-agentledger --config tests/loadgen/invocation.yaml &
+//	go -C tests run ./loadgen -otlp 127.0.0.1:4317 -listen 127.0.0.1:4320 -pipeline invocation
 //
 // It exits non-zero when a run fails or a summary is missing, not final or
 // wrong.

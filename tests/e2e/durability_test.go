@@ -66,7 +66,7 @@ func ownedBatch(t0 time.Time, spans []owned) ptrace.Traces {
 	rs := td.ResourceSpans().AppendEmpty()
 	rs.Resource().Attributes().PutStr("service.name", "e2e-agent")
 	ss := rs.ScopeSpans().AppendEmpty()
-	ss.Scope().SetName("github.com/agentledger/agentledger/internal/e2e")
+	ss.Scope().SetName("github.com/agentledger/agentledger/tests/e2e")
 	for _, o := range spans {
 		o.span.appendTo(ss.Spans(), t0, o.inv)
 	}

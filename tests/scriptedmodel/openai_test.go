@@ -11,7 +11,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/agentledger/agentledger/examples/scriptedmodel"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 func openAIClient(s *scriptedmodel.Server) openai.Client {
