@@ -19,6 +19,14 @@ CLAUDE_VERSION := 2.1.328
 CLAUDE_PREFIX := $(abspath .cache/claude)
 CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/@anthropic-ai/claude-code-linux-x64/claude
 
+# The long builds and installs (collector, Jaeger, demo, npm) run through
+# buildprogress (tests/demo/buildprogress, standard library only): it prints
+# packages compiled of the total, elapsed time and what comes next, or one
+# line per npm step, and writes the commands' whole output to out/logs/.
+LOGS := $(abspath out/logs)
+PROGRESS := $(BIN)/buildprogress
+PROGRESS_SRC := $(wildcard tests/demo/buildprogress/*.go)
+
 # AGENTLEDGER_E2E=1 turns a missing binary in an integration test into a
 # failure instead of a skip; `make test E2E=0` lets them skip.
 E2E ?= 1
@@ -58,24 +66,31 @@ help:
 	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
 	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) interleaved rounds, into out/bench.txt; benchstat compares modes (-col /mode)"
 
+# Compiling it needs nothing but the standard library (no module download).
+$(PROGRESS): $(PROGRESS_SRC)
+	@mkdir -p $(BIN)
+	@echo ">> compiling tests/demo/buildprogress (progress display for the long builds)"
+	@$(GO) -C tests build -o $@ ./demo/buildprogress
+
 # The Go build cache makes this a no-op when nothing changed; the first build
-# compiles the collector (several minutes), so -v lists packages as they go.
+# compiles about 1,500 packages (several minutes): buildprogress shows how
+# many are done, go build -v's package list goes to out/logs/collector-build.log.
 # -trimpath and CGO_ENABLED=0 are what the collector builder uses, so the
 # OCB check (.ci/ocb-check) finds these packages in the build cache.
-build:
+build: $(PROGRESS)
 	@mkdir -p $(BIN)
-	@echo ">> building $(COLLECTOR_BIN) (first build takes several minutes; packages are listed as they compile)"
-	cd cmd/otelcol-agentledger && CGO_ENABLED=0 $(GO) build -trimpath -v -o $(COLLECTOR_BIN) .
-	@echo ">> built $(COLLECTOR_BIN)"
+	@echo ">> building $(COLLECTOR_BIN) (the first build takes several minutes)"
+	@cd cmd/otelcol-agentledger && CGO_ENABLED=0 $(PROGRESS) -name collector -log $(LOGS)/collector-build.log -- \
+		$(GO) build -trimpath -v -o $(COLLECTOR_BIN) .
 
 # Jaeger's module has replace directives, so `go install ...@v1.76.0` cannot
 # build it; tools/jaeger pins it as a Go tool instead.
-jaeger:
+jaeger: | $(PROGRESS)
 	@if [ -x $(JAEGER_BIN) ]; then echo ">> $(JAEGER_BIN) present"; else \
 		mkdir -p $(BIN); \
 		echo ">> building Jaeger v1.76.0 into $(JAEGER_BIN) (cold build takes ~15 minutes)"; \
-		cd tools/jaeger && GOBIN=$(BIN) $(GO) install -v tool; \
-		echo ">> built $(JAEGER_BIN)"; \
+		cd tools/jaeger && GOBIN=$(BIN) $(PROGRESS) -name jaeger -log $(LOGS)/jaeger-build.log -- \
+			$(GO) install -v tool; \
 	fi
 
 prometheus:
@@ -94,21 +109,25 @@ chromium:
 		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium; \
 	fi
 
-opencode:
+# npm runs with --loglevel info so that buildprogress can print a line per
+# step (metadata, tarballs, install scripts); all of it goes to out/logs/.
+opencode: | $(PROGRESS)
 	@if [ -x $(OPENCODE_BIN) ]; then echo ">> $(OPENCODE_BIN) present"; else \
 		echo ">> npm install opencode-ai@$(OPENCODE_VERSION) into $(OPENCODE_PREFIX)"; \
 		mkdir -p $(OPENCODE_PREFIX); \
-		npm install --no-audit --no-fund --prefix $(OPENCODE_PREFIX) opencode-ai@$(OPENCODE_VERSION); \
+		$(PROGRESS) -name opencode -log $(LOGS)/opencode-npm.log -- \
+			npm install --no-audit --no-fund --loglevel info --prefix $(OPENCODE_PREFIX) opencode-ai@$(OPENCODE_VERSION); \
 	fi
 
 # The npm package ships the CLI as a self-contained native binary in a
 # platform package (@anthropic-ai/claude-code-linux-x64); npm warns that it
 # wants Node >= 22, which only matters to npm, not to the binary.
-claude:
+claude: | $(PROGRESS)
 	@if [ -x $(CLAUDE_BIN) ]; then echo ">> $(CLAUDE_BIN) present"; else \
 		echo ">> npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into $(CLAUDE_PREFIX)"; \
 		mkdir -p $(CLAUDE_PREFIX); \
-		npm install --no-audit --no-fund --prefix $(CLAUDE_PREFIX) @anthropic-ai/claude-code@$(CLAUDE_VERSION); \
+		$(PROGRESS) -name claude -log $(LOGS)/claude-npm.log -- \
+			npm install --no-audit --no-fund --loglevel info --prefix $(CLAUDE_PREFIX) @anthropic-ai/claude-code@$(CLAUDE_VERSION); \
 	fi
 
 test: build jaeger prometheus chromium opencode claude tidy-check consumer-check ocb-check
@@ -145,8 +164,13 @@ vet:
 # VIEW=1 also starts Jaeger and Prometheus and leaves them running.
 VIEW ?=
 view := $(filter 1 true yes,$(VIEW))
-demo: build $(if $(view),jaeger prometheus)
-	$(GO) -C tests run ./demo -collector $(COLLECTOR_BIN) \
+# The demo and the reference agent are built like the collector (progress
+# shown, go build -v output in out/logs/), then the demo runs from .bin/.
+demo: build $(PROGRESS) $(if $(view),jaeger prometheus)
+	@cd tests && $(PROGRESS) -name demo -log $(LOGS)/demo-build.log -- $(GO) build -v -o $(BIN)/demo ./demo
+	@cd examples && $(PROGRESS) -name shellagent -log $(LOGS)/shellagent-build.log -- \
+		$(GO) build -v -o $(BIN)/shellagent ./shellagent
+	$(BIN)/demo -collector $(COLLECTOR_BIN) -agent $(BIN)/shellagent \
 		$(if $(view),-view -jaeger $(JAEGER_BIN) -prometheus $(PROMETHEUS_BIN))
 
 dashboards:
@@ -191,4 +215,4 @@ bench:
 	$(GO) -C tools/benchstat tool benchstat -filter '-/mode:/./' $(CURDIR)/out/bench.txt
 
 clean:
-	rm -rf $(BIN)/otelcol-agentledger out
+	rm -rf $(BIN)/otelcol-agentledger $(BIN)/buildprogress $(BIN)/demo $(BIN)/shellagent out

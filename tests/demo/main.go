@@ -37,6 +37,7 @@ import (
 
 type options struct {
 	collector  string
+	agent      string
 	view       bool
 	jaeger     string
 	prometheus string
@@ -54,6 +55,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.collector, "collector", "", "otelcol-agentledger binary (default: build it into .bin/)")
+	flag.StringVar(&o.agent, "agent", "", "examples/shellagent binary (default: build it into the work directory)")
 	flag.BoolVar(&o.view, "view", false, "also start Jaeger and Prometheus, use collector-config/jaeger.yaml, and leave them running")
 	flag.StringVar(&o.jaeger, "jaeger", "", "Jaeger v2 binary for -view (default .bin/jaeger)")
 	flag.StringVar(&o.prometheus, "prometheus", "", "Prometheus binary for -view (default /usr/bin/prometheus)")
@@ -120,10 +122,13 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 			return err
 		}
 	}
-	agentBin := filepath.Join(work, "shellagent")
-	step(w, "building examples/shellagent")
-	if err := testbin.GoBuild(ctx, "./examples/shellagent", agentBin, os.Stderr); err != nil {
-		return err
+	agentBin := o.agent
+	if agentBin == "" {
+		agentBin = filepath.Join(work, "shellagent")
+		step(w, "building examples/shellagent")
+		if err := testbin.GoBuild(ctx, "./examples/shellagent", agentBin, os.Stderr); err != nil {
+			return err
+		}
 	}
 
 	addrs, err := testbin.NewCollectorAddrs(work)
