@@ -38,11 +38,15 @@ type Answered struct {
 type Router struct {
 	usage func(seq int) Usage
 
-	// mu guards rules, answered and waiters.
-	mu       sync.Mutex
-	rules    []Rule
-	answered []Answered
-	waiters  []waiter
+	// mu guards rules, generation, answered and waiters.
+	mu    sync.Mutex
+	rules []Rule
+	// generation counts SetRules calls: an answer decided under earlier
+	// rules (a held request released after the rules changed) is not
+	// recorded among the new rules' answers.
+	generation int
+	answered   []Answered
+	waiters    []waiter
 }
 
 type waiter struct {
@@ -55,17 +59,19 @@ func NewRouter(usage func(seq int) Usage, rules ...Rule) *Router {
 	return &Router{usage: usage, rules: rules}
 }
 
-// SetRules replaces the rules and forgets the requests answered so far.
+// SetRules replaces the rules and forgets the requests answered so far;
+// requests still being answered under the old rules are not recorded.
 func (rt *Router) SetRules(rules ...Rule) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.rules, rt.answered = rules, nil
+	rt.generation++
 }
 
 // Respond answers r; pass it as Options.Responder.
 func (rt *Router) Respond(r Request) Step {
 	rt.mu.Lock()
-	rules := rt.rules
+	rules, generation := rt.rules, rt.generation
 	rt.mu.Unlock()
 	rule := Rule{Name: "unrouted", Answer: func(Request) Step { return Step{Text: "unrouted"} }}
 	for _, x := range rules {
@@ -83,6 +89,9 @@ func (rt *Router) Respond(r Request) Step {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if generation != rt.generation {
+		return st
+	}
 	a := Answered{Seq: r.Seq, Rule: rule.Name, Text: r.NewText()}
 	if st.Status < 400 && !st.OmitUsage {
 		a.Usage = st.Usage

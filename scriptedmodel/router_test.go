@@ -101,3 +101,28 @@ func TestRouter(t *testing.T) {
 		t.Error("SetRules kept the answered requests")
 	}
 }
+
+// A request whose answer was decided by the previous rules (here held
+// while the rules change) is not one of the new rules' answers: counting
+// it would give the next scenario a request it never made.
+func TestRouterAnswerOfEarlierRules(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	rt := scriptedmodel.NewRouter(func(seq int) scriptedmodel.Usage { return scriptedmodel.Usage{InputTokens: seq} },
+		scriptedmodel.Rule{Name: "held", Hold: func(scriptedmodel.Request) { close(held); <-release },
+			Answer: func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: "late"} }})
+	done := make(chan scriptedmodel.Step)
+	go func() { done <- rt.Respond(request(t, 1, `{"messages":[{"role":"user","content":"hi"}]}`)) }()
+	<-held
+	rt.SetRules(scriptedmodel.Rule{Name: "next", Answer: func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{} }})
+	close(release)
+	if st := <-done; st.Text != "late" || st.Usage.InputTokens != 1 {
+		t.Errorf("the held request's answer %+v", st)
+	}
+	if got := rt.Labels(); len(got) != 0 {
+		t.Errorf("answers of the new rules %v, want none", got)
+	}
+	rt.Respond(request(t, 2, `{"messages":[{"role":"user","content":"hi"}]}`))
+	if got := rt.Labels(); len(got) != 1 || got[0] != "2:next" {
+		t.Errorf("labels %v", got)
+	}
+}

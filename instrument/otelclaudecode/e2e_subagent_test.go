@@ -63,6 +63,9 @@ func testSubagents(t *testing.T, h *harness, background bool) {
 		w.jobs, w.continuations = 1, min(sum.Usage.Continuations, 1)
 	}
 	checkSummary(t, "the calls the stream shows", sum, w)
+	if t.Failed() {
+		t.Logf("model calls %v; after the first result %v", h.router.Labels(), after)
+	}
 	child, n := h.router.Sum("child")
 	unreported := h.p.spans("chat unreported", id)
 	if n != 1 || len(unreported) != 1 {
