@@ -13,11 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
-	"github.com/agentledger/agentledger/processor/invocationprocessor"
 )
-
-// The extension is what the processor's status key names.
-var _ invocationprocessor.StatusSink = (*statusExtension)(nil)
 
 func TestInvocationByID(t *testing.T) {
 	e := newTestExtension(t, nil)
