@@ -9,8 +9,11 @@
 // summaries are read from its file exporter; everything started is stopped
 // by PID at the end. Either way the demo prints the URL of the collector's
 // invocation status page (the invocation_status extension). With -view it also starts Jaeger and Prometheus, runs
-// collector-config/jaeger.yaml, reads the summaries back from Jaeger, and
-// leaves the three processes running for the user to browse.
+// collector-config/jaeger.yaml, reads the summaries back from Jaeger, runs
+// the example PromQL queries it prints against Prometheus (showing what each
+// returned), writes Grafana provisioning for the ports it chose into the
+// work directory (grafana/), and leaves the three processes running for the
+// user to browse.
 //
 // Every address can be overridden with the environment variables the
 // configs read (AGENTLEDGER_OTLP_GRPC_ENDPOINT, JAEGER_QUERY_HTTP_ENDPOINT,
@@ -50,6 +53,13 @@ type options struct {
 	// collector still runs, with the invocation status page's URL and the
 	// collector's OTLP/gRPC endpoint (tests look at the page with it).
 	browse func(ctx context.Context, pageURL, otlpGRPC string, results []testbin.AgentInvocation) error
+	// viewed, when set with view, is called with what runs once the help
+	// is printed, before the processes are left running (or stopped, with
+	// stopView).
+	viewed func(ctx context.Context, v viewInfo) error
+	// stopView stops Jaeger, Prometheus and the collector at the end of a
+	// -view run too (tests).
+	stopView bool
 }
 
 func main() {
@@ -147,7 +157,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 
 	var s stack
 	defer func() {
-		if !o.view || err != nil {
+		if !o.view || o.stopView || err != nil {
 			s.stop(w)
 		}
 	}()
@@ -205,8 +215,19 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	step(w, "waiting for %d invocation summaries (at most %v)", len(results), o.timeout)
 	summaries, waitErr := waitSummaries(runCtx, o.view, addrs.TracesFile, jaeger.QueryHTTP, started, results)
 	bad := report(w, results, summaries)
-	if o.view && waitErr == nil {
-		if err := waitPrometheus(runCtx, promAddr, len(results), w); err != nil {
+	var view viewInfo
+	if o.view {
+		view = viewInfo{Addrs: addrs, Jaeger: jaeger, Prometheus: promAddr, InvocationID: exampleInvocation(results)}
+		if waitErr == nil {
+			if err := waitPrometheus(runCtx, promAddr, len(results), w); err != nil {
+				return err
+			}
+			step(w, "running the example queries against Prometheus")
+			qctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
+			view.Queries = checkQueries(qctx, promAddr)
+			cancel()
+		}
+		if view.GrafanaDir, err = writeGrafana(work, promAddr, jaeger.QueryHTTP); err != nil {
 			return err
 		}
 	}
@@ -217,7 +238,12 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 		}
 	}
 	if o.view {
-		printViewHelp(w, root, addrs, jaeger, promAddr, &s)
+		printViewHelp(w, root, view, &s)
+		if o.viewed != nil {
+			if err := o.viewed(runCtx, view); err != nil {
+				return err
+			}
+		}
 	} else {
 		fmt.Fprintf(w, "\ncollector log (debug exporter output): %s\nspans and summaries (OTLP JSON lines): %s\n", col.LogPath, addrs.TracesFile)
 		fmt.Fprintf(w, "invocation status page: %s (stopped with the demo; make demo VIEW=1 leaves it up)\n", pageURL)
@@ -230,6 +256,17 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	}
 	fmt.Fprintf(w, "\nall %d summaries agree with the agent's own counts\n", len(results))
 	return nil
+}
+
+// exampleInvocation picks the invocation the help's examples name: one
+// with a continuation (its traces are two), else the first.
+func exampleInvocation(results []testbin.AgentInvocation) string {
+	for _, r := range results {
+		if r.Continuations > 0 {
+			return r.InvocationID
+		}
+	}
+	return results[0].InvocationID
 }
 
 // waitSummaries polls the file exporter output (or Jaeger, with view) until

@@ -3,11 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/dashboards"
 	"github.com/agentledger/agentledger/internal/testbin"
 )
 
@@ -44,5 +52,98 @@ func TestRunLocal(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "summaries agree with the agent's own counts") || !strings.Contains(out.String(), "background") {
 		t.Errorf("demo output:\n%s", out.String())
+	}
+}
+
+// TestRunView runs what `make demo VIEW=1` runs, for one scenario, and
+// stops what it started: the Grafana provisioning names the ports the demo
+// chose, every example query returned data from the live Prometheus (the
+// p95 among them), and the Jaeger tag search it prints finds the
+// invocation's traces, its continuation's included.
+func TestRunView(t *testing.T) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	jaeger := testbin.Require(t, testbin.EnvJaegerBin, "make jaeger", ".bin/jaeger")
+	prom := testbin.Require(t, testbin.EnvPrometheusBin, "make prometheus", "/usr/bin/prometheus")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var seen viewInfo
+	o := options{
+		collector: bin, view: true, jaeger: jaeger, prometheus: prom, stopView: true,
+		timeout: 2 * time.Minute, scenario: "background", workDir: t.TempDir(),
+		viewed: func(ctx context.Context, v viewInfo) error {
+			seen = v
+			var traces struct {
+				Data []struct {
+					Spans []struct {
+						OperationName string `json:"operationName"`
+					} `json:"spans"`
+				} `json:"data"`
+			}
+			if err := testbin.GetJSON(ctx, jaegerTagSearch(v.Jaeger.QueryHTTP, v.InvocationID), &traces); err != nil {
+				return err
+			}
+			var ops []string
+			for _, tr := range traces.Data {
+				for _, s := range tr.Spans {
+					ops = append(ops, s.OperationName)
+				}
+			}
+			if len(traces.Data) != 2 || !slices.Contains(ops, contract.SpanNameSummary) || !slices.Contains(ops, "continue_agent shellagent") {
+				t.Errorf("tag search for invocation.id=%s: %d traces, spans %q; want 2 traces (the invocation and its continuation) with the summary", v.InvocationID, len(traces.Data), ops)
+			}
+			return nil
+		},
+	}
+	var out bytes.Buffer
+	if err := run(ctx, o, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	if len(seen.Queries) != len(promQueries) {
+		t.Fatalf("%d query results, want %d\n%s", len(seen.Queries), len(promQueries), out.String())
+	}
+	for _, q := range seen.Queries {
+		if !q.OK {
+			t.Errorf("%s returned %s", q.Expr, q.Result)
+		}
+	}
+	p95 := seen.Queries[slices.IndexFunc(seen.Queries, func(q queryResult) bool { return strings.HasPrefix(q.Expr, "histogram_quantile") })]
+	if v, err := strconv.ParseFloat(p95.Result, 64); err != nil || v < 1000 {
+		// The background scenario's job sleeps 1 s before it ends.
+		t.Errorf("p95 time to final = %s, want at least 1000 (ms)", p95.Result)
+	}
+
+	raw, err := os.ReadFile(filepath.Join(seen.GrafanaDir, "provisioning", "datasources", "agentledger.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds struct {
+		Datasources []struct {
+			UID string `yaml:"uid"`
+			URL string `yaml:"url"`
+		} `yaml:"datasources"`
+	}
+	if err := yaml.Unmarshal(raw, &ds); err != nil {
+		t.Fatal(err)
+	}
+	urls := map[string]string{}
+	for _, d := range ds.Datasources {
+		urls[d.UID] = d.URL
+	}
+	want := map[string]string{
+		dashboards.PrometheusUID: "http://" + seen.Prometheus,
+		dashboards.JaegerUID:     "http://" + seen.Jaeger.QueryHTTP,
+	}
+	if !maps.Equal(urls, want) {
+		t.Errorf("provisioned data sources %v, want %v", urls, want)
+	}
+	for _, f := range []string{"provisioning/dashboards/agentledger.yaml", "dashboards/overview.json", "dashboards/invocation.json"} {
+		if _, err := os.Stat(filepath.Join(seen.GrafanaDir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, want := range []string{"GF_PATHS_PROVISIONING=" + seen.GrafanaDir + "/provisioning", "Tags invocation.id=" + seen.InvocationID, "histogram_quantile(0.95, sum by (le) (agentledger_invocation_time_to_final_milliseconds_bucket))\n      = "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -4,14 +4,102 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/agentledger/agentledger/dashboards"
 	"github.com/agentledger/agentledger/internal/testbin"
 )
+
+// agentService is the service.name of examples/shellagent's spans, the
+// service Jaeger stores them under.
+const agentService = "shellagent"
+
+// promQueries are the queries the demo prints and checks. Every one is an
+// instant query over what Prometheus holds when the demo ends: the demo's
+// series appear in Prometheus with all their observations already in the
+// first sample, so rate() or increase() over any window sees no increase
+// (0, and histogram_quantile of all-zero buckets is NaN). The quantile is
+// therefore taken of the cumulative buckets (since the collector started);
+// with a collector that runs on, rate over a window gives recent quantiles.
+var promQueries = []string{
+	`sum by (gen_ai_request_model, gen_ai_token_type) (agentledger_model_tokens_total)`,
+	`sum by (gen_ai_agent_name, gen_ai_token_type) (agentledger_invocation_tokens_total)`,
+	`sum by (gen_ai_token_type) (agentledger_invocation_after_result_tokens_total)`,
+	`sum by (invocation_status) (agentledger_invocations_total)`,
+	`histogram_quantile(0.95, sum by (le) (agentledger_invocation_time_to_final_milliseconds_bucket))`,
+	`otelcol_processor_invocation_open_invocations`,
+}
+
+// queryResult is what one of promQueries returned: "3 series", one
+// value, or "no data".
+type queryResult struct {
+	Expr   string
+	Result string
+	OK     bool
+}
+
+// checkQueries runs promQueries until every one returns a finite value
+// (the collector's internal telemetry is scraped separately from its
+// token metrics) or ctx ends, and returns the last results.
+func checkQueries(ctx context.Context, promAddr string) []queryResult {
+	var res []queryResult
+	_ = testbin.Poll(ctx, 500*time.Millisecond, func() (bool, string, error) {
+		res = res[:0]
+		var missing []string
+		for _, q := range promQueries {
+			r := queryResult{Expr: q, Result: "no data"}
+			s, err := testbin.PromQuery(ctx, promAddr, q)
+			switch {
+			case err != nil:
+				r.Result = err.Error()
+			case len(s) == 1 && !math.IsNaN(s[0].Value) && !math.IsInf(s[0].Value, 0):
+				r.Result, r.OK = fmt.Sprintf("%g", s[0].Value), true
+			case len(s) > 1:
+				r.Result, r.OK = fmt.Sprintf("%d series", len(s)), true
+			}
+			if !r.OK {
+				missing = append(missing, q)
+			}
+			res = append(res, r)
+		}
+		return len(missing) == 0, "no data yet: " + strings.Join(missing, "; "), nil
+	})
+	return res
+}
+
+// jaegerTagSearch is Jaeger's /api/traces URL for every trace of the
+// agent's service with a span tagged invocation.id=id (an invocation's
+// continuations are traces of their own, linked to it).
+func jaegerTagSearch(queryAddr, id string) string {
+	q := url.Values{
+		"service":  {agentService},
+		"tags":     {fmt.Sprintf(`{"invocation.id":%q}`, id)},
+		"lookback": {"1h"},
+		"limit":    {"20"},
+	}
+	return "http://" + queryAddr + "/api/traces?" + q.Encode()
+}
+
+// writeGrafana writes Grafana provisioning for the ports the demo chose
+// into work/grafana and returns that directory. The work directory is made
+// readable to others so that Grafana in a container, which runs as its
+// own user, can read the files.
+func writeGrafana(work, promAddr, jaegerQuery string) (string, error) {
+	dir := filepath.Join(work, "grafana")
+	if err := dashboards.WriteProvisioning(dir, "http://"+promAddr, "http://"+jaegerQuery); err != nil {
+		return "", fmt.Errorf("grafana provisioning: %w", err)
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
 
 // jaegerRelease is the Jaeger v2 release built from the same sources as
 // the v1.76.0 module tools/jaeger pins; its binaries and images embed the UI.
@@ -70,9 +158,21 @@ func startPrometheus(ctx context.Context, o options, root, work string, addrs te
 	return err
 }
 
+// viewInfo is what the demo left running with -view, for printViewHelp
+// and for tests (options.viewed).
+type viewInfo struct {
+	Addrs        testbin.CollectorAddrs
+	Jaeger       testbin.JaegerAddrs
+	Prometheus   string
+	GrafanaDir   string
+	InvocationID string // one invocation of the run, for the examples
+	Queries      []queryResult
+}
+
 // printViewHelp tells the user where everything runs, what to look at, and
 // how to stop it.
-func printViewHelp(w io.Writer, root string, addrs testbin.CollectorAddrs, j testbin.JaegerAddrs, promAddr string, s *stack) {
+func printViewHelp(w io.Writer, root string, v viewInfo, s *stack) {
+	addrs, j, promAddr := v.Addrs, v.Jaeger, v.Prometheus
 	var pids []string
 	fmt.Fprintln(w, "\nLeft running:")
 	for _, p := range s.procs {
@@ -88,17 +188,23 @@ Invocation status page (open and recently closed invocations, what each waits on
 
 Jaeger (HTTP API; this source build has no UI, see below)
   http://%[1]s/api/v3/services
-  http://%[1]s/api/traces?service=<service>&operation=invocation.summary&lookback=1h
+  http://%[1]s/api/traces?service=%[13]s&operation=invocation.summary&lookback=1h
+  one invocation's traces (its own and its continuations'), by the invocation.id tag, here %[14]s:
+  %[15]s
   http://%[1]s/api/v3/traces/<trace id>      (keeps span links with their invocation.link attribute)
 
-Prometheus  http://%[2]s/graph
-  sum by (gen_ai_request_model, gen_ai_token_type) (agentledger_model_tokens_total)
-  sum by (gen_ai_agent_name, gen_ai_token_type) (agentledger_invocation_tokens_total)
-  sum by (gen_ai_token_type) (agentledger_invocation_after_result_tokens_total)
-  sum by (invocation_status) (agentledger_invocations_total)
+Prometheus  http://%[2]s/graph  (what each query returned as the demo ended after "=")
+%[16]s  (the quantile is over the cumulative buckets: the demo's series reach
+  Prometheus with every observation in their first sample, so rate() over
+  any window is 0; on a collector that keeps running use
   histogram_quantile(0.95, sum by (le) (rate(agentledger_invocation_time_to_final_milliseconds_bucket[5m])))
-  otelcol_processor_invocation_open_invocations
-  (all metrics: docs/metrics.md)
+  all metrics: docs/metrics.md)
+
+Grafana provisioning for these ports (data sources and both dashboards): %[17]s
+  docker run --rm --network host -e GF_PATHS_PROVISIONING=%[17]s/provisioning \
+    -v %[17]s:%[17]s:ro grafana/grafana
+  then http://127.0.0.1:3000/ (admin/admin), folder AgentLedger; a Grafana of your
+  own reads it with GF_PATHS_PROVISIONING=%[17]s/provisioning
 
 Send your own agent's spans to the collector: OTLP gRPC %[3]s, OTLP HTTP http://%[4]s
 
@@ -109,12 +215,22 @@ or
   docker run --rm --network host %[9]s \
     -v %[10]s:/cfg jaegertracing/jaeger:%[5]s --config /cfg/jaeger-v2.yaml
 then open http://%[1]s/search; the status page's trace links point there (release tarballs:
-https://github.com/jaegertracing/jaeger/releases/tag/v%[5]s).
+https://github.com/jaegertracing/jaeger/releases/tag/v%[5]s). To find one invocation
+there: Service %[13]s, Tags invocation.id=%[14]s, Find Traces.
 
 Stop everything: kill %[11]s
 `, j.QueryHTTP, promAddr, addrs.OTLPGRPC, addrs.OTLPHTTP, jaegerRelease, jaegerPID(s),
 		strings.Join(j.Env(), " "), filepath.Join(root, "collector-config", "jaeger-v2.yaml"),
-		dockerEnv(j.Env()), filepath.Join(root, "collector-config"), strings.Join(pids, " "), addrs.Status)
+		dockerEnv(j.Env()), filepath.Join(root, "collector-config"), strings.Join(pids, " "), addrs.Status,
+		agentService, v.InvocationID, jaegerTagSearch(j.QueryHTTP, v.InvocationID), queryLines(v.Queries), v.GrafanaDir)
+}
+
+func queryLines(res []queryResult) string {
+	var b strings.Builder
+	for _, r := range res {
+		fmt.Fprintf(&b, "  %s\n      = %s\n", r.Expr, r.Result)
+	}
+	return b.String()
 }
 
 func jaegerPID(s *stack) int {
