@@ -212,9 +212,13 @@ func npmStep(s string) string {
 		if err != nil {
 			return ""
 		}
-		took := ""
+		took := "" // " (531ms, cache miss)"
 		if len(f) >= 7 {
-			took = " (" + strings.Join(f[6:], " ") + ")"
+			took = " (" + f[6]
+			if rest := strings.Trim(strings.Join(f[7:], " "), "()"); rest != "" {
+				took += ", " + rest
+			}
+			took += ")"
 		}
 		if f[4] == "404" {
 			return notFound

@@ -95,8 +95,8 @@ func TestGoTrackerWarmAndUnknown(t *testing.T) {
 func TestNPMSteps(t *testing.T) {
 	tr := newNPMTracker("claude", t0)
 	cases := []struct{ in, want string }{
-		{"npm http fetch GET 200 https://registry.npmjs.org/@anthropic-ai%2fclaude-code 531ms (cache miss)", "claude 1s: resolved @anthropic-ai/claude-code (531ms (cache miss))"},
-		{"npm http fetch GET 200 https://registry.npmjs.org/@anthropic-ai/claude-code-linux-x64/-/claude-code-linux-x64-2.1.328.tgz 9120ms (cache miss)", "claude 1s: downloaded claude-code-linux-x64-2.1.328.tgz (9120ms (cache miss))"},
+		{"npm http fetch GET 200 https://registry.npmjs.org/@anthropic-ai%2fclaude-code 531ms (cache miss)", "claude 1s: resolved @anthropic-ai/claude-code (531ms, cache miss)"},
+		{"npm http fetch GET 200 https://registry.npmjs.org/@anthropic-ai/claude-code-linux-x64/-/claude-code-linux-x64-2.1.328.tgz 9120ms (cache miss)", "claude 1s: downloaded claude-code-linux-x64-2.1.328.tgz (9120ms, cache miss)"},
 		{"npm info run opencode-ai@1.18.33 postinstall node_modules/opencode-ai node ./postinstall.mjs", "claude 1s: running opencode-ai@1.18.33 postinstall script"},
 		{"npm warn EBADENGINE Unsupported engine {", ""},
 		{"npm http fetch GET 404 https://registry.npmjs.org/opencode-darwin-x64 20ms (cache skip)", ""},
@@ -234,7 +234,7 @@ func TestRunNPMPrintsSteps(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	want := "tiny: " + npm + " install --loglevel http opencode-ai (full output: " + o.log + ")\n" +
-		"tiny 0s: resolved opencode-ai (50ms (cache miss))\n" +
+		"tiny 0s: resolved opencode-ai (50ms, cache miss)\n" +
 		"tiny 0s: added 2 packages in 1s\n" +
 		"tiny: done in 0s, 1 lines of npm warnings; full output in " + o.log + "\n"
 	if out.String() != want {
