@@ -3,6 +3,12 @@
 // thing the instrumentation (instrument/) and the collector processor
 // (processor/) share. It has no dependencies, so importing it compiles
 // neither half.
+//
+// The gen_ai.* names and values are those of the OpenTelemetry GenAI
+// semantic conventions in go.opentelemetry.io/otel/semconv/v1.41.0, the
+// newest semconv package of the OpenTelemetry Go module that has the GenAI
+// registry (v1.42.0 left it out); the package's test checks each against
+// it. Names of our own are never in the gen_ai namespace.
 package contract
 
 // Attribute keys in the invocation namespace.
@@ -103,7 +109,10 @@ const (
 	AttrSummaryCollector = "invocation.collector"
 )
 
-// GenAI semantic-convention attribute keys used by the contract.
+// GenAI semantic-convention attribute keys used by the contract and the
+// adapters. They are untyped constants, usable as a string and as an
+// attribute.Key, so they are written out here; contract_test.go checks
+// each against the semconv package's key.
 const (
 	AttrOperationName          = "gen_ai.operation.name"
 	AttrUsageInputTokens       = "gen_ai.usage.input_tokens"
@@ -115,12 +124,19 @@ const (
 	AttrAgentName              = "gen_ai.agent.name"
 	AttrRequestModel           = "gen_ai.request.model"
 	AttrResponseModel          = "gen_ai.response.model"
-	AttrProviderName           = "gen_ai.provider.name"
-	AttrToolName               = "gen_ai.tool.name"
-	AttrToolCallID             = "gen_ai.tool.call.id"
+	// AttrProviderName is set on model calls and, when the adapter knows
+	// it, on invoke_agent spans (roots and continuations): a Provider*
+	// value when the registry has one.
+	AttrProviderName = "gen_ai.provider.name"
+	AttrToolName     = "gen_ai.tool.name"
+	AttrToolCallID   = "gen_ai.tool.call.id"
+	// AttrRequestStream (bool) is true on a model call whose request was
+	// streamed; absent when the adapter does not know.
+	AttrRequestStream = "gen_ai.request.stream"
 )
 
-// Values of AttrOperationName.
+// Values of AttrOperationName. The semconv package has them only as
+// attribute.KeyValue variables; contract_test.go checks they are the same.
 const (
 	OpChat            = "chat"
 	OpTextCompletion  = "text_completion"
@@ -128,6 +144,28 @@ const (
 	OpEmbeddings      = "embeddings"
 	OpInvokeAgent     = "invoke_agent"
 	OpExecuteTool     = "execute_tool"
+)
+
+// Values of AttrProviderName the adapters set, from the registry (checked
+// against the semconv package in contract_test.go).
+const (
+	ProviderOpenAI    = "openai"
+	ProviderAnthropic = "anthropic"
+)
+
+// Attributes the instrumentation adds to model-call spans beyond the
+// GenAI registry. The processor does not read them. They are ours, so
+// they are in the invocation namespace, not in gen_ai.
+const (
+	// AttrResponseToolCalls (string array, "name:call_id" each) names the
+	// tool calls the model asked for in its response. The registry's
+	// gen_ai.output.messages carries them too, but only when content is
+	// captured.
+	AttrResponseToolCalls = "invocation.response.tool_calls"
+	// AttrResponseStreamClosedEarly (bool) is true on a model call whose
+	// caller closed the response (a stream, most often) before its end: the
+	// usage the provider reports at the end may be missing.
+	AttrResponseStreamClosedEarly = "invocation.response.stream_closed_early"
 )
 
 // DefaultUsageOperations are the operation names whose spans are model calls

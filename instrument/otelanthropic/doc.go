@@ -13,10 +13,12 @@
 // Each Messages call (POST /v1/messages, plain or streamed) becomes one
 // CLIENT span "chat {model}" started from the caller's context, so it is a
 // child of the caller's current span and carries the invocation's baggage.
-// It records what the response actually carries: response model and id,
-// the stop reason (gen_ai.response.finish_reasons), the tool calls the
-// model asked for (gen_ai.response.tool_calls, "name:tool_use_id"), and
-// usage by the GenAI rule: gen_ai.usage.input_tokens is input_tokens +
+// It records, with the GenAI registry's names (gen_ai.provider.name
+// "anthropic", gen_ai.request.stream=true for a streamed request), what
+// the response actually carries: response model and id, the stop reason
+// (gen_ai.response.finish_reasons), the tool calls the model asked for
+// (invocation.response.tool_calls, "name:tool_use_id": not a registry
+// name, so not in gen_ai), and usage by the GenAI rule: gen_ai.usage.input_tokens is input_tokens +
 // cache_read_input_tokens + cache_creation_input_tokens, with
 // gen_ai.usage.cache_read.input_tokens, cache_creation.input_tokens,
 // output_tokens and reasoning.output_tokens (output_tokens_details.
@@ -25,7 +27,7 @@
 //
 // The span ends exactly once: at message_stop, on a stream error, or when
 // the caller closes the stream early (then
-// gen_ai.response.stream_closed_early=true). Retries by the SDK are one
+// invocation.response.stream_closed_early=true). Retries by the SDK are one
 // span with one "attempt" event each, and usage counted once; see the
 // otelopenai package for how attempts are tied together, and how a span
 // held open for a retry is exported when the process shuts its provider

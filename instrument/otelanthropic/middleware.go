@@ -13,10 +13,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 )
 
-const providerAnthropic = "anthropic"
+const providerAnthropic = contract.ProviderAnthropic
 
 // Middleware returns an Anthropic SDK middleware that traces Messages
 // calls; see the package doc. Other requests pass through untouched. Use
@@ -105,6 +106,7 @@ func (op operation) describe(body []byte) genaicall.Request {
 		Endpoint:    int(op),
 		Operation:   op.name(),
 		Model:       info.Model,
+		Stream:      info.Stream,
 		MaxTokens:   info.MaxTokens,
 		Temperature: info.Temperature,
 		TopP:        info.TopP,

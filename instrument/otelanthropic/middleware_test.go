@@ -56,13 +56,13 @@ func checkFull(t *testing.T, a map[string]attribute.Value) {
 	genaitest.WantInt(t, a, "gen_ai.request.max_tokens", 256)
 	genaitest.WantStr(t, a, "gen_ai.response.model", "claude-test")
 	genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["tool_use"]`)
-	genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["bash:toolu_1"]`)
+	genaitest.WantStr(t, a, "invocation.response.tool_calls", `["bash:toolu_1"]`)
 	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
 	genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 30)
 	genaitest.WantInt(t, a, "gen_ai.usage.cache_creation.input_tokens", 20)
 	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 40)
 	genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 10)
-	genaitest.WantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+	genaitest.WantAbsent(t, a, "error.type", "invocation.response.stream_closed_early")
 }
 
 var toolStep = scriptedmodel.Step{Text: "let me look", Usage: fullUsage,
@@ -86,9 +86,11 @@ func TestMessagesPlain(t *testing.T) {
 	if s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != parent.SpanContext().SpanID() {
 		t.Errorf("kind %v parent %v", s.SpanKind(), s.Parent().SpanID())
 	}
+	genaitest.WantRegistered(t, s)
 	a := genaitest.Attrs(s)
 	checkFull(t, a)
 	genaitest.WantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
+	genaitest.WantAbsent(t, a, "gen_ai.request.stream")
 }
 
 func TestMessagesStreaming(t *testing.T) {
@@ -108,6 +110,7 @@ func TestMessagesStreaming(t *testing.T) {
 	a := genaitest.Attrs(genaitest.Only(t, f.rec))
 	checkFull(t, a)
 	genaitest.WantStr(t, a, "gen_ai.response.id", "msg_scripted_1")
+	genaitest.WantStr(t, a, "gen_ai.request.stream", "true")
 }
 
 func TestMessagesStreamClosedEarly(t *testing.T) {
@@ -119,7 +122,7 @@ func TestMessagesStreamClosedEarly(t *testing.T) {
 	_ = st.Close()
 	_ = st.Close()
 	a := genaitest.Attrs(genaitest.Only(t, f.rec))
-	genaitest.WantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	genaitest.WantStr(t, a, "invocation.response.stream_closed_early", "true")
 	// message_start already carried the input usage; output is what was
 	// counted so far.
 	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)

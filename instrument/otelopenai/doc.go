@@ -7,11 +7,14 @@
 // responses or embeddings API becomes one CLIENT span ("chat {model}",
 // "embeddings {model}") started from the caller's context, so it is a child
 // of the caller's current span and carries the invocation's baggage. The
-// span records the GenAI semantic-convention attributes the response
-// actually carries: request and response model, response id, finish
-// reasons, the tool calls the model asked for (gen_ai.response.tool_calls,
-// "name:call_id"), and gen_ai.usage.input_tokens, output_tokens,
-// cache_read.input_tokens and reasoning.output_tokens.
+// span records the GenAI semantic-convention attributes (names from the
+// OpenTelemetry GenAI registry, gen_ai.provider.name "openai") the request
+// and response actually carry: request and response model,
+// gen_ai.request.stream=true for a streamed request, response id, finish
+// reasons, gen_ai.usage.input_tokens, output_tokens,
+// cache_read.input_tokens and reasoning.output_tokens; and, outside the
+// registry, the tool calls the model asked for
+// (invocation.response.tool_calls, "name:call_id").
 //
 // Streaming: when a chat completions stream does not ask for usage, the
 // middleware sets stream_options.include_usage=true on the request (in
@@ -21,7 +24,7 @@
 // the stream the caller reads, so usage is always recorded without
 // changing what the caller sees. The span ends exactly once: when the
 // stream's terminal event was read, when it fails, or when the caller
-// closes it early (then gen_ai.response.stream_closed_early=true).
+// closes it early (then invocation.response.stream_closed_early=true).
 //
 // Retries: the SDK runs its middleware once per attempt, inside its retry
 // loop. The middleware ties the attempts of one logical call together (by

@@ -7,10 +7,11 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 )
 
-const providerOpenAI = "openai"
+const providerOpenAI = contract.ProviderOpenAI
 
 // Middleware returns an OpenAI SDK middleware that traces chat
 // completions, responses and embeddings calls; see the package doc. Other
@@ -101,6 +102,7 @@ func (op operation) describe(body []byte) genaicall.Request {
 		Endpoint:    int(op),
 		Operation:   op.name(),
 		Model:       info.Model,
+		Stream:      info.Stream,
 		Temperature: info.Temperature,
 		TopP:        info.TopP,
 		Input:       info.Messages,

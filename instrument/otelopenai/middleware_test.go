@@ -80,6 +80,7 @@ func TestChatPlain(t *testing.T) {
 	if s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != parent.SpanContext().SpanID() {
 		t.Errorf("kind %v parent %v, want client child of caller", s.SpanKind(), s.Parent().SpanID())
 	}
+	genaitest.WantRegistered(t, s)
 	a := genaitest.Attrs(s)
 	genaitest.WantStr(t, a, "gen_ai.operation.name", "chat")
 	genaitest.WantStr(t, a, "gen_ai.provider.name", "openai")
@@ -90,13 +91,13 @@ func TestChatPlain(t *testing.T) {
 	genaitest.WantStr(t, a, "gen_ai.response.model", "gpt-test-2026")
 	genaitest.WantStr(t, a, "gen_ai.response.id", "chatcmpl-1")
 	genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
-	genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["shell:call_1","read:call_2"]`)
+	genaitest.WantStr(t, a, "invocation.response.tool_calls", `["shell:call_1","read:call_2"]`)
 	genaitest.WantStr(t, a, "server.address", "127.0.0.1")
 	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
 	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 40)
 	genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
 	genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
-	genaitest.WantAbsent(t, a, "gen_ai.usage.cache_creation.input_tokens", "error.type", "gen_ai.input.messages", "gen_ai.response.stream_closed_early")
+	genaitest.WantAbsent(t, a, "gen_ai.usage.cache_creation.input_tokens", "error.type", "gen_ai.input.messages", "invocation.response.stream_closed_early", "gen_ai.request.stream")
 	if _, ok := a["server.port"]; !ok {
 		t.Error("server.port missing")
 	}
@@ -157,9 +158,10 @@ func TestChatStreaming(t *testing.T) {
 			genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
 			genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
 			genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["tool_calls"]`)
-			genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["grep:call_s"]`)
+			genaitest.WantStr(t, a, "invocation.response.tool_calls", `["grep:call_s"]`)
+			genaitest.WantStr(t, a, "gen_ai.request.stream", "true")
 			genaitest.WantStr(t, a, "gen_ai.response.id", "chatcmpl-scripted-1")
-			genaitest.WantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+			genaitest.WantAbsent(t, a, "error.type", "invocation.response.stream_closed_early")
 		})
 	}
 }
@@ -176,7 +178,8 @@ func TestChatStreamClosedEarly(t *testing.T) {
 	_ = st.Close()
 	_ = st.Close()
 	a := genaitest.Attrs(genaitest.Only(t, f.rec))
-	genaitest.WantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	genaitest.WantStr(t, a, "invocation.response.stream_closed_early", "true")
+	genaitest.WantStr(t, a, "gen_ai.request.stream", "true")
 	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 }
 

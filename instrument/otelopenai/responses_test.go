@@ -47,12 +47,17 @@ func TestResponses(t *testing.T) {
 			genaitest.WantStr(t, a, "gen_ai.response.id", "resp_1")
 			genaitest.WantStr(t, a, "gen_ai.response.model", "gpt-test")
 			genaitest.WantStr(t, a, "gen_ai.response.finish_reasons", `["completed"]`)
-			genaitest.WantStr(t, a, "gen_ai.response.tool_calls", `["shell:call_r"]`)
+			genaitest.WantStr(t, a, "invocation.response.tool_calls", `["shell:call_r"]`)
 			genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 100)
 			genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 40)
 			genaitest.WantInt(t, a, "gen_ai.usage.cache_read.input_tokens", 60)
 			genaitest.WantInt(t, a, "gen_ai.usage.reasoning.output_tokens", 25)
-			genaitest.WantAbsent(t, a, "error.type", "gen_ai.response.stream_closed_early")
+			genaitest.WantAbsent(t, a, "error.type", "invocation.response.stream_closed_early")
+			if stream {
+				genaitest.WantStr(t, a, "gen_ai.request.stream", "true")
+			} else {
+				genaitest.WantAbsent(t, a, "gen_ai.request.stream")
+			}
 		})
 	}
 }
@@ -66,7 +71,7 @@ func TestResponsesStreamClosedEarly(t *testing.T) {
 	}
 	_ = st.Close()
 	a := genaitest.Attrs(genaitest.Only(t, f.rec))
-	genaitest.WantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	genaitest.WantStr(t, a, "invocation.response.stream_closed_early", "true")
 	genaitest.WantStr(t, a, "gen_ai.response.id", "resp_scripted_1")
 	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 }
@@ -87,5 +92,5 @@ func TestEmbeddings(t *testing.T) {
 	genaitest.WantStr(t, a, "gen_ai.operation.name", "embeddings")
 	genaitest.WantStr(t, a, "gen_ai.response.model", "text-embedding-test")
 	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 8)
-	genaitest.WantAbsent(t, a, "gen_ai.usage.output_tokens", "error.type")
+	genaitest.WantAbsent(t, a, "gen_ai.usage.output_tokens", "error.type", "gen_ai.request.stream")
 }

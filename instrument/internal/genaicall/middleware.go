@@ -20,29 +20,31 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/parked"
 )
 
-// Attribute keys recorded beyond the contract's.
+// Attribute keys recorded beyond the contract's: the registry's from the
+// semconv package, ours from contract.
 const (
-	attrResponseID         = "gen_ai.response.id"
-	attrRequestMaxTokens   = "gen_ai.request.max_tokens"
-	attrRequestTemperature = "gen_ai.request.temperature"
-	attrRequestTopP        = "gen_ai.request.top_p"
-	attrFinishReasons      = "gen_ai.response.finish_reasons"
-	attrResponseToolCalls  = "gen_ai.response.tool_calls"
-	attrStreamClosedEarly  = "gen_ai.response.stream_closed_early"
-	attrInputMessages      = "gen_ai.input.messages"
-	attrOutputMessages     = "gen_ai.output.messages"
-	attrTokenType          = "gen_ai.token.type"
-	attrServerAddress      = "server.address"
-	attrServerPort         = "server.port"
-	attrErrorType          = "error.type"
-	attrHTTPStatusCode     = "http.response.status_code"
-	attrResendCount        = "http.request.resend_count"
+	attrResponseID         = string(semconv.GenAIResponseIDKey)
+	attrRequestMaxTokens   = string(semconv.GenAIRequestMaxTokensKey)
+	attrRequestTemperature = string(semconv.GenAIRequestTemperatureKey)
+	attrRequestTopP        = string(semconv.GenAIRequestTopPKey)
+	attrFinishReasons      = string(semconv.GenAIResponseFinishReasonsKey)
+	attrResponseToolCalls  = contract.AttrResponseToolCalls
+	attrStreamClosedEarly  = contract.AttrResponseStreamClosedEarly
+	attrInputMessages      = string(semconv.GenAIInputMessagesKey)
+	attrOutputMessages     = string(semconv.GenAIOutputMessagesKey)
+	attrTokenType          = string(semconv.GenAITokenTypeKey)
+	attrServerAddress      = string(semconv.ServerAddressKey)
+	attrServerPort         = string(semconv.ServerPortKey)
+	attrErrorType          = string(semconv.ErrorTypeKey)
+	attrHTTPStatusCode     = string(semconv.HTTPResponseStatusCodeKey)
+	attrResendCount        = string(semconv.HTTPRequestResendCountKey)
 	// headerRetryCount is the attempt number the Stainless-generated SDKs
 	// (OpenAI's and Anthropic's) send with every request.
 	headerRetryCount    = "X-Stainless-Retry-Count"
@@ -69,6 +71,9 @@ type Request struct {
 	Operation string
 	// Model is gen_ai.request.model; empty when the body has none.
 	Model string
+	// Stream is set when the request asks for a streamed response:
+	// gen_ai.request.stream = true.
+	Stream bool
 	// MaxTokens, Temperature and TopP are the request parameters of the
 	// same names; nil when the body has none.
 	MaxTokens         *int64
@@ -297,6 +302,9 @@ func (m *Middleware) start(req *http.Request, info Request) *call {
 	}
 	if info.Model != "" {
 		attrs = append(attrs, attribute.String(contract.AttrRequestModel, info.Model))
+	}
+	if info.Stream {
+		attrs = append(attrs, attribute.Bool(contract.AttrRequestStream, true))
 	}
 	if info.MaxTokens != nil {
 		attrs = append(attrs, attribute.Int64(attrRequestMaxTokens, *info.MaxTokens))

@@ -28,6 +28,8 @@ type testBody struct {
 	In    *int64 `json:"in"`
 	Out   *int64 `json:"out"`
 	Text  string `json:"text"`
+	// Stream is the request's: gen_ai.request.stream.
+	Stream bool `json:"stream"`
 }
 
 func (testParser) ParseResponse(b []byte, r *Result, capture bool) {
@@ -80,7 +82,7 @@ func newHarness(capture bool) *harness {
 func describe(body []byte) Request {
 	var tb testBody
 	_ = json.Unmarshal(body, &tb)
-	return Request{Endpoint: 1, Operation: "chat", Model: tb.Model, Input: json.RawMessage(`[{"role":"user"}]`), Parser: testParser{}}
+	return Request{Endpoint: 1, Operation: "chat", Model: tb.Model, Stream: tb.Stream, Input: json.RawMessage(`[{"role":"user"}]`), Parser: testParser{}}
 }
 
 // attempt sends one attempt as a Stainless SDK does: retry is the
@@ -109,7 +111,7 @@ func attemptStatuses(s sdktrace.ReadOnlySpan) string {
 		}
 		st := "-"
 		for _, kv := range e.Attributes {
-			if kv.Key == attrHTTPStatusCode {
+			if string(kv.Key) == attrHTTPStatusCode {
 				st = kv.Value.Emit()
 			}
 		}
@@ -145,6 +147,7 @@ func TestHandleRetryIsOneSpan(t *testing.T) {
 	}
 	a := genaitest.Attrs(s)
 	genaitest.WantStr(t, a, "gen_ai.provider.name", "fake")
+	genaitest.WantAbsent(t, a, "gen_ai.request.stream")
 	genaitest.WantStr(t, a, "gen_ai.response.model", "m1-2026")
 	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 7)
 	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 3)
@@ -178,7 +181,7 @@ func TestHandleErrorBodyRead(t *testing.T) {
 func TestHandleStream(t *testing.T) {
 	h := newHarness(false)
 	stream := "data: {\"model\":\"m\",\"in\":5}\n\ndata: {\"hide\":1,\"out\":2}\n\ndata: [DONE]\n\n"
-	res, _ := h.attempt(context.Background(), `{"model":"m"}`, -1, response(200, "text/event-stream", stream), nil)
+	res, _ := h.attempt(context.Background(), `{"model":"m","stream":true}`, -1, response(200, "text/event-stream", stream), nil)
 	got, err := io.ReadAll(res.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +194,8 @@ func TestHandleStream(t *testing.T) {
 	a := genaitest.Attrs(genaitest.Only(t, h.rec))
 	genaitest.WantInt(t, a, "gen_ai.usage.input_tokens", 5)
 	genaitest.WantInt(t, a, "gen_ai.usage.output_tokens", 2)
-	genaitest.WantAbsent(t, a, "gen_ai.response.stream_closed_early", "error.type", "gen_ai.input.messages")
+	genaitest.WantStr(t, a, "gen_ai.request.stream", "true")
+	genaitest.WantAbsent(t, a, "invocation.response.stream_closed_early", "error.type", "gen_ai.input.messages")
 }
 
 // A plain body closed before it was read is a call the caller gave up.
@@ -200,7 +204,7 @@ func TestHandlePlainClosedEarly(t *testing.T) {
 	res, _ := h.attempt(context.Background(), `{}`, 0, response(200, "application/json", `{"in":1}`), nil)
 	_ = res.Body.Close()
 	a := genaitest.Attrs(genaitest.Only(t, h.rec))
-	genaitest.WantStr(t, a, "gen_ai.response.stream_closed_early", "true")
+	genaitest.WantStr(t, a, "invocation.response.stream_closed_early", "true")
 	genaitest.WantAbsent(t, a, genaitest.UsageKeys...)
 }
 

@@ -1,11 +1,13 @@
 // Package genaitest holds the test helpers that the GenAI client wrappers
 // (otelopenai, otelanthropic) and their shared core use, so that their
-// tests read the same spans the same way.
+// tests read the same spans the same way; the other adapters use
+// WantRegistered.
 package genaitest
 
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.uber.org/goleak"
 
 	"github.com/agentledger/agentledger/scriptedmodel"
@@ -23,6 +26,50 @@ var UsageKeys = []string{
 	"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
 	"gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.reasoning.output_tokens",
 	"gen_ai.usage.cache_creation.input_tokens",
+}
+
+// registry is every gen_ai attribute key of the GenAI registry, as the
+// semconv package has them.
+var registry = map[attribute.Key]bool{}
+
+func init() {
+	for _, k := range []attribute.Key{
+		semconv.GenAIAgentDescriptionKey, semconv.GenAIAgentIDKey, semconv.GenAIAgentNameKey,
+		semconv.GenAIAgentVersionKey, semconv.GenAIConversationIDKey, semconv.GenAIDataSourceIDKey,
+		semconv.GenAIEmbeddingsDimensionCountKey, semconv.GenAIEvaluationExplanationKey,
+		semconv.GenAIEvaluationNameKey, semconv.GenAIEvaluationScoreLabelKey,
+		semconv.GenAIEvaluationScoreValueKey, semconv.GenAIInputMessagesKey,
+		semconv.GenAIOperationNameKey, semconv.GenAIOutputMessagesKey, semconv.GenAIOutputTypeKey,
+		semconv.GenAIPromptNameKey, semconv.GenAIProviderNameKey, semconv.GenAIRequestChoiceCountKey,
+		semconv.GenAIRequestEncodingFormatsKey, semconv.GenAIRequestFrequencyPenaltyKey,
+		semconv.GenAIRequestMaxTokensKey, semconv.GenAIRequestModelKey,
+		semconv.GenAIRequestPresencePenaltyKey, semconv.GenAIRequestSeedKey,
+		semconv.GenAIRequestStopSequencesKey, semconv.GenAIRequestStreamKey,
+		semconv.GenAIRequestTemperatureKey, semconv.GenAIRequestTopKKey, semconv.GenAIRequestTopPKey,
+		semconv.GenAIResponseFinishReasonsKey, semconv.GenAIResponseIDKey,
+		semconv.GenAIResponseModelKey, semconv.GenAIResponseTimeToFirstChunkKey,
+		semconv.GenAIRetrievalDocumentsKey, semconv.GenAIRetrievalQueryTextKey,
+		semconv.GenAISystemInstructionsKey, semconv.GenAITokenTypeKey,
+		semconv.GenAIToolCallArgumentsKey, semconv.GenAIToolCallIDKey,
+		semconv.GenAIToolCallResultKey, semconv.GenAIToolDefinitionsKey,
+		semconv.GenAIToolDescriptionKey, semconv.GenAIToolNameKey, semconv.GenAIToolTypeKey,
+		semconv.GenAIUsageCacheCreationInputTokensKey, semconv.GenAIUsageCacheReadInputTokensKey,
+		semconv.GenAIUsageInputTokensKey, semconv.GenAIUsageOutputTokensKey,
+		semconv.GenAIUsageReasoningOutputTokensKey, semconv.GenAIWorkflowNameKey,
+	} {
+		registry[k] = true
+	}
+}
+
+// WantRegistered fails t for each attribute of s in the gen_ai namespace
+// that is not in the GenAI registry: names of our own belong elsewhere.
+func WantRegistered(t testing.TB, s sdktrace.ReadOnlySpan) {
+	t.Helper()
+	for _, kv := range s.Attributes() {
+		if strings.HasPrefix(string(kv.Key), "gen_ai.") && !registry[kv.Key] {
+			t.Errorf("span %q: %s is not in the GenAI registry", s.Name(), kv.Key)
+		}
+	}
 }
 
 // Attrs returns the attributes of s by key.
@@ -62,7 +109,8 @@ func WantAbsent(t testing.TB, a map[string]attribute.Value, keys ...string) {
 }
 
 // Only returns the one span rec saw, failing t unless exactly one was
-// started and ended.
+// started and ended and its gen_ai attributes are the registry's
+// (WantRegistered).
 func Only(t testing.TB, rec *tracetest.SpanRecorder) sdktrace.ReadOnlySpan {
 	t.Helper()
 	spans := rec.Ended()
@@ -72,6 +120,7 @@ func Only(t testing.TB, rec *tracetest.SpanRecorder) sdktrace.ReadOnlySpan {
 	if n := len(rec.Started()); n != 1 {
 		t.Fatalf("started spans = %d, want 1", n)
 	}
+	WantRegistered(t, spans[0])
 	return spans[0]
 }
 
