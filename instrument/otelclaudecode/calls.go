@@ -8,13 +8,18 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
 )
 
-// providerName is gen_ai.provider.name of the CLI's model calls.
-const providerName = "anthropic"
+// providerName is gen_ai.provider.name of the CLI's model calls and of
+// its invocations' invoke_agent spans.
+const providerName = contract.ProviderAnthropic
+
+// providerAttr is providerName as the attribute of an invoke_agent span.
+var providerAttr = attribute.String(contract.AttrProviderName, providerName)
 
 // modelCall is one model request: its span starts when the CLI announces
 // the request (system/status requesting, or the retry of a failed attempt)
@@ -148,7 +153,7 @@ func (m *mapper) endCall(parent string, c *modelCall, err error) {
 		addTo(&m.window.Output, r.Output)
 	case c.started:
 		m.windowUnknown = true
-		c.span.SetAttributes(attribute.Bool(AttrCut, true), attribute.String("error.type", err.Error()))
+		c.span.SetAttributes(attribute.Bool(AttrCut, true), semconv.ErrorTypeKey.String(err.Error()))
 		for _, a := range kv {
 			c.span.SetAttributes(attribute.KeyValue{Key: attribute.Key(AttrPartialPrefix + strings.TrimPrefix(string(a.Key), "gen_ai.usage")), Value: a.Value})
 		}
@@ -182,11 +187,13 @@ func (m *mapper) stream(parent string, s *streamEvent) {
 			c = m.startCall(parent)
 		}
 		c.started = true
+		// The response arrives as stream events: the request was streamed.
+		c.span.SetAttributes(attribute.Bool(contract.AttrRequestStream, true))
 		if s.Model != "" {
 			c.span.SetAttributes(attribute.String(contract.AttrResponseModel, s.Model))
 		}
 		if s.MessageID != "" {
-			c.span.SetAttributes(attribute.String("gen_ai.response.id", s.MessageID))
+			c.span.SetAttributes(semconv.GenAIResponseID(s.MessageID))
 		}
 		c.usage.merge(s.Usage)
 	case "message_delta":
@@ -194,7 +201,7 @@ func (m *mapper) stream(parent string, s *streamEvent) {
 			c.delta = true
 			c.usage.merge(s.Usage)
 			if s.StopReason != "" {
-				c.span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", []string{s.StopReason}))
+				c.span.SetAttributes(semconv.GenAIResponseFinishReasons(s.StopReason))
 			}
 		}
 	case "message_stop":

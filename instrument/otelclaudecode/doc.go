@@ -24,12 +24,15 @@
 // From the output the Client makes:
 //
 //   - the prompt's root span "invoke_agent {agent}", ending at the result
-//     that answers the prompt (the caller's result);
+//     that answers the prompt (the caller's result), with
+//     gen_ai.provider.name "anthropic" (as on continuations, unattributed
+//     turns and model calls);
 //   - a model-call span "chat {model}" per model request, from the CLI's
 //     "requesting" status to message_stop, with gen_ai.usage.* in the GenAI
 //     sense (input_tokens = input + cache read + cache creation, as in
 //     otelanthropic), from the message_start and message_delta events the
-//     CLI passes through; a failed attempt (system/api_retry) is a span
+//     CLI passes through, and gen_ai.request.stream=true once the
+//     response began (its events are the API's stream); a failed attempt (system/api_retry) is a span
 //     with an error status and no usage; a response cut off after it began
 //     (message_stop without message_delta) has unknown usage: its span
 //     (AttrCut) carries none and keeps the invocation incomplete

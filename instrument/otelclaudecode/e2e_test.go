@@ -449,6 +449,7 @@ func testBackground(t *testing.T, h *harness) {
 		t.Errorf("followups of the job: %v", conts)
 	}
 	checkDischargedOnce(t, h.p)
+	checkGenAINames(t, h.p)
 	if st, _ := r.Process.State(); st.OwesWork {
 		t.Errorf("session owes work after exit: %+v", st)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaireg"
 )
 
 // pipeline is an SDK provider whose spans go through the core
@@ -94,6 +95,42 @@ func attr(s sdktrace.ReadOnlySpan, key string) attribute.Value {
 		}
 	}
 	return attribute.Value{}
+}
+
+// checkGenAINames checks the GenAI names of every span p recorded: no
+// gen_ai attribute outside the registry; gen_ai.provider.name anthropic on
+// every invoke_agent span (root, continuation, unattributed turn) and
+// model call; gen_ai.request.stream true on each model call whose
+// response began (it came as stream events), absent on the others.
+func checkGenAINames(t *testing.T, p *pipeline) {
+	t.Helper()
+	agents, calls := 0, 0
+	for _, s := range p.rec.Ended() {
+		genaireg.WantRegistered(t, s)
+		op := attr(s, contract.AttrOperationName).AsString()
+		if op != contract.OpInvokeAgent && op != contract.OpChat {
+			continue
+		}
+		if got := attr(s, contract.AttrProviderName).AsString(); got != "anthropic" {
+			t.Errorf("%s: gen_ai.provider.name %q", s.Name(), got)
+		}
+		if op == contract.OpInvokeAgent {
+			agents++
+			continue
+		}
+		began := attr(s, "gen_ai.response.id").AsString() != ""
+		stream, ok := attr(s, contract.AttrRequestStream), false
+		if stream.Type() == attribute.BOOL {
+			ok = stream.AsBool()
+		}
+		if ok != began {
+			t.Errorf("%s (response id %v): gen_ai.request.stream %v", s.Name(), attr(s, "gen_ai.response.id").Emit(), stream.Emit())
+		}
+		calls++
+	}
+	if agents == 0 || calls == 0 {
+		t.Errorf("%d invoke_agent spans, %d model calls", agents, calls)
+	}
 }
 
 // linksTo returns the spans of inv (any when "") with a link of kind to

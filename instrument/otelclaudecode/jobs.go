@@ -223,6 +223,7 @@ func (m *mapper) wake() {
 		m.startUnattributed(UnattributedUnknownTask)
 		return
 	}
+	cont.Span().SetAttributes(providerAttr)
 	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(cont.Span(), err) }})
 	for _, j := range others {
 		m.consume(j)

@@ -142,6 +142,7 @@ func (m *mapper) register(ctx context.Context, uuid string) *prompt {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ctx, inv := m.tracker.StartInvocation(ctx, m.agent, m.session)
+	inv.Span().SetAttributes(providerAttr)
 	p := &prompt{uuid: uuid, ctx: ctx, inv: inv, done: make(chan struct{})}
 	if m.exited {
 		m.finish(p, Result{}, errExited)
@@ -284,6 +285,7 @@ func (m *mapper) switchTurn(t *turn) {
 
 func (m *mapper) startUnattributed(reason string) {
 	ctx, inv := m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
+	inv.Span().SetAttributes(providerAttr)
 	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(inv.Span(), err) }})
 }
 

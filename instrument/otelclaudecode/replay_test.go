@@ -246,6 +246,7 @@ func TestReplay(t *testing.T) {
 				t.Errorf("requests in the stream %v, owned by the invocations %v", seqs, all)
 			}
 			checkDischargedOnce(t, p)
+			checkGenAINames(t, p)
 			for _, pr := range r.prompts {
 				select {
 				case <-pr.done:
@@ -372,6 +373,7 @@ func TestUnattributedTurns(t *testing.T) {
 					t.Errorf("unattributed root %v", roots)
 				}
 			}
+			checkGenAINames(t, p)
 			if tc.register {
 				sum, _ := p.ledger().Summary(ids[0])
 				checkSummary(t, "prompt", sum, tc.prompt)

@@ -12,7 +12,13 @@
 //     reads and writes and its tokens.output excludes reasoning (measured
 //     on opencode 1.18.33, see testdata/README.md), so input_tokens is
 //     input+cache.read+cache.write and output_tokens is output+reasoning;
-//     the model, provider and cost (opencode.cost) are attributes;
+//     the model, provider and cost (opencode.cost) are attributes, the
+//     provider as the GenAI registry's gen_ai.provider.name where the
+//     registry lists it (google is gcp.gemini, amazon-bedrock aws.bedrock,
+//     azure azure.ai.openai, ...; other ids as they are) and as OpenCode's
+//     id in opencode.provider.id; the invoke_agent span of the turn (root,
+//     continuation or unattributed turn) gets the same
+//     gen_ai.provider.name;
 //   - an "execute_tool {tool}" span per tool part; the model calls and
 //     tools of a foreground subagent (the task tool without background)
 //     are children of its task call's span, also when the call resumes a

@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaireg"
 	"github.com/agentledger/agentledger/internal/testbin"
 	"github.com/agentledger/agentledger/scriptedmodel"
 )
@@ -380,6 +381,7 @@ func TestServer(t *testing.T) {
 	t.Run("prompt from another client", func(t *testing.T) { testOtherClient(t, s) })
 	t.Run("prompt abandoned while its turn runs", func(t *testing.T) { testAbandonedPrompt(t, s) })
 	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, s) })
+	t.Run("GenAI names", func(t *testing.T) { testGenAINames(t, s) })
 	t.Run("no other turn unattributed", func(t *testing.T) {
 		for reason, roots := range unattributedRoots(s.p) {
 			for _, r := range roots {
@@ -389,6 +391,30 @@ func TestServer(t *testing.T) {
 			}
 		}
 	})
+}
+
+// testGenAINames: no span of the whole run has a gen_ai attribute outside
+// the GenAI registry; the invoke_agent spans (roots and continuations)
+// carry the provider of their turn's model calls (the scripted provider,
+// whose id the registry does not list, so it is kept) once one was seen.
+func testGenAINames(t *testing.T, s *server) {
+	withProvider := map[string]int{}
+	for _, sp := range s.p.rec.Ended() {
+		genaireg.WantRegistered(t, sp)
+		if attr(sp, contract.AttrOperationName).AsString() != contract.OpInvokeAgent {
+			continue
+		}
+		switch got := attr(sp, contract.AttrProviderName).AsString(); got {
+		case "scripted":
+			withProvider[attr(sp, contract.AttrRole).AsString()]++
+		case "":
+		default:
+			t.Errorf("%s: gen_ai.provider.name %q", sp.Name(), got)
+		}
+	}
+	if withProvider[contract.RoleRoot] == 0 || withProvider[contract.RoleContinuation] == 0 {
+		t.Errorf("invoke_agent spans with the provider, by role: %v", withProvider)
+	}
 }
 
 // sessionTitle returns the title of a session (a test oracle).

@@ -81,6 +81,8 @@ type userMsg struct {
 	// turnEnded is set when the session went idle after a turn answered
 	// the message: that turn is over.
 	turnEnded bool
+	// provider is the gen_ai.provider.name set on the prompt's root.
+	provider string
 }
 
 // assistantMsg is an assistant message: one model call and its span.
@@ -119,6 +121,8 @@ type turn struct {
 	end    func(...trace.SpanEndOption)
 	reason string
 	ended  bool
+	// provider is the gen_ai.provider.name set on the turn's span.
+	provider string
 }
 
 func newSessionState(id string) *sessionState {

@@ -24,6 +24,11 @@ const (
 	AttrSessionID = "opencode.session.id"
 	// AttrFinish is OpenCode's finish reason of an assistant message.
 	AttrFinish = "opencode.finish"
+	// AttrProviderID is OpenCode's provider id of a model call (for
+	// example google-vertex-anthropic); gen_ai.provider.name is the GenAI
+	// registry's value for it when the registry lists the provider
+	// (gcp.vertex_ai), else the id itself.
+	AttrProviderID = "opencode.provider.id"
 )
 
 // errAborted is recorded on spans of work an abort cancelled.
@@ -76,7 +81,8 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 		attrs := []attribute.KeyValue{
 			attribute.String(contract.AttrOperationName, contract.OpChat),
 			attribute.String(contract.AttrRequestModel, info.ModelID),
-			attribute.String(contract.AttrProviderName, info.ProviderID),
+			attribute.String(contract.AttrProviderName, providerName(info.ProviderID)),
+			attribute.String(AttrProviderID, info.ProviderID),
 			attribute.String(contract.AttrConversationID, s.id),
 			attribute.String(AttrMessageID, info.ID),
 		}

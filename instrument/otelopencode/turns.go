@@ -4,6 +4,10 @@ import (
 	"cmp"
 	"context"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 )
 
@@ -44,7 +48,9 @@ const (
 // job, a continuation it starts when the message answers a completion
 // notification, or else an unattributed turn it starts (contract rule 7),
 // so that no model call of a tracked session is left out. It settles the
-// notifications the turn reads.
+// notifications the turn reads, and sets the provider of the model call
+// on the turn's invoke_agent span (the prompt's root, the continuation,
+// the unattributed turn; not a subagent's job).
 func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 	parent := info.ParentID
 	u := s.users[parent]
@@ -56,17 +62,25 @@ func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 	}
 	var ctx context.Context
 	var reason string
+	// provider is what the turn's invoke_agent span has; nil when ctx is
+	// not that span's.
+	var provider *string
 	switch {
 	case u != nil && u.owner != nil:
 		ctx = u.owner
+		if u.rest == nil {
+			provider = &u.provider
+		}
 	case tr != nil && !tr.ended:
-		ctx = tr.ctx
+		ctx, provider = tr.ctx, &tr.provider
 	case tr != nil:
 		// Its turn has ended, and the message is answered again.
 		reason = cmp.Or(tr.reason, UnattributedEndedTurn)
 	case u != nil && u.note != nil:
 		if ctx = m.startContinuation(s, info); ctx == nil {
 			reason = UnattributedEndedTurn // settled before its turn
+		} else {
+			provider = &s.turns[parent].provider
 		}
 	case s.owner != nil:
 		// A child session: its own turns are the job's work.
@@ -76,6 +90,11 @@ func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 	}
 	if ctx == nil {
 		ctx = m.startUnattributed(s, info, reason)
+		provider = &s.turns[parent].provider
+	}
+	if name := providerName(info.ProviderID); provider != nil && name != "" && *provider != name {
+		*provider = name
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String(contract.AttrProviderName, name))
 	}
 	// Notifications posted before this turn's user message and not yet
 	// answered are read by this turn.
