@@ -7,8 +7,9 @@
 // The gen_ai.* names and values are those of the OpenTelemetry GenAI
 // semantic conventions in go.opentelemetry.io/otel/semconv/v1.41.0, the
 // newest semconv package of the OpenTelemetry Go module that has the GenAI
-// registry (v1.42.0 left it out); the package's test checks each against
-// it. Names of our own are never in the gen_ai namespace.
+// registry (v1.42.0 left it out); a test in instrument/internal/genaireg
+// checks each against it, so that contract's own tests import nothing
+// either. Names of our own are never in the gen_ai namespace.
 package contract
 
 // Attribute keys in the invocation namespace.
@@ -111,8 +112,8 @@ const (
 
 // GenAI semantic-convention attribute keys used by the contract and the
 // adapters. They are untyped constants, usable as a string and as an
-// attribute.Key, so they are written out here; contract_test.go checks
-// each against the semconv package's key.
+// attribute.Key, so they are written out here and checked against the
+// semconv package's keys (see the package doc).
 const (
 	AttrOperationName          = "gen_ai.operation.name"
 	AttrUsageInputTokens       = "gen_ai.usage.input_tokens"
@@ -136,7 +137,7 @@ const (
 )
 
 // Values of AttrOperationName. The semconv package has them only as
-// attribute.KeyValue variables; contract_test.go checks they are the same.
+// attribute.KeyValue variables; they are checked against those.
 const (
 	OpChat            = "chat"
 	OpTextCompletion  = "text_completion"
@@ -147,7 +148,7 @@ const (
 )
 
 // Values of AttrProviderName the adapters set, from the registry (checked
-// against the semconv package in contract_test.go).
+// against the semconv package).
 const (
 	ProviderOpenAI    = "openai"
 	ProviderAnthropic = "anthropic"
