@@ -19,6 +19,9 @@ import (
 // maxSteps bounds the model calls of one turn.
 const maxSteps = 8
 
+// providerAttr is gen_ai.provider.name of the agent's invoke_agent spans.
+var providerAttr = attribute.String(contract.AttrProviderName, contract.ProviderAnthropic)
+
 // Agent is a small agent runtime on the Anthropic SDK with one tool,
 // run_task, which starts a background job and returns at once. When a job
 // ends, its completion notification wakes a continuation turn of the
@@ -74,6 +77,8 @@ func (a *Agent) Prompt(ctx context.Context, sessionID, text string) (string, str
 	defer s.turn.Unlock()
 	ctx, inv := a.tracker.StartInvocation(ctx, a.name, s.id)
 	defer inv.End()
+	// The agent's model calls are Anthropic's: say so on its span too.
+	inv.Span().SetAttributes(providerAttr)
 	s.history = append(s.history, anthropic.NewUserMessage(anthropic.NewTextBlock(text)))
 	answer, err := a.loop(ctx, s, false)
 	if err != nil {
@@ -177,6 +182,7 @@ func (a *Agent) notify(s *session, carrier instrument.Carrier, text string) {
 			a.log.Error("start continuation", "session", s.id, "err", err)
 			return
 		}
+		cont.Span().SetAttributes(providerAttr)
 		defer cont.End()
 		s.history = append(s.history, anthropic.NewUserMessage(anthropic.NewTextBlock(text)))
 		if _, err := a.loop(ctx, s, true); err != nil {

@@ -91,8 +91,19 @@ func TestRun(t *testing.T) {
 			}
 		case strings.HasPrefix(s.Name, contract.SpanNameBackgroundPrefix+" "):
 			bg++
-		case strings.HasPrefix(s.Name, contract.SpanNameContinuationPrefix+" "):
-			conts++
+		case strings.HasPrefix(s.Name, contract.SpanNameContinuationPrefix+" "), strings.HasPrefix(s.Name, contract.SpanNameRootPrefix+" "):
+			if strings.HasPrefix(s.Name, contract.SpanNameContinuationPrefix+" ") {
+				conts++
+			}
+			provider := ""
+			for _, kv := range s.Attributes {
+				if kv.Key == contract.AttrProviderName {
+					provider = kv.Value.AsString()
+				}
+			}
+			if provider != contract.ProviderAnthropic {
+				t.Errorf("%s: provider %q", s.Name, provider)
+			}
 		case strings.HasPrefix(s.Name, "anthropic."):
 			t.Errorf("the SDK's own span %q is exported: usage would count twice", s.Name)
 		}
