@@ -418,12 +418,11 @@ func (inv *invocation) compactAll() {
 
 // compactTouched compacts, after close, what indexing one late span may
 // have left owing nothing: the span, its parent and its link targets.
-func (inv *invocation) compactTouched(sp ptrace.Span) {
-	inv.compact(sp.SpanID())
-	if pid := sp.ParentSpanID(); !pid.IsEmpty() {
-		inv.compact(pid)
+func (inv *invocation) compactTouched(id, parent pcommon.SpanID, links ptrace.SpanLinkSlice) {
+	inv.compact(id)
+	if !parent.IsEmpty() {
+		inv.compact(parent)
 	}
-	links := sp.Links()
 	for i := 0; i < links.Len(); i++ {
 		inv.compact(links.At(i).SpanID())
 	}

@@ -310,19 +310,20 @@ func validCount(v pcommon.Value, maxSpans int) (int32, bool) {
 // false means set (a mistyped marker must not relax a rule).
 func flagSet(attrs pcommon.Map, key string) bool {
 	v, ok := attrs.Get(key)
-	return ok && (v.Type() != pcommon.ValueTypeBool || v.Bool())
+	return ok && flagValue(v)
 }
 
-// add indexes one span of the invocation in O(1) amortised time (plus its
-// links), updating the open obligation count as LEDGER.md describes and
-// applying CONTRACT.md's v0.2 rules.
+// add indexes one span of the invocation, from the facts readFacts read
+// of it (links are read here), in O(1) amortised time (plus its links),
+// updating the open obligation count as LEDGER.md describes and applying
+// CONTRACT.md's v0.2 rules.
 //
 // resources shares the resource attributes kept for summaries with the
 // shard's other invocations.
-func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, resources *resourceCache, now int64, cfg *ledgerConfig) addResult {
-	id := sp.SpanID()
-	name := sp.Name()
-	traceIdx := inv.traceIndex(sp.TraceID())
+func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon.Resource, resources *resourceCache, now int64, cfg *ledgerConfig) addResult {
+	id := f.spanID
+	name := f.name
+	traceIdx := inv.traceIndex(f.traceID)
 	if prior, ok := inv.arrivedTrace(id); ok {
 		inv.Duplicates++
 		if prior != traceIdx {
@@ -340,7 +341,6 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, resources *reso
 		}
 		return addSpanLimit
 	}
-	attrs := sp.Attributes()
 	if inv.Phase == phaseClosed {
 		inv.addAnomaly(contract.AnomalyLateSpan + ":" + name)
 		inv.Dirty = true
@@ -348,19 +348,15 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, resources *reso
 
 	inv.Indexed++
 	inv.LastArrival = now
-	role := ""
-	if v, ok := attrs.Get(contract.AttrRole); ok && v.Type() == pcommon.ValueTypeStr {
-		role = v.Str()
-	}
-	if len(inv.Traces) == 0 && role != contract.RoleRoot {
+	if len(inv.Traces) == 0 && f.role != roleRoot {
 		inv.Resource = resources.of(res) // the root's replaces it
 	}
-	traceIdx = inv.addTrace(sp.TraceID())
-	if start := uint64(sp.StartTimestamp()); inv.MinStart == 0 || start < inv.MinStart {
-		inv.MinStart = start
+	traceIdx = inv.addTrace(f.traceID)
+	if inv.MinStart == 0 || f.start < inv.MinStart {
+		inv.MinStart = f.start
 	}
-	if end := uint64(sp.EndTimestamp()); end > inv.LatestEnd {
-		inv.LatestEnd = end
+	if f.end > inv.LatestEnd {
+		inv.LatestEnd = f.end
 	}
 
 	st := inv.take(id)
@@ -372,32 +368,32 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, resources *reso
 	}
 	st.Arrived = true
 	st.Name = inv.nameIndex(name)
-	st.Parent = sp.ParentSpanID()
+	st.Parent = f.parent
 	st.Trace = traceIdx
 	// A remote flag of the wrong type is taken as remote: waiting for
 	// settle is the conservative reading.
-	if flagSet(attrs, contract.AttrRemote) {
+	if f.has(factRemote) {
 		st.Remote = true
 		inv.HasRemote = true
 	}
-	late := flagSet(attrs, contract.AttrLateChild)
+	late := f.has(factLateChild)
 	if st.LateChildren > 0 && !st.Remote {
 		inv.addAnomaly(contract.AnomalyExtraChildren + ":" + name)
 	}
 
-	if role == contract.RoleRoot {
+	if f.role == roleRoot {
 		if inv.RootArrived {
 			inv.addAnomaly(anomalyExtraRoot + ":" + name)
 		} else {
-			inv.setRoot(sp, resources.of(res), now)
+			inv.setRoot(f, resources.of(res), now)
 		}
 	}
-	if v, ok := attrs.Get(contract.AttrUnattributed); ok {
-		inv.addTaint(contract.ReasonUnattributedWakeup + ":" + v.AsString())
+	if f.has(factUnattributed) {
+		inv.addTaint(contract.ReasonUnattributedWakeup + ":" + f.unattributed)
 	}
 
-	if v, ok := attrs.Get(contract.AttrChildren); ok {
-		if n, ok := validCount(v, cfg.maxSpans); ok {
+	if f.has(factChildren) {
+		if n, ok := validCount(f.children, cfg.maxSpans); ok {
 			st.DeclaredChildren = n
 			if n > st.ArrivedChildren {
 				inv.Open += int(n - st.ArrivedChildren)
@@ -409,14 +405,14 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, resources *reso
 		}
 	}
 
-	switch role {
-	case contract.RoleBackground:
+	switch f.role {
+	case roleBackground:
 		inv.BackgroundJobs++
-		inv.noteJob(id, sp)
+		inv.noteJob(id, f.start, f.end)
 		var n int32
 		valid := false
-		if v, ok := attrs.Get(contract.AttrFollowups); ok {
-			n, valid = validCount(v, cfg.maxSpans)
+		if f.has(factFollowups) {
+			n, valid = validCount(f.followups, cfg.maxSpans)
 		}
 		if valid {
 			st.DeclaredFollowups = n
@@ -430,42 +426,39 @@ func (inv *invocation) add(sp ptrace.Span, res pcommon.Resource, resources *reso
 			// Rule 6: a job started when nothing of its invocation was open.
 			inv.addAnomaly(contract.AnomalyOrphanJob + ":" + name)
 		}
-	case contract.RoleContinuation:
+	case roleContinuation:
 		inv.Continuations++
-		inv.ContinuationRoots = append(inv.ContinuationRoots, spanRef{TraceID: sp.TraceID(), SpanID: id})
+		inv.ContinuationRoots = append(inv.ContinuationRoots, spanRef{TraceID: f.traceID, SpanID: id})
 	}
 	inv.Spans[id] = st
 
 	if !st.Parent.IsEmpty() {
 		inv.attachToParent(id, st.Parent, traceIdx, st.Name, late, now)
 	}
-	inv.applyLinks(id, st.Name, sp.Links(), now)
+	inv.applyLinks(id, st.Name, links, now)
 
-	if v, ok := attrs.Get(contract.AttrOperationName); ok && v.Type() == pcommon.ValueTypeStr {
-		if _, isModel := cfg.usageOps[v.Str()]; isModel {
-			inv.addModelCall(sp, cfg)
-		}
+	if f.has(factModelCall) {
+		inv.addModelCall(f, cfg)
 	}
 	if inv.Phase == phaseClosed {
-		inv.compactTouched(sp)
+		inv.compactTouched(id, f.parent, links)
 	}
 	return addIndexed
 }
 
-func (inv *invocation) setRoot(sp ptrace.Span, resource map[string]any, now int64) {
+func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, now int64) {
 	inv.RootArrived = true
 	inv.discharge(now)
-	inv.RootTraceID = sp.TraceID()
-	inv.RootSpanID = sp.SpanID()
-	inv.RootStart = uint64(sp.StartTimestamp())
-	inv.RootEnd = uint64(sp.EndTimestamp())
+	inv.RootTraceID = f.traceID
+	inv.RootSpanID = f.spanID
+	inv.RootStart = f.start
+	inv.RootEnd = f.end
 	inv.Resource = resource
-	attrs := sp.Attributes()
-	if v, ok := attrs.Get(contract.AttrConversationID); ok {
-		inv.ConversationID = v.AsString()
+	if f.has(factConversationID) {
+		inv.ConversationID = f.conversationID
 	}
-	if v, ok := attrs.Get(contract.AttrAgentName); ok {
-		inv.AgentName = v.AsString()
+	if f.has(factAgentName) {
+		inv.AgentName = f.agentName
 	}
 	for _, e := range inv.Early {
 		if e.Start > inv.RootEnd {
@@ -476,66 +469,56 @@ func (inv *invocation) setRoot(sp ptrace.Span, resource map[string]any, now int6
 	inv.Early = nil
 }
 
-// readUsage returns a usage attribute's value if it is a non-negative int64
-// that keeps *sum from overflowing; otherwise the count is not summed and
-// the invocation can never be final (invalid_usage, v0.2 rule 5).
-func (inv *invocation) readUsage(attrs pcommon.Map, key, spanName string, sum *int64) (int64, bool) {
-	v, ok := attrs.Get(key)
-	if !ok {
-		return 0, false
+// readUsage returns usage attribute i's value if it is a non-negative
+// int64 that keeps *sum from overflowing; otherwise the count is not
+// summed and the invocation can never be final (invalid_usage, v0.2 rule
+// 5).
+func (inv *invocation) readUsage(f *spanFacts, i int, sum *int64) int64 {
+	if f.usagePresent&(1<<i) == 0 {
+		return 0
 	}
-	if v.Type() != pcommon.ValueTypeInt || v.Int() < 0 || v.Int() > math.MaxInt64-*sum {
-		inv.addTaint(contract.ReasonInvalidUsage + ":" + key + " on " + spanName)
-		return 0, false
+	n := f.usage[i]
+	if f.usageInt&(1<<i) == 0 || n < 0 || n > math.MaxInt64-*sum {
+		inv.addTaint(contract.ReasonInvalidUsage + ":" + usageKeys[i] + " on " + f.name)
+		return 0
 	}
-	n := v.Int()
 	*sum += n
-	return n, true
+	return n
 }
 
-func (inv *invocation) addModelCall(sp ptrace.Span, cfg *ledgerConfig) {
+func (inv *invocation) addModelCall(f *spanFacts, cfg *ledgerConfig) {
 	inv.ModelCalls++
-	attrs := sp.Attributes()
-	name := sp.Name()
-	_, hasIn := attrs.Get(contract.AttrUsageInputTokens)
-	_, hasOut := attrs.Get(contract.AttrUsageOutputTokens)
-	if !hasIn && !hasOut && sp.Status().Code() != ptrace.StatusCodeError {
+	const inOrOut = 1<<usageInput | 1<<usageOutput
+	if f.usagePresent&inOrOut == 0 && !f.has(factStatusError) {
 		// Rule 5: a call that did not fail was billed; zero is not its usage.
-		inv.addTaint(contract.ReasonUsageMissing + ":" + name)
+		inv.addTaint(contract.ReasonUsageMissing + ":" + f.name)
 	}
-	in, _ := inv.readUsage(attrs, contract.AttrUsageInputTokens, name, &inv.Usage.Input)
-	out, _ := inv.readUsage(attrs, contract.AttrUsageOutputTokens, name, &inv.Usage.Output)
-	cr, _ := inv.readUsage(attrs, contract.AttrUsageCacheReadTokens, name, &inv.Usage.CacheRead)
-	cc, _ := inv.readUsage(attrs, contract.AttrUsageCacheCreateTokens, name, &inv.Usage.CacheCreation)
-	_, _ = inv.readUsage(attrs, contract.AttrUsageReasoningTokens, name, &inv.Usage.Reasoning)
+	in := inv.readUsage(f, usageInput, &inv.Usage.Input)
+	out := inv.readUsage(f, usageOutput, &inv.Usage.Output)
+	cr := inv.readUsage(f, usageCacheRead, &inv.Usage.CacheRead)
+	cc := inv.readUsage(f, usageCacheCreation, &inv.Usage.CacheCreation)
+	_ = inv.readUsage(f, usageReasoning, &inv.Usage.Reasoning)
 
 	// After-result parts never exceed the totals, so they cannot overflow
 	// where the totals did not.
-	start := uint64(sp.StartTimestamp())
 	if inv.RootArrived {
-		if start > inv.RootEnd {
+		if f.start > inv.RootEnd {
 			inv.AfterInput += in
 			inv.AfterOutput += out
 		}
 	} else if in != 0 || out != 0 {
-		inv.Early = append(inv.Early, earlyCall{Start: start, Input: in, Output: out})
+		if inv.Early == nil {
+			inv.Early = make([]earlyCall, 0, 4)
+		}
+		inv.Early = append(inv.Early, earlyCall{Start: f.start, Input: in, Output: out})
 	}
 
 	if !cfg.pricesActive {
 		return
 	}
-	model := ""
-	if v, ok := attrs.Get(contract.AttrResponseModel); ok && v.Type() == pcommon.ValueTypeStr {
-		model = v.Str()
-	}
-	if model == "" {
-		if v, ok := attrs.Get(contract.AttrRequestModel); ok && v.Type() == pcommon.ValueTypeStr {
-			model = v.Str()
-		}
-	}
-	p, ok := cfg.prices[model]
+	p, ok := cfg.prices[f.model]
 	if !ok {
-		inv.addAnomaly(anomalyUnpricedModel + ":" + model)
+		inv.addAnomaly(anomalyUnpricedModel + ":" + f.model)
 		return
 	}
 	inv.Cost += callCost(p, in, out, cr, cc)

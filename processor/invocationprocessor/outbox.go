@@ -140,12 +140,13 @@ type taken struct {
 // summaries still arrive in the order they were made; a shard whose
 // semaphore is held elsewhere is left to that sender, and one whose last
 // send failed to the timer goroutine, as flush does with flushAfterBatch.
-func (p *invocationProcessor) flushAfterBatch(ctx context.Context, shards []*shard) error {
+func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScratch) error {
+	shards := b.touched
 	if len(shards) == 1 {
 		return p.flush(ctx, shards[0], flushAfterBatch)
 	}
-	var parts []taken
-	var all []summary
+	parts, all := b.parts, b.all
+	defer func() { b.parts, b.all = parts, all }() // kept for the next batch
 	for {
 		parts, all = parts[:0], all[:0]
 		// more is set when a shard has summaries again after this

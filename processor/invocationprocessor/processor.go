@@ -63,6 +63,10 @@ type invocationProcessor struct {
 	trust                     trust
 	warnSummaries, warnTenant rateLimitedWarning
 
+	// scratch pools batchScratch values (route.go), so that routing a
+	// batch allocates nothing once warm.
+	scratch sync.Pool
+
 	// lifeMu guards stop, done and cancel, the timer goroutine's controls.
 	lifeMu sync.Mutex
 	stop   chan struct{}
@@ -232,18 +236,20 @@ func (p *invocationProcessor) Shutdown(ctx context.Context) error {
 // sends any summaries the batch completed.
 func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	now := p.clock.Now().UnixNano()
-	refs, refusedSpans := p.route(ctx, td)
+	b := p.getScratch()
+	defer p.putScratch(b)
+	refusedSpans := p.route(ctx, td, b)
 	if refusedSpans != (refused{}) {
 		p.recordRefused(ctx, refusedSpans, now)
 		if refusedSpans.summaries > 0 {
 			td = p.trust.withoutUntrustedSummaries(td)
-			if td.SpanCount() == 0 && len(refs) == 0 {
+			if td.SpanCount() == 0 && len(b.refs) == 0 {
 				return nil
 			}
 		}
 	}
 
-	if len(refs) == 0 {
+	if len(b.refs) == 0 {
 		return p.next.ConsumeTraces(ctx, td)
 	}
 	if p.store != nil {
@@ -253,20 +259,20 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		}
 	}
 	var stats stats
-	var touched []*shard
-	for _, group := range p.groupByShard(refs) {
+	p.groupByShard(b)
+	for _, group := range b.groups {
 		s := p.shards[group[0].shard]
 		if s.index(group, now, &stats) {
-			touched = append(touched, s)
+			b.touched = append(b.touched, s)
 		}
 	}
 	for _, s := range p.enforceBounds(now, &stats) {
-		touched = appendShard(touched, s)
+		b.touched = appendShard(b.touched, s)
 	}
 	p.record(ctx, &stats)
 	if p.store != nil {
 		// Acknowledge only what is durable; the sender retries the rest.
-		if err := p.commitBatch(ctx, &touched); err != nil {
+		if err := p.commitBatch(ctx, &b.touched); err != nil {
 			return err
 		}
 	}
@@ -275,7 +281,7 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	// not its batch, and a retried batch would pass through twice. They
 	// are retried from the outbox instead.
 	err := p.next.ConsumeTraces(ctx, td)
-	if ferr := p.flushAfterBatch(ctx, touched); ferr != nil {
+	if ferr := p.flushAfterBatch(ctx, b); ferr != nil {
 		p.logger.Debug("invocation summaries not sent yet", zap.Error(ferr))
 	}
 	return err

@@ -10,20 +10,65 @@ import (
 	"github.com/agentledger/agentledger/contract"
 )
 
-// indexRef is one span of the batch routed to a shard.
+// indexRef is one member span of the batch routed to a shard.
 type indexRef struct {
 	shard int
-	id    string // the ledger key: tenant and invocation id (ledgerKey)
+	id    string     // the ledger key: tenant and invocation id (ledgerKey)
+	facts *spanFacts // what the ledger reads of the span, read outside the lock
 	span  ptrace.Span
 	res   pcommon.Resource
 }
 
-// route finds the batch's member spans, each with its ledger key (its
-// tenant and invocation.id) and shard, and counts the spans it refuses:
-// summaries from untrusted collectors and spans without a tenant.
-func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces) (refs []indexRef, refusedSpans refused) {
+// batchScratch holds one ConsumeTraces call's routing state; its slices
+// are reused from call to call through the processor's pool.
+type batchScratch struct {
+	facts   []spanFacts
+	refs    []indexRef
+	sorted  []indexRef
+	counts  []int
+	groups  [][]indexRef
+	touched []*shard
+	// parts and all are flushAfterBatch's.
+	parts []taken
+	all   []summary
+}
+
+func (p *invocationProcessor) getScratch() *batchScratch {
+	if b, ok := p.scratch.Get().(*batchScratch); ok {
+		return b
+	}
+	return &batchScratch{}
+}
+
+// putScratch returns b to the pool without the references it held into
+// the batch, its spans and summaries.
+func (p *invocationProcessor) putScratch(b *batchScratch) {
+	clear(b.facts[:cap(b.facts)])
+	clear(b.refs[:cap(b.refs)])
+	clear(b.sorted[:cap(b.sorted)])
+	clear(b.groups[:cap(b.groups)])
+	clear(b.touched[:cap(b.touched)])
+	clear(b.parts[:cap(b.parts)])
+	clear(b.all[:cap(b.all)])
+	b.refs, b.sorted, b.groups, b.touched = b.refs[:0], b.sorted[:0], b.groups[:0], b.touched[:0]
+	b.parts, b.all = b.parts[:0], b.all[:0]
+	p.scratch.Put(b)
+}
+
+// route finds the batch's member spans, reads each one's facts, and
+// puts them in b.refs with their ledger key (tenant and invocation.id)
+// and shard. It counts the spans it refuses: summaries from untrusted
+// collectors and spans without a tenant.
+func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *batchScratch) (refusedSpans refused) {
 	req := p.tenants.ofRequest(ctx)
 	rss := td.ResourceSpans()
+	if n := td.SpanCount(); cap(b.facts) < n {
+		// Sized once: refs point into it.
+		b.facts = make([]spanFacts, n)
+	}
+	b.facts = b.facts[:cap(b.facts)]
+	b.refs = b.refs[:0]
+	used := 0
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
 		tenant, tenantOK := p.tenants.of(req, rs.Resource())
@@ -40,23 +85,22 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces) (refs
 					}
 					continue
 				}
-				v, ok := sp.Attributes().Get(contract.AttrInvocationID)
-				if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" {
+				f := &b.facts[used]
+				readFacts(f, sp, &p.cfg)
+				if f.invocationID == "" {
 					continue
 				}
 				if !tenantOK {
 					refusedSpans.withoutTenant++
 					continue
 				}
-				key := ledgerKey(tenant, v.Str())
-				if refs == nil {
-					refs = make([]indexRef, 0, td.SpanCount())
-				}
-				refs = append(refs, indexRef{shard: p.shardOf(key), id: key, span: sp, res: rs.Resource()})
+				used++
+				key := ledgerKey(tenant, f.invocationID)
+				b.refs = append(b.refs, indexRef{shard: p.shardOf(key), id: key, facts: f, span: sp, res: rs.Resource()})
 			}
 		}
 	}
-	return refs, refusedSpans
+	return refusedSpans
 }
 
 // shardOf routes an invocation (its ledger key) to a shard.
@@ -70,9 +114,10 @@ func (p *invocationProcessor) shardOf(id string) int {
 	return int(h % uint64(len(p.shards)))
 }
 
-// groupByShard orders refs by shard with a counting sort, keeping batch
-// order within a shard, and returns one slice per shard present.
-func (p *invocationProcessor) groupByShard(refs []indexRef) [][]indexRef {
+// groupByShard orders b.refs by shard with a counting sort, keeping batch
+// order within a shard, and puts one slice per shard present in b.groups.
+func (p *invocationProcessor) groupByShard(b *batchScratch) {
+	refs := b.refs
 	first := refs[0].shard
 	same := true
 	for i := range refs {
@@ -82,27 +127,33 @@ func (p *invocationProcessor) groupByShard(refs []indexRef) [][]indexRef {
 		}
 	}
 	if same {
-		return [][]indexRef{refs}
+		b.groups = append(b.groups[:0], refs)
+		return
 	}
-	counts := make([]int, len(p.shards)+1)
+	counts := slices.Grow(b.counts[:0], len(p.shards)+1)[:len(p.shards)+1]
+	clear(counts)
 	for i := range refs {
 		counts[refs[i].shard+1]++
 	}
-	groups := make([][]indexRef, 0, len(p.shards))
 	for i := 1; i < len(counts); i++ {
 		counts[i] += counts[i-1]
 	}
-	sorted := make([]indexRef, len(refs))
-	next := slices.Clone(counts[:len(p.shards)])
+	// counts[sh] is where shard sh's refs start; it moves along as they
+	// are placed.
+	sorted := slices.Grow(b.sorted[:0], len(refs))[:len(refs)]
 	for i := range refs {
 		sh := refs[i].shard
-		sorted[next[sh]] = refs[i]
-		next[sh]++
+		sorted[counts[sh]] = refs[i]
+		counts[sh]++
 	}
+	// counts[sh] is now where shard sh's refs end.
+	groups := b.groups[:0]
+	start := 0
 	for sh := range p.shards {
-		if counts[sh+1] > counts[sh] {
-			groups = append(groups, sorted[counts[sh]:counts[sh+1]])
+		if counts[sh] > start {
+			groups = append(groups, sorted[start:counts[sh]])
 		}
+		start = counts[sh]
 	}
-	return groups
+	b.counts, b.sorted, b.groups = counts, sorted, groups
 }

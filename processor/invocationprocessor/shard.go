@@ -72,7 +72,7 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 		r := &refs[i]
 		s.journalFact(r, now, stats)
 		inv := s.ensure(r.id, now, stats)
-		switch inv.add(r.span, r.res, &s.resources, now, s.cfg) {
+		switch inv.add(r.facts, r.span.Links(), r.res, &s.resources, now, s.cfg) {
 		case addIndexed:
 			stats.indexed++
 		case addDuplicate:

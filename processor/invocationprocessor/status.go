@@ -8,7 +8,6 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 )
@@ -41,11 +40,11 @@ type jobTimes struct {
 }
 
 // noteJob remembers when a background span ran.
-func (inv *invocation) noteJob(id pcommon.SpanID, sp ptrace.Span) {
+func (inv *invocation) noteJob(id pcommon.SpanID, start, end uint64) {
 	if inv.JobTimes == nil {
 		inv.JobTimes = make(map[pcommon.SpanID]jobTimes, 1)
 	}
-	inv.JobTimes[id] = jobTimes{Start: uint64(sp.StartTimestamp()), End: uint64(sp.EndTimestamp())}
+	inv.JobTimes[id] = jobTimes{Start: start, End: end}
 }
 
 // startStatus finds the status extension named in the config, if any,

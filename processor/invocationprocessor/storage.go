@@ -411,6 +411,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 	ps.replaying = true
 	defer func() { ps.replaying = false }()
 	span := ptrace.NewSpan()
+	var facts spanFacts
 	res := pcommon.NewResource()
 	empty := pcommon.NewResource()
 	type pendingOut struct {
@@ -454,7 +455,8 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				if ps.taintAll > op.time || ps.tainted[ev.id] > op.time {
 					taintInvocation(inv)
 				}
-				inv.add(span, r, &s.resources, op.time, &p.cfg)
+				readFacts(&facts, span, &p.cfg)
+				inv.add(&facts, span.Links(), r, &s.resources, op.time, &p.cfg)
 			case evEmit:
 				if ev.flags&emitSent == 0 {
 					sum, err := decodeSummary(ev)
