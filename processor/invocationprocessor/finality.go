@@ -93,7 +93,7 @@ func (inv *invocation) anomalies(final bool) []string {
 			break
 		}
 		if !st.Arrived && st.ArrivedFollowups > 0 {
-			a := contract.AnomalyForeignFollowup + ":" + inv.name(st.LinkedBy)
+			a := contract.AnomalyForeignFollowup + ":" + inv.name(st.linkedBy())
 			if !slices.Contains(out, a) {
 				out = append(out, a)
 			}

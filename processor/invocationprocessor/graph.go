@@ -1,6 +1,7 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
+	"encoding/binary"
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -18,8 +19,11 @@ const noIndex = -1
 // A span ID referenced (as a parent or a followup target) before its span
 // arrives has a state with Arrived false.
 type spanState struct {
-	// Parent is the arrived span's parent span ID.
-	Parent pcommon.SpanID `json:"parent"`
+	// ref is, once the span arrived, its parent span ID (parent); before,
+	// the names of its first child and of its first followup-linking span
+	// (childName, linkedBy). Each is read only on its side of arrival, so
+	// they share the bytes and the state fits 48 bytes.
+	ref [8]byte
 	// Up links the span ID toward the representative of its connected
 	// component of the parent relation (union-find); empty when it is the
 	// representative. A span whose parent is already in its component
@@ -28,11 +32,8 @@ type spanState struct {
 	// Trace indexes invocation.Traces: the arrived span's trace or, before
 	// it arrives, the trace of its first child.
 	Trace int32 `json:"trace"`
-	// Name, ChildName (the first child's, before arrival) and LinkedBy (the
-	// first followup-linking span's) index invocation.Names.
-	Name      int32 `json:"name"`
-	ChildName int32 `json:"child_name"`
-	LinkedBy  int32 `json:"linked_by"`
+	// Name indexes invocation.Names.
+	Name int32 `json:"name"`
 	// DeclaredChildren and DeclaredFollowups are noIndex when nothing was
 	// declared. ArrivedChildren counts children that discharge (same trace,
 	// not late, not malformed); LateChildren the late ones.
@@ -49,8 +50,51 @@ type spanState struct {
 }
 
 func newSpanState() spanState {
-	return spanState{Trace: noIndex, Name: noIndex, ChildName: noIndex, LinkedBy: noIndex,
-		DeclaredChildren: noIndex, DeclaredFollowups: noIndex}
+	st := spanState{Trace: noIndex, Name: noIndex, DeclaredChildren: noIndex, DeclaredFollowups: noIndex}
+	st.setChildName(noIndex)
+	st.setLinkedBy(noIndex)
+	return st
+}
+
+// parent is the arrived span's parent span ID, empty before it arrives.
+func (st *spanState) parent() pcommon.SpanID {
+	if !st.Arrived {
+		return pcommon.SpanID{}
+	}
+	return pcommon.SpanID(st.ref)
+}
+
+// arrive marks the span arrived with its parent; its childName and
+// linkedBy are no longer kept.
+func (st *spanState) arrive(parent pcommon.SpanID) {
+	st.Arrived = true
+	st.ref = parent
+}
+
+// childName indexes the name of the first child that arrived before the
+// span (noIndex if none, or once the span arrived).
+func (st *spanState) childName() int32 {
+	if st.Arrived {
+		return noIndex
+	}
+	return int32(binary.LittleEndian.Uint32(st.ref[:4]))
+}
+
+func (st *spanState) setChildName(i int32) {
+	binary.LittleEndian.PutUint32(st.ref[:4], uint32(i))
+}
+
+// linkedBy indexes the name of the first span that linked to the span
+// as a followup before it arrived (noIndex if none, or once it arrived).
+func (st *spanState) linkedBy() int32 {
+	if st.Arrived {
+		return noIndex
+	}
+	return int32(binary.LittleEndian.Uint32(st.ref[4:]))
+}
+
+func (st *spanState) setLinkedBy(i int32) {
+	binary.LittleEndian.PutUint32(st.ref[4:], uint32(i))
 }
 
 // owes reports whether an arrived span still waits for children or
@@ -100,7 +144,7 @@ func (inv *invocation) take(id pcommon.SpanID) spanState {
 	st := newSpanState()
 	if c, ok := inv.Closed[id]; ok {
 		delete(inv.Closed, id)
-		st.Arrived = true
+		st.arrive(pcommon.SpanID{}) // a closed span keeps no parent
 		st.Up, st.Trace, st.Name = c.Up, c.Trace, c.Name
 		st.Remote = c.Flags&closedRemote != 0
 		if c.Flags&closedDeclaredChildren != 0 {
@@ -187,8 +231,8 @@ func (inv *invocation) attachToParent(id, pid pcommon.SpanID, traceIdx, nameIdx 
 	if p.Trace < 0 {
 		p.Trace = traceIdx
 	}
-	if !p.Arrived && p.ChildName < 0 {
-		p.ChildName = nameIdx
+	if !p.Arrived && p.childName() < 0 {
+		p.setChildName(nameIdx)
 	}
 	if late {
 		p.LateChildren++
@@ -242,28 +286,29 @@ func (inv *invocation) breakCycle(id, pid pcommon.SpanID, nameIdx int32) {
 		if m.Counted {
 			m.Counted = false
 			inv.Spans[cur] = m
-			if p, ok := inv.Spans[m.Parent]; ok {
+			if p, ok := inv.Spans[m.parent()]; ok {
 				p.ArrivedChildren--
 				if p.Arrived && p.DeclaredChildren >= 0 && p.ArrivedChildren < p.DeclaredChildren {
 					inv.Open++
 				}
-				inv.Spans[m.Parent] = p
+				inv.Spans[m.parent()] = p
 			}
 		}
-		cur = m.Parent
+		cur = m.parent()
 	}
 }
 
-// linkTargets collects a span's followup and consumed link targets in
-// small stack buffers.
+// linkTargets are a span's followup and consumed link targets.
 type linkTargets struct {
-	followBuf, consumedBuf [4]pcommon.SpanID
-	follow, consumed       []pcommon.SpanID
-	repeated               bool
+	follow, consumed []pcommon.SpanID
+	repeated         bool
 }
 
-func (lt *linkTargets) read(links ptrace.SpanLinkSlice) {
-	lt.follow, lt.consumed = lt.followBuf[:0], lt.consumedBuf[:0]
+// readLinkTargets reads the link targets, appending to follow and
+// consumed (the caller's stack buffers, so that a few links allocate
+// nothing).
+func readLinkTargets(links ptrace.SpanLinkSlice, follow, consumed []pcommon.SpanID) linkTargets {
+	lt := linkTargets{follow: follow, consumed: consumed}
 	var seen map[pcommon.SpanID]struct{} // only for spans with many links
 	for i := 0; i < links.Len(); i++ {
 		l := links.At(i)
@@ -297,6 +342,7 @@ func (lt *linkTargets) read(links ptrace.SpanLinkSlice) {
 			lt.consumed = append(lt.consumed, l.SpanID())
 		}
 	}
+	return lt
 }
 
 // malformed reports a followup link to the span itself, or a target both
@@ -342,8 +388,8 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace
 	if links.Len() == 0 {
 		return
 	}
-	var lt linkTargets
-	lt.read(links)
+	var followBuf, consumedBuf [4]pcommon.SpanID
+	lt := readLinkTargets(links, followBuf[:0], consumedBuf[:0])
 	if lt.repeated {
 		inv.addAnomaly(contract.AnomalyDuplicateLink + ":" + inv.name(nameIdx))
 	}
@@ -355,8 +401,8 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace
 		t := inv.take(target)
 		before := t.ArrivedFollowups
 		t.ArrivedFollowups++
-		if t.LinkedBy < 0 {
-			t.LinkedBy = nameIdx
+		if !t.Arrived && t.linkedBy() < 0 {
+			t.setLinkedBy(nameIdx)
 		}
 		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
 			inv.discharge(now)

@@ -70,8 +70,7 @@ type invocation struct {
 	// ID is the ledger key: the invocation.id, joined to its tenant when
 	// the processor has tenants (ledgerKey, tenant.go). Summaries and
 	// status views carry the two apart.
-	ID    string `json:"id"`
-	Phase phase  `json:"phase"`
+	ID string `json:"id"`
 
 	// Times of the processor's clock, in Unix nanoseconds.
 	FirstArrival  int64 `json:"first_arrival"`
@@ -90,7 +89,17 @@ type invocation struct {
 	// incomplete as soon as conditions 1-4 otherwise hold.
 	Taints []string `json:"taints,omitempty"`
 
-	RootArrived    bool            `json:"root_arrived"`
+	// The flags are together so that the struct has no padding between
+	// them.
+	Phase        phase `json:"phase"`
+	RootArrived  bool  `json:"root_arrived"`
+	HasRemote    bool  `json:"has_remote"`
+	SpanLimitHit bool  `json:"span_limit_hit"`
+	PendingSent  bool  `json:"pending_sent"`
+	// Dirty is set when a span arrived after the latest final or
+	// incomplete summary: a revision is owed.
+	Dirty bool `json:"dirty"`
+
 	RootTraceID    pcommon.TraceID `json:"root_trace_id"`
 	RootSpanID     pcommon.SpanID  `json:"root_span_id"`
 	RootStart      uint64          `json:"root_start"`
@@ -100,8 +109,6 @@ type invocation struct {
 	Resource       map[string]any  `json:"resource,omitempty"`
 	MinStart       uint64          `json:"min_start"`
 	LatestEnd      uint64          `json:"latest_end"`
-	HasRemote      bool            `json:"has_remote"`
-	SpanLimitHit   bool            `json:"span_limit_hit"`
 
 	// Spans holds the full state of every span ID while the invocation is
 	// open; once closed, only of span IDs that still owe or are owed
@@ -130,15 +137,11 @@ type invocation struct {
 
 	// JobTimes holds each background span's start and end, for the status
 	// extension (status.go).
-	JobTimes map[pcommon.SpanID]jobTimes `json:"job_times,omitempty"`
+	JobTimes []jobTimes `json:"job_times,omitempty"`
 
-	Anomalies   []string `json:"anomalies,omitempty"`
-	PendingSent bool     `json:"pending_sent"`
-	Revision    int64    `json:"revision"`
-	Forced      string   `json:"forced,omitempty"`
-	// Dirty is set when a span arrived after the latest final or
-	// incomplete summary: a revision is owed.
-	Dirty bool `json:"dirty"`
+	Anomalies []string `json:"anomalies,omitempty"`
+	Revision  int64    `json:"revision"`
+	Forced    string   `json:"forced,omitempty"`
 
 	index invIndex
 }
@@ -160,8 +163,17 @@ type invIndex struct {
 	traces map[pcommon.TraceID]int32
 }
 
+// invocationBlock is an invocation allocated together with room for its
+// first names and traces: most invocations need no more, and one
+// allocation serves the three.
+type invocationBlock struct {
+	inv    invocation
+	names  [6]string
+	traces [2]pcommon.TraceID
+}
+
 func newInvocation(id string, now int64) *invocation {
-	return &invocation{
+	b := &invocationBlock{inv: invocation{
 		ID:            id,
 		FirstArrival:  now,
 		LastArrival:   now,
@@ -169,7 +181,10 @@ func newInvocation(id string, now int64) *invocation {
 		Open:          1,
 		Spans:         make(map[pcommon.SpanID]spanState, 8),
 		index:         invIndex{heapIdx: -1},
-	}
+	}}
+	b.inv.Names = b.names[:0]
+	b.inv.Traces = b.traces[:0]
+	return &b.inv
 }
 
 // smallIndex is how many names or traces are searched linearly before a
@@ -363,12 +378,11 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	if st.Trace >= 0 && st.Trace != traceIdx {
 		// Children named this span as parent from another trace before it
 		// arrived: none of them is its child.
-		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(st.ChildName))
+		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(st.childName()))
 		st.ArrivedChildren, st.LateChildren = 0, 0
 	}
-	st.Arrived = true
+	st.arrive(f.parent)
 	st.Name = inv.nameIndex(name)
-	st.Parent = f.parent
 	st.Trace = traceIdx
 	// A remote flag of the wrong type is taken as remote: waiting for
 	// settle is the conservative reading.
@@ -422,7 +436,7 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 		} else {
 			inv.addInvalid(reasonInvalidCount + ":" + name)
 		}
-		if late && st.Parent.IsEmpty() {
+		if late && f.parent.IsEmpty() {
 			// Rule 6: a job started when nothing of its invocation was open.
 			inv.addAnomaly(contract.AnomalyOrphanJob + ":" + name)
 		}
@@ -432,8 +446,8 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	}
 	inv.Spans[id] = st
 
-	if !st.Parent.IsEmpty() {
-		inv.attachToParent(id, st.Parent, traceIdx, st.Name, late, now)
+	if !f.parent.IsEmpty() {
+		inv.attachToParent(id, f.parent, traceIdx, st.Name, late, now)
 	}
 	inv.applyLinks(id, st.Name, links, now)
 

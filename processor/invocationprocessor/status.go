@@ -35,16 +35,35 @@ const maxRemoteNames = 8
 // jobTimes are a background span's start and end (Unix nanoseconds of the
 // agent's clock), kept to say since when a followup is expected.
 type jobTimes struct {
-	Start uint64 `json:"start"`
-	End   uint64 `json:"end"`
+	SpanID pcommon.SpanID `json:"span_id"`
+	Start  uint64         `json:"start"`
+	End    uint64         `json:"end"`
 }
 
-// noteJob remembers when a background span ran.
+// noteJob remembers when a background span ran. A span ID is indexed
+// once, so it is noted once.
 func (inv *invocation) noteJob(id pcommon.SpanID, start, end uint64) {
-	if inv.JobTimes == nil {
-		inv.JobTimes = make(map[pcommon.SpanID]jobTimes, 1)
+	inv.JobTimes = append(inv.JobTimes, jobTimes{SpanID: id, Start: start, End: end})
+}
+
+// jobTimesOf returns a lookup of the background spans' times: a linear
+// search for a few jobs, a map built once for many.
+func (inv *invocation) jobTimesOf() func(pcommon.SpanID) jobTimes {
+	if len(inv.JobTimes) <= smallIndex {
+		return func(id pcommon.SpanID) jobTimes {
+			for _, jt := range inv.JobTimes {
+				if jt.SpanID == id {
+					return jt
+				}
+			}
+			return jobTimes{}
+		}
 	}
-	inv.JobTimes[id] = jobTimes{Start: start, End: end}
+	byID := make(map[pcommon.SpanID]jobTimes, len(inv.JobTimes))
+	for _, jt := range inv.JobTimes {
+		byID[jt.SpanID] = jt
+	}
+	return func(id pcommon.SpanID) jobTimes { return byID[id] }
 }
 
 // startStatus finds the status extension named in the config, if any,
@@ -195,6 +214,7 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 	}
 	var remote []string
 	parentIdx := map[int32]int{}
+	jobTimesOf := inv.jobTimesOf()
 	for id, st := range inv.Spans {
 		if !st.Arrived {
 			continue
@@ -210,7 +230,7 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 			w.MissingChildren[i].Parents++
 		}
 		if missing := st.DeclaredFollowups - st.ArrivedFollowups; st.DeclaredFollowups >= 0 && missing > 0 {
-			jt := inv.JobTimes[id]
+			jt := jobTimesOf(id)
 			w.ExpectedFollowups = append(w.ExpectedFollowups, statusapi.ExpectedFollowup{
 				Job: inv.name(st.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
 			})
