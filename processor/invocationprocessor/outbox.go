@@ -148,6 +148,8 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 	parts, all := b.parts, b.all
 	defer func() { b.parts, b.all = parts, all }() // kept for the next batch
 	for {
+		clear(parts)
+		clear(all)
 		parts, all = parts[:0], all[:0]
 		// more is set when a shard has summaries again after this
 		// goroutine held its semaphore: one that gave up while it was held

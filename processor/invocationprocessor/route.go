@@ -41,17 +41,18 @@ func (p *invocationProcessor) getScratch() *batchScratch {
 }
 
 // putScratch returns b to the pool without the references it held into
-// the batch, its spans and summaries.
+// the batch, its spans and summaries. Only what was used is cleared: the
+// slices' lengths are what the call used.
 func (p *invocationProcessor) putScratch(b *batchScratch) {
-	clear(b.facts[:cap(b.facts)])
-	clear(b.refs[:cap(b.refs)])
-	clear(b.sorted[:cap(b.sorted)])
-	clear(b.groups[:cap(b.groups)])
-	clear(b.touched[:cap(b.touched)])
-	clear(b.parts[:cap(b.parts)])
-	clear(b.all[:cap(b.all)])
-	b.refs, b.sorted, b.groups, b.touched = b.refs[:0], b.sorted[:0], b.groups[:0], b.touched[:0]
-	b.parts, b.all = b.parts[:0], b.all[:0]
+	clear(b.facts)
+	clear(b.refs)
+	clear(b.sorted)
+	clear(b.groups)
+	clear(b.touched)
+	clear(b.parts)
+	clear(b.all)
+	b.facts, b.refs, b.sorted, b.groups = b.facts[:0], b.refs[:0], b.sorted[:0], b.groups[:0]
+	b.touched, b.parts, b.all = b.touched[:0], b.parts[:0], b.all[:0]
 	p.scratch.Put(b)
 }
 
@@ -64,11 +65,15 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 	rss := td.ResourceSpans()
 	if n := td.SpanCount(); cap(b.facts) < n {
 		// Sized once: refs point into it.
-		b.facts = make([]spanFacts, n)
+		b.facts = make([]spanFacts, 0, n)
 	}
-	b.facts = b.facts[:cap(b.facts)]
-	b.refs = b.refs[:0]
+	facts := b.facts[:cap(b.facts)]
 	used := 0
+	defer func() {
+		// A slot past the last member may hold a non-member's facts.
+		clear(facts[used:min(used+1, len(facts))])
+		b.facts = facts[:used]
+	}()
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
 		tenant, tenantOK := p.tenants.of(req, rs.Resource())
@@ -85,7 +90,7 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 					}
 					continue
 				}
-				f := &b.facts[used]
+				f := &facts[used]
 				readFacts(f, sp, &p.cfg)
 				if f.invocationID == "" {
 					continue

@@ -163,6 +163,7 @@ func (s *summary) fill(sp ptrace.Span) {
 		end = s.start
 	}
 	sp.SetEndTimestamp(pcommon.Timestamp(end))
+	sp.Links().EnsureCapacity(len(s.links))
 	for _, l := range s.links {
 		sl := sp.Links().AppendEmpty()
 		sl.SetTraceID(l.TraceID)
@@ -170,8 +171,8 @@ func (s *summary) fill(sp ptrace.Span) {
 	}
 
 	a := sp.Attributes()
-	a.EnsureCapacity(29)
 	tenant, id := parseLedgerKey(s.id)
+	a.EnsureCapacity(s.attributeCount(tenant != ""))
 	a.PutStr(contract.AttrInvocationID, id)
 	if tenant != "" {
 		a.PutStr(contract.AttrTenant, tenant)
@@ -206,6 +207,23 @@ func (s *summary) fill(sp ptrace.Span) {
 		a.PutDouble(contract.AttrCost, s.cost)
 		a.PutStr(contract.AttrCostCurrency, costCurrency)
 	}
+}
+
+// attributeCount is the number of attributes fill puts, so the map is
+// allocated once at its size.
+func (s *summary) attributeCount(hasTenant bool) int {
+	// invocation.id, status, revision, the two string lists, five usage
+	// sums, two after-result sums and six counts.
+	n := 3 + 2 + numUsage + 2 + 6
+	for _, has := range [...]bool{hasTenant, s.conversationID != "", s.agentName != "", s.hasTimeToFinal} {
+		if has {
+			n++
+		}
+	}
+	if s.hasCost {
+		n += 2
+	}
+	return n
 }
 
 func putStrings(a pcommon.Map, key string, vals []string) {
