@@ -39,10 +39,12 @@ func benchBatches(n int) []ptrace.Traces {
 
 // BenchmarkConsumeTraces measures the processor against a pass-through
 // consumer in the same run: mode=passthrough (the baseline) hands each
-// batch on, mode=scan also reads every span's invocation.id, and
-// mode=invocation is the processor. Compare the modes with benchstat -col
-// /mode. One op is one batch of 60 spans that completes 10 invocations
-// (retention 0, so ids recur as new invocations when the batches cycle).
+// batch on, mode=scan also reads every span's invocation.id,
+// mode=invocation is the processor (retention 0, so ids recur as new
+// invocations when the batches cycle), and mode=retained the processor
+// with the default retention (closed invocations compacted and kept until
+// a timer forgets them). Compare the modes with benchstat -col /mode. One
+// op is one batch of 60 spans that completes 10 invocations.
 func BenchmarkConsumeTraces(b *testing.B) {
 	batches := benchBatches(64)
 	spans := batches[0].SpanCount()
@@ -110,6 +112,38 @@ func BenchmarkConsumeTraces(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*spans), "ns/span")
+		if err := p.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+	})
+
+	// retained keeps closed invocations for the default retention, as a
+	// deployed collector does: each is compacted when it closes and
+	// forgotten by a later tick. The fake clock moves a 32nd of the
+	// retention per batch and timers fire every 16 batches, so an id
+	// recurs only once its invocation is forgotten.
+	b.Run("mode=retained", func(b *testing.B) {
+		cfg := createDefaultConfig().(*Config)
+		clk := newFakeClock()
+		p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), clk, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if err := p.ConsumeTraces(ctx, batches[i%len(batches)]); err != nil {
+				b.Fatal(err)
+			}
+			clk.Advance(cfg.Retention / 32)
+			if i%16 == 15 {
+				if err := p.tick(ctx, clk.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*spans), "ns/span")
+		b.StopTimer()
 		if err := p.Shutdown(ctx); err != nil {
 			b.Fatal(err)
 		}

@@ -157,6 +157,15 @@ func (inv *invocation) take(id pcommon.SpanID) spanState {
 	return st
 }
 
+// storeSpan stores the span ID's full state. Spans is nil after a close
+// that left nothing owing, until a late span needs it again.
+func (inv *invocation) storeSpan(id pcommon.SpanID, st spanState) {
+	if inv.Spans == nil {
+		inv.Spans = make(map[pcommon.SpanID]spanState, 1)
+	}
+	inv.Spans[id] = st
+}
+
 // up returns the union-find link of a span ID (empty for a representative
 // or an unknown ID).
 func (inv *invocation) up(id pcommon.SpanID) pcommon.SpanID {
@@ -182,7 +191,7 @@ func (inv *invocation) setUp(id, up pcommon.SpanID) {
 	}
 	st := newSpanState()
 	st.Up = up
-	inv.Spans[id] = st
+	inv.storeSpan(id, st)
 }
 
 // find returns the representative of the span ID's component, compressing
@@ -239,7 +248,7 @@ func (inv *invocation) attachToParent(id, pid pcommon.SpanID, traceIdx, nameIdx 
 		if p.Arrived && !p.Remote {
 			inv.addAnomaly(contract.AnomalyExtraChildren + ":" + inv.name(p.Name))
 		}
-		inv.Spans[pid] = p
+		inv.storeSpan(pid, p)
 		return
 	}
 	before := p.ArrivedChildren
@@ -251,7 +260,7 @@ func (inv *invocation) attachToParent(id, pid pcommon.SpanID, traceIdx, nameIdx 
 			inv.addAnomaly(contract.AnomalyExtraChildren + ":" + inv.name(p.Name))
 		}
 	}
-	inv.Spans[pid] = p
+	inv.storeSpan(pid, p)
 	x := inv.Spans[id]
 	x.Counted = true
 	inv.Spans[id] = x
@@ -407,7 +416,7 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace
 		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
 			inv.discharge(now)
 		}
-		inv.Spans[target] = t
+		inv.storeSpan(target, t)
 	}
 }
 
@@ -436,7 +445,7 @@ func (inv *invocation) compact(id pcommon.SpanID) {
 
 // compactAll runs at close: every arrived span that owes nothing keeps only
 // its closedSpan, and Spans is reallocated to what is left so its memory
-// is released.
+// is released (nil when nothing is left; storeSpan makes it again).
 func (inv *invocation) compactAll() {
 	if inv.Closed == nil {
 		inv.Closed = make(map[pcommon.SpanID]closedSpan, len(inv.Spans))
@@ -449,13 +458,16 @@ func (inv *invocation) compactAll() {
 			keep++
 		}
 	}
-	left := make(map[pcommon.SpanID]spanState, keep)
+	var left map[pcommon.SpanID]spanState // nil when nothing owes: most closes
 	for id, st := range inv.Spans {
 		if st.Arrived && !st.owes() {
 			inv.compact(id)
-		} else {
-			left[id] = st
+			continue
 		}
+		if left == nil {
+			left = make(map[pcommon.SpanID]spanState, keep)
+		}
+		left[id] = st
 	}
 	inv.Spans = left
 	// The name and trace lookups are rebuilt if a late span needs them.

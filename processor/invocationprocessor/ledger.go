@@ -444,7 +444,7 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 		inv.Continuations++
 		inv.ContinuationRoots = append(inv.ContinuationRoots, spanRef{TraceID: f.traceID, SpanID: id})
 	}
-	inv.Spans[id] = st
+	inv.storeSpan(id, st)
 
 	if !f.parent.IsEmpty() {
 		inv.attachToParent(id, f.parent, traceIdx, st.Name, late, now)
