@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -179,10 +178,9 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 	return l
 }
 
-// startFacts is what the SpanProcessor knows of a span at its start.
+// startFacts is what the SpanProcessor knows of a span at its start
+// besides its attributes.
 type startFacts struct {
-	// role is the span's invocation.role, or "".
-	role string
 	// counted: the span's parent counts it in its invocation.children.
 	counted bool
 	// late: the span started after its parent ended.
@@ -196,8 +194,8 @@ type startFacts struct {
 // A counted span without a role costs nothing here. It returns the
 // invocation's state, for the SpanProcessor to hand back with the span's
 // children (nil when it did not look it up).
-func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.KeyValue, sf startFacts) *invocationState {
-	role := sf.role
+func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs, sf startFacts) *invocationState {
+	role := attrs.role
 	if role == "" && sf.counted {
 		return nil
 	}
@@ -209,7 +207,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 	now := l.clock.Now()
 	l.sweep(now)
 	inv := l.lookup(id, now)
-	l.setSession(inv, attrString(attrs, contract.AttrConversationID), attrString(attrs, contract.AttrAgentName))
+	l.setSession(inv, attrs.session, attrs.agent)
 	sid := s.SpanContext().SpanID()
 	switch role {
 	case contract.RoleBackground:
@@ -218,7 +216,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 		}
 		inv.openJobs[sid] = JobInfo{InvocationID: id, SpanID: sid, Name: s.Name(), Started: s.StartTime()}
 		l.background[sid] = id
-		if sf.late || attrBool(attrs, contract.AttrLateChild) {
+		if sf.late || attrs.lateChild {
 			// No count declares the job (rule 6): it was started when no
 			// span of its invocation was open.
 			inv.anomaly(contract.AnomalyOrphanJob, s.Name())
@@ -229,9 +227,9 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs []attribute.
 		}
 		inv.runningConts[sid] = struct{}{}
 	case contract.RoleRoot:
-		if reason, ok := unattributedReason(attrs); ok && !inv.rootArrived {
+		if attrs.unattributed != "" && !inv.rootArrived {
 			inv.unattributedRunning = true
-			inv.fail(contract.ReasonUnattributedWakeup, reason)
+			inv.fail(contract.ReasonUnattributedWakeup, attrs.unattributed)
 		}
 	}
 	if !sf.counted && role != contract.RoleRoot && role != contract.RoleContinuation {
@@ -254,29 +252,6 @@ func (l *Ledger) setSession(inv *invocationState, session, agent string) {
 	}
 	inv.session = session
 	l.sessions.add(inv)
-}
-
-func attrBool(attrs []attribute.KeyValue, key attribute.Key) bool {
-	for _, kv := range attrs {
-		if kv.Key == key {
-			return kv.Value.Type() == attribute.BOOL && kv.Value.AsBool()
-		}
-	}
-	return false
-}
-
-// unattributedReason returns the value of contract.AttrUnattributed, and
-// whether the span carries it (a non-string value reads as "unknown").
-func unattributedReason(attrs []attribute.KeyValue) (string, bool) {
-	for _, kv := range attrs {
-		if kv.Key == contract.AttrUnattributed {
-			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
-				return kv.Value.AsString(), true
-			}
-			return UnattributedUnknown, true
-		}
-	}
-	return "", false
 }
 
 // arrived applies one ended, sampled span s of the SDK (without the

@@ -117,6 +117,42 @@ func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
 	return f
 }
 
+// startAttrs is what the SpanProcessor reads from a span's attributes at
+// its start, in one pass.
+type startAttrs struct {
+	// id is the invocation.id the span carries, or "".
+	id, role, session, agent string
+	// unattributed is the reason of an unattributed turn's root (a value
+	// that is not a non-empty string reads as UnattributedUnknown), or "".
+	unattributed string
+	// lateChild: the span carries invocation.late_child = true.
+	lateChild bool
+}
+
+func readStartAttrs(attrs []attribute.KeyValue) startAttrs {
+	var a startAttrs
+	for _, kv := range attrs {
+		switch kv.Key {
+		case contract.AttrInvocationID:
+			a.id = kv.Value.AsString()
+		case contract.AttrRole:
+			a.role = kv.Value.AsString()
+		case contract.AttrConversationID:
+			a.session = kv.Value.AsString()
+		case contract.AttrAgentName:
+			a.agent = kv.Value.AsString()
+		case contract.AttrUnattributed:
+			a.unattributed = UnattributedUnknown
+			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
+				a.unattributed = kv.Value.AsString()
+			}
+		case contract.AttrLateChild:
+			a.lateChild = kv.Value.Type() == attribute.BOOL && kv.Value.AsBool()
+		}
+	}
+	return a
+}
+
 // linkFacts is what a span's links say, checked before any of them
 // discharges (rules 2 and 3).
 type linkFacts struct {

@@ -144,28 +144,41 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		parent = context.Background()
 	}
 	sc := s.SpanContext()
-	attrs := s.Attributes()
-	carried := attrString(attrs, contract.AttrInvocationID)
-	id := carried
+	attrs := readStartAttrs(s.Attributes())
+	id := attrs.id
 	if id == "" {
 		id = baggage.FromContext(parent).Member(contract.BaggageInvocationID).Value()
 	}
-
 	psc := s.Parent()
 	local := psc.IsValid() && !psc.IsRemote()
+	// Only lifecycle spans (which carry a role) and model calls need to
+	// know whether the Tracker started them.
+	client := s.SpanKind() == trace.SpanKindClient
+	ours := (attrs.role != "" || client) && s.InstrumentationScope().Name == ScopeName
+	ledgered := id != "" && sc.IsSampled()
+
+	// A span without a local parent (a root, a continuation, a span of a
+	// new trace) is counted by nobody: the ledger records it before the
+	// span's record is made, so that the record carries the invocation's
+	// state without a second pass under the lock.
+	var inv *invocationState
+	if !local && ledgered {
+		inv = p.ledger.started(id, s, &attrs, startFacts{})
+	}
+
 	var late, counted bool
 	var rec *spanRecord
-	var known *invocationState
 	p.mu.Lock()
 	if local {
 		if prec, ok := p.open[spanKey{psc.TraceID(), psc.SpanID()}]; ok {
 			if id == "" {
 				id = prec.invocation
+				ledgered = sc.IsSampled()
 			}
 			if sc.IsSampled() && id == prec.invocation {
 				prec.children++
 				counted = true
-				known = prec.inv
+				inv = prec.inv
 			}
 		} else {
 			// The parent is not tracked: it ended already (a late child),
@@ -175,24 +188,20 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 				pid := attrString(ps.Attributes(), contract.AttrInvocationID)
 				if id == "" {
 					id = pid
+					ledgered = id != "" && sc.IsSampled()
 				}
 				late = pid != "" && pid == id
 			}
 		}
 	}
 	tracked := len(p.open) < p.max
-	// Only lifecycle spans (which carry a role) and model calls need to
-	// know whether the Tracker started them.
-	role := attrString(attrs, contract.AttrRole)
-	client := s.SpanKind() == trace.SpanKindClient
-	ours := (role != "" || client) && s.InstrumentationScope().Name == ScopeName
 	if tracked {
 		rec = p.newRecord()
-		rec.invocation, rec.span, rec.inv = id, s, known
+		rec.invocation, rec.span, rec.inv = id, s, inv
 		if local {
 			rec.parent = psc.SpanID()
 		}
-		if ours && id != "" && (role == contract.RoleRoot || role == contract.RoleContinuation) {
+		if ours && id != "" && (attrs.role == contract.RoleRoot || attrs.role == contract.RoleContinuation) {
 			rec.turn = true
 			p.turns[turnKey{sc.TraceID(), id}] = rec
 		}
@@ -217,7 +226,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		// invocation.id: OnEnd passes a span whose count stayed 0 on as
 		// it is, and wraps the others with their count.
 		stamp := rec.stamp[:0]
-		if id != "" && id != carried {
+		if id != "" && id != attrs.id {
 			stamp = append(stamp, attribute.String(contract.AttrInvocationID, id))
 		}
 		stamp = append(stamp, attribute.Int(contract.AttrChildren, 0))
@@ -236,8 +245,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		s.SetAttributes(attribute.Bool(AttrLateChild, true))
 		p.lateChildren.Add(parent, 1)
 	}
-	if id != "" && sc.IsSampled() {
-		if inv := p.ledger.started(id, s, attrs, startFacts{role: role, counted: counted, late: late}); inv != nil && tracked {
+	// A span with a local parent that counts it and no role costs the
+	// ledger nothing at its start (Ledger.started).
+	if local && ledgered && (attrs.role != "" || !counted) {
+		if inv := p.ledger.started(id, s, &attrs, startFacts{counted: counted, late: late}); inv != nil && tracked {
 			p.mu.Lock()
 			rec.inv = inv
 			p.mu.Unlock()
