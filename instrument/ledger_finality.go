@@ -100,9 +100,7 @@ func (l *Ledger) closeLocked(inv *invocationState, status, forced string, reason
 	if inv.settleTimer != nil {
 		inv.settleTimer.Stop()
 	}
-	l.open.remove(inv)
-	inv.closedAt = now
-	l.closed.pushBack(inv)
+	l.held.markClosed(inv, now)
 	if inv.done != nil {
 		close(inv.done)
 	}

@@ -1,10 +1,7 @@
 package instrument
 
 import (
-	"context"
 	"time"
-
-	"github.com/agentledger/agentledger/contract"
 )
 
 // This file is the ledger's retention: which invocations it holds, for
@@ -12,6 +9,82 @@ import (
 // the one evicted beyond WithMaxOpenInvocations and the first whose open
 // timeout passes (one timer serves them all); closed ones by close time,
 // and forgotten in that order once the retention passes.
+
+// retention indexes the invocations a Ledger holds by id and keeps them
+// in two lists: the open ones by creation, the closed ones by close time.
+// It decides which to evict, time out and forget; the Ledger closes and
+// forgets them. The Ledger's mutex guards it.
+type retention struct {
+	openTimeout time.Duration
+	keep        time.Duration
+	maxOpen     int
+
+	byID         map[string]*invocationState
+	open, closed invocationList
+}
+
+func newRetention(cfg config) retention {
+	return retention{
+		openTimeout: cfg.openTimeout,
+		keep:        cfg.retention,
+		maxOpen:     cfg.maxOpenInvocations,
+		byID:        make(map[string]*invocationState),
+	}
+}
+
+// get returns the state of id, and false when it is not held.
+func (r *retention) get(id string) (*invocationState, bool) {
+	inv, ok := r.byID[id]
+	return inv, ok
+}
+
+// full reports whether a new invocation must first evict the oldest open
+// one.
+func (r *retention) full() bool { return r.open.len() >= r.maxOpen }
+
+// oldestOpen returns the open invocation created first, or nil.
+func (r *retention) oldestOpen() *invocationState { return r.open.front() }
+
+// add holds a new open invocation.
+func (r *retention) add(inv *invocationState) {
+	r.open.pushBack(inv)
+	r.byID[inv.id] = inv
+}
+
+// markClosed moves inv, which closed at now, from the open to the closed
+// list.
+func (r *retention) markClosed(inv *invocationState, now time.Time) {
+	r.open.remove(inv)
+	inv.closedAt = now
+	r.closed.pushBack(inv)
+}
+
+// timedOut returns the oldest open invocation if its open timeout has
+// passed at now, else nil.
+func (r *retention) timedOut(now time.Time) *invocationState {
+	if inv := r.open.front(); inv != nil && !r.deadline(inv).After(now) {
+		return inv
+	}
+	return nil
+}
+
+// deadline is when inv's open timeout passes.
+func (r *retention) deadline(inv *invocationState) time.Time {
+	return inv.created.Add(r.openTimeout)
+}
+
+// expired unlists and unindexes the oldest closed invocation if the
+// retention has passed for it at now, and returns it; else nil.
+func (r *retention) expired(now time.Time) *invocationState {
+	inv := r.closed.front()
+	if inv == nil || now.Sub(inv.closedAt) < r.keep {
+		return nil
+	}
+	r.closed.remove(inv)
+	delete(r.byID, inv.id)
+	inv.forgotten = true
+	return inv
+}
 
 // invocationList is a list of invocations linked through their prev and
 // next fields; an invocation is in at most one list at a time.
@@ -48,80 +121,4 @@ func (ls *invocationList) remove(inv *invocationState) {
 	}
 	inv.prev, inv.next = nil, nil
 	ls.n--
-}
-
-// lookup returns the state of id, creating it at now (and evicting the
-// oldest open invocation beyond the limit) when needed. l.mu must be
-// held.
-func (l *Ledger) lookup(id string, now time.Time) *invocationState {
-	if inv, ok := l.invs[id]; ok {
-		return inv
-	}
-	for l.open.len() >= l.maxOpen {
-		l.evictedCount.Add(context.Background(), 1)
-		l.closeLocked(l.open.front(), contract.StatusIncomplete, contract.ReasonEvicted, []string{contract.ReasonEvicted}, now)
-	}
-	inv := newInvocationState(id, now)
-	l.open.pushBack(inv)
-	l.invs[id] = inv
-	l.armTimeout(now)
-	return inv
-}
-
-// armTimeout sets the open-timeout timer for the oldest open invocation
-// unless it is set. The timer of an invocation that closed before its
-// timeout fires all the same and moves on to the next. l.mu must be held.
-func (l *Ledger) armTimeout(now time.Time) {
-	oldest := l.open.front()
-	if l.timeout != nil || oldest == nil || l.down {
-		return
-	}
-	l.timeout = l.clock.AfterFunc(oldest.created.Add(l.openTimeout).Sub(now), l.timedOut)
-}
-
-// timedOut closes, incomplete with open_timeout, every open invocation
-// whose open timeout has passed, oldest first.
-func (l *Ledger) timedOut() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.timeout = nil
-	if l.down {
-		return
-	}
-	now := l.clock.Now()
-	for inv := l.open.front(); inv != nil && !inv.created.Add(l.openTimeout).After(now); inv = l.open.front() {
-		l.closeForced(inv, contract.ReasonOpenTimeout, now)
-	}
-	l.armTimeout(now)
-}
-
-// sweep forgets closed invocations older than the retention. l.mu must be
-// held.
-func (l *Ledger) sweep(now time.Time) {
-	for inv := l.closed.front(); inv != nil; inv = l.closed.front() {
-		if now.Sub(inv.closedAt) < l.retention {
-			return
-		}
-		l.closed.remove(inv)
-		l.forget(inv)
-	}
-}
-
-// forget drops every trace of inv but its summary, which goes to the
-// bounded record a late Wait answers from. l.mu must be held.
-func (l *Ledger) forget(inv *invocationState) {
-	inv.forgotten = true
-	delete(l.invs, inv.id)
-	if l.record.add(l.summaryLocked(inv)) {
-		l.recordDropped.Add(context.Background(), 1)
-	}
-	l.sessions.remove(inv)
-	for i := range inv.nodes.list {
-		if n := &inv.nodes.list[i]; n.background {
-			delete(l.background, n.sid)
-		}
-	}
-	for sid := range inv.openJobs {
-		delete(l.background, sid)
-	}
 }

@@ -1,0 +1,161 @@
+package instrument
+
+import (
+	"context"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/contract"
+)
+
+// This file is how spans reach the Ledger: at their start (started, from
+// the SpanProcessor's OnStart) and at their end (apply, from OnEnd, or
+// arrived for a span read whole).
+
+// besides its attributes.
+type startFacts struct {
+	// counted: the span's parent counts it in its invocation.children.
+	counted bool
+	// late: the span started after its parent ended.
+	late bool
+}
+
+// started records a sampled span of invocation id at its start: the
+// session of roots and continuations, and every span that no count
+// declares (jobs, continuations, unattributed turns, late children, spans
+// of a new trace), which the invocation then waits for (contract rule 6).
+// A counted span without a role costs nothing here. It returns the
+// invocation's state, for the SpanProcessor to hand back with the span's
+// children (nil when it did not look it up).
+func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs, sf startFacts) *invocationState {
+	role := attrs.role
+	if role == "" && sf.counted {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down {
+		return nil
+	}
+	now := l.clock.Now()
+	l.sweep(now)
+	inv := l.lookup(id, now)
+	l.setSession(inv, attrs.session, attrs.agent)
+	sid := s.SpanContext().SpanID()
+	switch role {
+	case contract.RoleBackground:
+		if inv.openJobs == nil {
+			inv.openJobs = make(map[trace.SpanID]JobInfo)
+		}
+		inv.openJobs[sid] = JobInfo{InvocationID: id, SpanID: sid, Name: s.Name(), Started: s.StartTime()}
+		l.background.add(sid, id)
+		if sf.late || attrs.lateChild {
+			// No count declares the job (rule 6): it was started when no
+			// span of its invocation was open.
+			inv.anomaly(contract.AnomalyOrphanJob, s.Name())
+		}
+	case contract.RoleContinuation:
+		if inv.runningConts == nil {
+			inv.runningConts = make(map[trace.SpanID]struct{})
+		}
+		inv.runningConts[sid] = struct{}{}
+	case contract.RoleRoot:
+		if attrs.unattributed != "" && !inv.rootArrived {
+			inv.unattributedRunning = true
+			inv.fail(contract.ReasonUnattributedWakeup, attrs.unattributed)
+		}
+	}
+	if !sf.counted && role != contract.RoleRoot && role != contract.RoleContinuation {
+		if inv.unended == nil {
+			inv.unended = make(map[trace.SpanID]string)
+		}
+		inv.unended[sid] = s.Name()
+	}
+	return inv
+}
+
+// setSession records the session and agent of inv from a root or
+// continuation, the first time they are known. l.mu must be held.
+func (l *Ledger) setSession(inv *invocationState, session, agent string) {
+	if agent != "" && inv.agent == "" {
+		inv.agent = agent
+	}
+	if session == "" || inv.session != "" {
+		return
+	}
+	inv.session = session
+	l.sessions.add(inv)
+}
+
+// arrived applies one ended, sampled span s of the SDK (without the
+// SpanProcessor's wrapper); children is the invocation.children the
+// SpanProcessor counted, countAbsent when it counted none.
+func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
+	f := readFacts(s, children, l.maxSpans)
+	l.apply(s, &f, nil)
+}
+
+// apply applies one ended, sampled span s whose facts f were read with
+// readFacts (outside the ledger's lock). known, when not nil, is the
+// state the ledger had for the span's invocation at the span's start (or
+// its parent's): it saves the lookup by id while the ledger still holds
+// it.
+func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationState) {
+	if f.id == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down {
+		return
+	}
+	now := l.clock.Now()
+	l.sweep(now)
+	inv := known
+	if inv == nil || inv.forgotten || inv.id != f.id {
+		inv = l.lookup(f.id, now)
+	}
+	closed := inv.status != contract.StatusPending
+	if f.role == contract.RoleBackground {
+		l.background.add(s.SpanContext().SpanID(), f.id)
+	}
+	if l.background.foreignFollowup(s, f.id) {
+		inv.anomaly(contract.AnomalyForeignFollowup, s.Name())
+	}
+	switch inv.arrive(s, f, l.maxSpans) {
+	case arriveDuplicate:
+		return
+	case arriveSpanLimit:
+		// Its totals can no longer be proven: it closes at once, as in
+		// the collector.
+		l.spanLimited.Add(context.Background(), 1)
+		if !closed {
+			l.closeForced(inv, reasonSpanLimit, now)
+		}
+		return
+	case arriveNotIndexed:
+		if !closed {
+			l.evaluate(inv, now)
+		}
+		return
+	}
+	switch f.role {
+	case contract.RoleRoot, contract.RoleContinuation:
+		l.setSession(inv, f.session, f.agent)
+	}
+	// Condition 4: a remote span's subtree must be quiet for the settle
+	// time after its latest arrival. Only in-process arrivals are seen.
+	if inv.underRemote(s.SpanContext().SpanID()) {
+		if until := now.Add(l.settle); until.After(inv.settleUntil) {
+			inv.settleUntil = until
+		}
+	}
+	if closed {
+		inv.anomaly(contract.AnomalyLateSpan, s.Name())
+		inv.dirty = true
+		l.revise(inv, now)
+		return
+	}
+	l.evaluate(inv, now)
+}

@@ -1,0 +1,94 @@
+package instrument
+
+import (
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Usage is the running usage of one invocation: sums over its model-call
+// spans (gen_ai.operation.name in contract.DefaultUsageOperations) and
+// counts of its lifecycle spans, as far as they have ended in this
+// process.
+type Usage struct {
+	InputTokens              int64
+	OutputTokens             int64
+	CacheReadInputTokens     int64
+	CacheCreationInputTokens int64
+	ReasoningOutputTokens    int64
+	// AfterResultInputTokens and AfterResultOutputTokens are the part of
+	// the sums from model calls that started after the root span ended.
+	AfterResultInputTokens  int64
+	AfterResultOutputTokens int64
+	ModelCalls              int64
+	BackgroundJobs          int64
+	Continuations           int64
+	Spans                   int64
+}
+
+// Summary is the ledger's view of one invocation, with the fields of the
+// collector's invocation.summary span. While the invocation is pending it
+// is its current state; once it closed, it is the latest summary: the
+// first final or incomplete one, or the latest revision.
+type Summary struct {
+	InvocationID string
+	SessionID    string
+	Agent        string
+	// Status is contract.StatusPending, StatusFinal or StatusIncomplete.
+	Status string
+	// Reasons says, each as "kind:detail", what keeps a pending
+	// invocation open or why it closed incomplete: the contract's kinds,
+	// and in process also "open_span:<name>" for a span the ledger saw
+	// start, that no count declares, and that has not ended.
+	Reasons []string
+	// Anomalies lists, each as "kind:detail", what did not block finality
+	// but a reader must know (extra_children, invalid_usage, late_span,
+	// foreign_followup, duplicate_link, orphan_job).
+	Anomalies []string
+	// Revision is 1 for the first final or incomplete summary and grows
+	// by one for each revision a span arriving later causes (contract
+	// rule 4: final only when every condition holds, the remote settle
+	// time included); 0 while pending.
+	Revision int
+	Usage    Usage
+	// TimeToFinal is the latest end of any member span minus the root's
+	// end (contract.AttrTimeToFinalMS); 0 when nothing ended after the
+	// root or the root has not ended.
+	TimeToFinal time.Duration
+}
+
+// TimeToFinalMS is TimeToFinal in whole milliseconds.
+func (s Summary) TimeToFinalMS() int64 { return s.TimeToFinal.Milliseconds() }
+
+// JobInfo describes a background job of a session.
+type JobInfo struct {
+	InvocationID string
+	SpanID       trace.SpanID
+	// Name is the background span's name, e.g. "background shell".
+	Name    string
+	Started time.Time
+}
+
+// SessionState says whether a session still owes work to its invocations.
+type SessionState struct {
+	// OwesWork is true while a job runs, a followup is expected, a
+	// continuation runs, or an unattributed turn runs: a runtime must not
+	// unload the session then.
+	OwesWork bool
+	// OpenJobs are background spans started and not yet ended.
+	OpenJobs []JobInfo
+	// ExpectedFollowups are ended background spans whose promised
+	// followups have not arrived.
+	ExpectedFollowups []JobInfo
+	// RunningContinuations counts continuation spans started and not yet
+	// ended.
+	RunningContinuations int
+	// UnattributedTurns counts turns started with
+	// Tracker.StartUnattributed and not yet ended.
+	UnattributedTurns int
+}
+
+// ErrLedgerShutdown is returned by Wait after the SpanProcessor shut down
+// before the invocation closed.
+var ErrLedgerShutdown = errors.New("instrument: ledger shut down")
