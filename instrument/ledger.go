@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -63,7 +64,7 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 	l := &Ledger{
 		clock:      cfg.clock,
 		settle:     cfg.remoteSettle,
-		maxSpans:   cfg.maxSpans,
+		maxSpans:   min(cfg.maxSpans, math.MaxInt32), // nodes count in 32 bits
 		held:       newRetention(cfg),
 		sessions:   newSessionIndex(),
 		background: make(backgroundIndex),

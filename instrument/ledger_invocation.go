@@ -269,8 +269,8 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		if f.followups == childrenInvalid {
 			inv.fail(reasonInvalidCount, name)
 		} else if f.followups >= 0 {
-			n.declaredFollowups = f.followups
-			if owed := f.followups - n.arrivedFollowups; owed > 0 {
+			n.declaredFollowups = spanCount(f.followups) // at most maxSpans
+			if owed := f.followups - int(n.arrivedFollowups); owed > 0 {
 				inv.open += owed
 			}
 		}
@@ -283,8 +283,8 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	case f.children == childrenInvalid:
 		inv.fail(reasonInvalidCount, name)
 	case f.children >= 0:
-		n.declaredChildren = f.children
-		if owed := f.children - n.arrivedChildren; owed > 0 {
+		n.declaredChildren = spanCount(f.children) // at most maxSpans
+		if owed := f.children - int(n.arrivedChildren); owed > 0 {
 			inv.open += owed
 		} else if owed < 0 && !f.remote {
 			inv.anomaly(contract.AnomalyExtraChildren, name)

@@ -24,12 +24,18 @@ type node struct {
 	background bool
 	// lateEdge: the span is a late child; its parent does not count it.
 	lateEdge          bool
-	declaredChildren  int // countAbsent: not declared
-	arrivedChildren   int
-	lateChildren      int // late children that arrived before this span
-	declaredFollowups int // countAbsent: not declared
-	arrivedFollowups  int
+	declaredChildren  spanCount // countAbsent: not declared
+	arrivedChildren   spanCount
+	lateChildren      spanCount // late children that arrived before this span
+	declaredFollowups spanCount // countAbsent: not declared
+	arrivedFollowups  spanCount
 }
+
+// spanCount is a count of spans in a node. It is 32 bits wide, so that a
+// node takes 64 bytes: a count never exceeds the ledger's per-invocation
+// span bound (children and followups beyond it are not indexed, declared
+// ones beyond it are invalid), which newLedger keeps below 2^31.
+type spanCount int32
 
 // nameRef is a span name held by an invocation: an index into its names,
 // 0 for none.
