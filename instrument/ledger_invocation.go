@@ -304,7 +304,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	}
 	inv.nodes.put(at, n)
 	if n.parent != (trace.SpanID{}) {
-		inv.breakCycle(sid)
+		inv.breakCycle(sid, n.parent)
 	}
 	inv.applyLinks(s, name)
 	if f.op != "" {

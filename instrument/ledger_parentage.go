@@ -14,25 +14,6 @@ import (
 // its followup links (rule 2), and whether it lies under a remote span
 // (rule 4).
 
-// parentRef returns the node of the parent pid of an arrived span named
-// child in trace tid and its index in inv.nodes (-1 when new), and false
-// when the parent lies in another trace (rule 3: the child is nobody's
-// child).
-func (inv *invocationState) parentRef(pid trace.SpanID, tid trace.TraceID, child nameRef) (node, int, bool) {
-	i := inv.nodes.find(pid)
-	if i < 0 {
-		p := newNode(pid, tid)
-		p.refChild = child
-		return p, i, true
-	}
-	p := inv.nodes.list[i]
-	if p.trace != tid {
-		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(child))
-		return p, i, false
-	}
-	return p, i, true
-}
-
 // linkRef returns the node of a link's target, and false when the target's
 // span ID belongs to a span of another trace: the link names a span that
 // is not a member, so it discharges nothing.
@@ -46,6 +27,8 @@ func (inv *invocationState) linkRef(target trace.SpanContext) (node, bool) {
 
 // arriveUnder counts the arrived span (node n, not yet stored) toward its
 // parent psc (rule 1 for late children, rule 3 for malformed parentage).
+// A parent that has not arrived gets a node that remembers what was
+// counted toward it; a known parent's node is updated in place.
 func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.SpanContext, tid trace.TraceID, late bool) {
 	pid := psc.SpanID()
 	if pid == sid || psc.TraceID() != tid {
@@ -53,8 +36,25 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(n.name))
 		return
 	}
-	p, at, ok := inv.parentRef(pid, tid, n.name)
-	if !ok {
+	at := inv.nodes.find(pid)
+	if at < 0 {
+		p := newNode(pid, tid)
+		p.refChild = n.name
+		n.parent = pid
+		if late {
+			n.lateEdge = true
+			p.lateChildren++
+		} else {
+			p.arrivedChildren++
+		}
+		inv.nodes.put(at, p)
+		return
+	}
+	// p stays valid below: nothing adds a node until it is last used.
+	p := &inv.nodes.list[at]
+	if p.trace != tid {
+		// The parent's span ID names a span of another trace (rule 3).
+		inv.fail(contract.ReasonMalformedParentage, inv.nameOf(n.name))
 		return
 	}
 	n.parent = pid
@@ -67,7 +67,6 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		} else if !p.remote {
 			inv.anomaly(contract.AnomalyExtraChildren, inv.nameOf(p.name))
 		}
-		inv.nodes.put(at, p)
 		return
 	}
 	if p.arrived && p.declaredChildren >= 0 {
@@ -78,7 +77,6 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 		}
 	}
 	p.arrivedChildren++
-	inv.nodes.put(at, p)
 }
 
 // applyLinks discharges the followups the arrived span's links name: at
@@ -132,20 +130,24 @@ func repeatsFollowup(links []sdktrace.Link, target trace.SpanID) bool {
 // maxRemoteWalk bounds the walk up the ancestors of an arriving span.
 const maxRemoteWalk = 64
 
-// breakCycle walks up from the arrived span sid; when the walk comes back
-// to it, every span of the cycle is reported (rule 3) and made nobody's
-// child, undoing what it counted toward its parent. Cycles longer than
+// breakCycle walks up from the arrived span sid, whose parent is parent;
+// when the walk comes back to it, every span of the cycle is reported
+// (rule 3) and made nobody's child, undoing what it counted toward its
+// parent. Cycles longer than
 // maxRemoteWalk are caught by checkCycles before the invocation closes.
-func (inv *invocationState) breakCycle(sid trace.SpanID) {
-	self, _ := inv.nodes.get(sid)
-	cur := self.parent
+func (inv *invocationState) breakCycle(sid, parent trace.SpanID) {
+	cur := parent
 	for i := 0; i < maxRemoteWalk; i++ {
 		if cur == sid {
 			inv.undoCycle(sid)
 			return
 		}
-		n, ok := inv.nodes.get(cur)
-		if !ok || !n.arrived || n.parent == (trace.SpanID{}) {
+		at := inv.nodes.find(cur)
+		if at < 0 {
+			return
+		}
+		n := &inv.nodes.list[at]
+		if !n.arrived || n.parent == (trace.SpanID{}) {
 			return
 		}
 		cur = n.parent
