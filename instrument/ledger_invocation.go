@@ -37,51 +37,36 @@ type modelCall struct {
 // invocationState is one invocation's running usage and obligations. The
 // Ledger's mutex guards it.
 type invocationState struct {
+	// The fields that hold pointers come first, and emitted last among
+	// them: the garbage collector scans an object only up to its last
+	// pointer, and the ledger retains closed invocations.
+
 	id, session, agent string
-	// created is when the ledger first saw a span of it: its open
-	// timeout counts from there.
-	created time.Time
 	// nodes holds one node per span ID seen; at most the ledger's
-	// maxSpans. names holds their names (names[0] is ""), one per
-	// arrival.
+	// maxSpans. names holds their names, one per arrival (nameList).
 	nodes nodeSet
-	names []string
-	// open counts unmet obligations: the root (until it arrives), owed
-	// children and owed followups.
-	open        int
-	rootArrived bool
-	// remoteSeen: a remote span arrived (else no span is under one).
-	remoteSeen bool
-	// forgotten: the retention dropped it; a SpanProcessor's record may
-	// still point at it.
-	forgotten   bool
-	rootEnd     time.Time
-	latestEnd   time.Time
-	settleUntil time.Time
-	usage       Usage
+	names nameList
 	// preRoot holds the model calls that arrived before the root, to
 	// split off their after-result part once the root's end is known.
 	preRoot []modelCall
-	// status is that of the latest summary; pending until the first
-	// close. emitted is the latest final or incomplete summary, revision
-	// its number, forced the reason that closed it early ("" when its
-	// conditions held), dirty whether a span arrived since (a revision is
-	// owed).
-	status     string
-	emitted    Summary
-	revision   int
-	forced     string
-	dirty      bool
-	anomalies  []string
-	anomalySet map[string]struct{}
+	// prev and next link it in the ledger's open or closed list;
+	// sessionPrev and sessionNext among its session's invocations.
+	prev, next               *invocationState
+	sessionPrev, sessionNext *invocationState
+	// created is when the ledger first saw a span of it: its open
+	// timeout counts from there.
+	created     time.Time
+	rootEnd     time.Time
+	latestEnd   time.Time
+	settleUntil time.Time
+	closedAt    time.Time
+	anomalies   []string
+	anomalySet  map[string]struct{}
 	// failures are the "kind:detail" reasons that forbid final (contract
 	// v0.2: unattributed turns, malformed input, missing usage, counts
 	// that cannot be proven): with all obligations met the invocation
 	// closes incomplete with them.
 	failures []string
-	// unattributedRunning is set while the root of an unattributed turn
-	// runs (started, not yet ended).
-	unattributedRunning bool
 
 	// openJobs are the background spans started and not yet ended.
 	openJobs map[trace.SpanID]JobInfo
@@ -95,13 +80,32 @@ type invocationState struct {
 
 	// done is closed at the first close; made by the first Wait.
 	done        chan struct{}
-	closedAt    time.Time
 	settleTimer Timer
-	// prev and next link it in the ledger's open or closed list;
-	// sessionPrev and sessionNext among its session's invocations.
-	prev, next               *invocationState
-	sessionPrev, sessionNext *invocationState
-	inSession                bool
+	// status is that of the latest summary; pending until the first
+	// close. emitted is the latest final or incomplete summary, revision
+	// its number, forced the reason that closed it early ("" when its
+	// conditions held), dirty whether a span arrived since (a revision is
+	// owed).
+	status  string
+	forced  string
+	emitted Summary
+
+	revision int
+	dirty    bool
+	usage    Usage
+	// open counts unmet obligations: the root (until it arrives), owed
+	// children and owed followups.
+	open        int
+	rootArrived bool
+	// remoteSeen: a remote span arrived (else no span is under one).
+	remoteSeen bool
+	// forgotten: the retention dropped it; a SpanProcessor's record may
+	// still point at it.
+	forgotten bool
+	// unattributedRunning is set while the root of an unattributed turn
+	// runs (started, not yet ended).
+	unattributedRunning bool
+	inSession           bool
 }
 
 func newInvocationState(id string, now time.Time) *invocationState {
@@ -114,16 +118,10 @@ func newInvocationState(id string, now time.Time) *invocationState {
 }
 
 // nameRef returns a reference to name.
-func (inv *invocationState) nameRef(name string) nameRef {
-	if inv.names == nil {
-		inv.names = make([]string, 1, nodeIndexFrom+1)
-	}
-	inv.names = append(inv.names, name)
-	return nameRef(len(inv.names) - 1)
-}
+func (inv *invocationState) nameRef(name string) nameRef { return inv.names.add(name) }
 
 // nameOf returns the name ref stands for.
-func (inv *invocationState) nameOf(ref nameRef) string { return inv.names[ref] }
+func (inv *invocationState) nameOf(ref nameRef) string { return inv.names.get(ref) }
 
 // maxAnomalies bounds the distinct anomaly entries and the distinct
 // reasons that forbid final kept per invocation (as in the collector), so
