@@ -36,7 +36,8 @@ import (
 // timeout and eviction, and the closed ones for the retention period; the
 // sessionIndex (ledger_session.go) lists each session's invocations; the
 // backgroundIndex (ledger_background.go) tells foreign followups; the
-// summaryRecord (ledger_record.go) answers a late Wait. Spans come in
+// nameTable (ledger_names.go) interns span names; the summaryRecord
+// (ledger_record.go) answers a late Wait. Spans come in
 // through ledger_ingest.go, questions through ledger_query.go.
 type Ledger struct {
 	clock         Clock
@@ -54,6 +55,7 @@ type Ledger struct {
 	timeout    Timer
 	sessions   sessionIndex
 	background backgroundIndex
+	names      nameTable
 	// record keeps the latest summaries of forgotten invocations for a
 	// late Wait.
 	record *summaryRecord
@@ -93,7 +95,7 @@ func (l *Ledger) lookup(id string, now time.Time) *invocationState {
 		l.evictedCount.Add(context.Background(), 1)
 		l.closeLocked(l.held.oldestOpen(), contract.StatusIncomplete, contract.ReasonEvicted, []string{contract.ReasonEvicted}, now)
 	}
-	inv := newInvocationState(id, now)
+	inv := newInvocationState(id, now, &l.names)
 	l.held.add(inv)
 	l.armTimeout(now)
 	return inv

@@ -108,10 +108,13 @@ type invocationState struct {
 	inSession           bool
 }
 
-func newInvocationState(id string, now time.Time) *invocationState {
+// newInvocationState returns the state of invocation id, first seen at
+// now; names interns its span names.
+func newInvocationState(id string, now time.Time, names *nameTable) *invocationState {
 	return &invocationState{
 		id:      id,
 		created: now,
+		names:   nameList{table: names},
 		open:    1,
 		status:  contract.StatusPending,
 	}

@@ -1,11 +1,6 @@
 package instrument
 
-import (
-	"encoding/binary"
-	"math"
-
-	"go.opentelemetry.io/otel/trace"
-)
+import "go.opentelemetry.io/otel/trace"
 
 // node is the ledger's record of one span ID of an invocation: the span
 // itself once it arrived, and what was counted toward it before. It holds
@@ -41,43 +36,6 @@ type node struct {
 // span bound (children and followups beyond it are not indexed, declared
 // ones beyond it are invalid), which newLedger keeps below 2^31.
 type spanCount int32
-
-// nameRef is a span name held by an invocation: one more than its offset
-// in the invocation's nameList, 0 for none.
-type nameRef int32
-
-// nameList holds an invocation's span names back to back, each after its
-// length as a uvarint, in one buffer without pointers: the garbage
-// collector marks it without scanning it, and it keeps no span's name
-// string alive. Names are read back only for reasons and anomalies.
-type nameList struct {
-	buf []byte
-}
-
-// add appends name and returns its reference; 0 (no name) once the
-// buffer would outgrow a nameRef.
-func (l *nameList) add(name string) nameRef {
-	if len(l.buf) > math.MaxInt32-binary.MaxVarintLen64-len(name) {
-		return 0
-	}
-	if l.buf == nil {
-		l.buf = make([]byte, 0, 256)
-	}
-	ref := nameRef(len(l.buf) + 1)
-	l.buf = binary.AppendUvarint(l.buf, uint64(len(name)))
-	l.buf = append(l.buf, name...)
-	return ref
-}
-
-// get returns the name ref stands for.
-func (l *nameList) get(ref nameRef) string {
-	if ref <= 0 {
-		return ""
-	}
-	n, k := binary.Uvarint(l.buf[ref-1:])
-	start := int(ref-1) + k
-	return string(l.buf[start : start+int(n)])
-}
 
 // newNode returns the node of span sid of trace tid before anything is
 // known of it.
