@@ -83,6 +83,11 @@ const (
 	ReasonSessionClosed = "session_closed"
 	ReasonCancelled     = "cancelled"
 	ReasonConsumedBy    = "consumed_by"
+	// ReasonAbandoned: the instrumentation stops waiting for a
+	// notification it cannot tell the fate of (it may still start a
+	// continuation, or never). The followup is discharged, but the
+	// invocation is never final: ReasonAbandonedFollowup.
+	ReasonAbandoned = "abandoned"
 )
 
 // Span names (prefixes: the agent name or job kind follows after a space).
@@ -231,6 +236,10 @@ const (
 	// ReasonUnattributedWakeup: the invocation is a turn nobody can own
 	// ("unattributed_wakeup:<reason>").
 	ReasonUnattributedWakeup = "unattributed_wakeup"
+	// ReasonAbandonedFollowup: a followup_closed span of the invocation
+	// has reason ReasonAbandoned (agentledger v0.5); detail is that span's
+	// name.
+	ReasonAbandonedFollowup = "abandoned_followup"
 	// ReasonNotSampled (in-process ledger only): the root span was not
 	// recorded, so the invocation cannot be observed at all.
 	ReasonNotSampled = "not_sampled"

@@ -82,6 +82,16 @@ func sdkProducible(c fixtures.Case) string {
 			return "the case declares a count the SpanProcessor would not compute"
 		}
 	}
+	for i, s := range c.Spans {
+		if s.Attributes[contract.AttrFollowupReason].Str() != contract.ReasonAbandoned {
+			continue
+		}
+		for _, later := range c.Spans[i+1:] {
+			if later.StartNS > s.EndNS {
+				return "a span starts after an abandoned followup closed the invocation, and the replay starts every span first"
+			}
+		}
+	}
 	return ""
 }
 

@@ -241,6 +241,11 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		inv.latestEnd = end
 	}
 
+	if f.abandoned {
+		// The followup it closes is discharged, but whether the
+		// notification still starts a continuation is unknown (v0.5).
+		inv.fail(contract.ReasonAbandonedFollowup, name)
+	}
 	switch f.role {
 	case contract.RoleRoot:
 		if f.unattributed != "" {

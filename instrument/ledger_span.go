@@ -32,6 +32,8 @@ type spanFacts struct {
 	id, role, op, session, agent string
 	// unattributed is the reason of an unattributed turn's root, or "".
 	unattributed string
+	// abandoned: the span carries invocation.followup.reason = abandoned.
+	abandoned bool
 	// children and followups are the declared counts, countAbsent or
 	// childrenInvalid.
 	children, followups int
@@ -92,6 +94,8 @@ func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
 			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
 				f.unattributed = kv.Value.AsString()
 			}
+		case contract.AttrFollowupReason:
+			f.abandoned = kv.Value.AsString() == contract.ReasonAbandoned
 		default:
 			for i, k := range usageKeys {
 				if kv.Key != k {

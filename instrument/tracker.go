@@ -409,8 +409,10 @@ func followupLink(sc trace.SpanContext, kind string) trace.Link {
 // will not start a continuation of the job's invocation: a zero-length
 // span "followup_closed", the root of its own trace, of the job's
 // invocation, with a followup link to the job's span. reason is one of
-// contract.ReasonInterrupted, ReasonSessionClosed, ReasonCancelled or
-// ReasonConsumedBy; consumer names the consuming invocation and is
+// contract.ReasonInterrupted, ReasonSessionClosed, ReasonCancelled,
+// ReasonConsumedBy or ReasonAbandoned (the caller cannot tell whether the
+// notification will still start a continuation: the invocation then closes
+// incomplete, never final); consumer names the consuming invocation and is
 // required with ReasonConsumedBy only. ctx supplies no parent, only
 // context values.
 func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason, consumer string) error {
@@ -419,7 +421,7 @@ func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason, co
 		return err
 	}
 	switch reason {
-	case contract.ReasonInterrupted, contract.ReasonSessionClosed, contract.ReasonCancelled:
+	case contract.ReasonInterrupted, contract.ReasonSessionClosed, contract.ReasonCancelled, contract.ReasonAbandoned:
 		if consumer != "" {
 			return fmt.Errorf("instrument: consumer %q given with reason %q", consumer, reason)
 		}

@@ -45,8 +45,12 @@
 //     later model calls and tools under it, so the turn the caller started
 //     stays its invocation's and the invocation is final only once the
 //     turn ended and was seen;
-//   - a followup_closed span (reason interrupted) when an abort cancels a
-//     job or a notification that had not started its turn, and one with
+//   - a followup_closed span with reason interrupted when an abort cancels
+//     a job (OpenCode then posts no notification); one with reason
+//     abandoned when an abort cancels the turn a posted notification was
+//     queued behind, since OpenCode may or may not still run the
+//     notification's turn (the invocation is then incomplete, never final,
+//     and the turn, if it comes, is still its continuation); and one with
 //     reason consumed_by when a turn of another invocation read the
 //     notification;
 //   - a turn in a session the Client tracks (one it prompted, or a child

@@ -111,6 +111,11 @@ type note struct {
 	msgID    string
 	job      *job
 	resolved bool
+	// abandoned is set when an abort left the note without a turn while
+	// its fate was unknown, and no turn of the session has started since
+	// (mapper.abandon): it is resolved, and a turn that answers it is
+	// still a continuation of its job's invocation.
+	abandoned bool
 }
 
 // turn is a turn the session started by itself: a continuation, or an
@@ -186,7 +191,7 @@ func (s *sessionState) prune() {
 		}
 	}
 	for id, u := range s.users {
-		if u.owner != nil || u.finish != nil || u.note != nil && !u.note.resolved {
+		if u.owner != nil || u.finish != nil || u.note != nil && (!u.note.resolved || u.note.abandoned) {
 			open(id)
 		}
 	}
@@ -248,7 +253,7 @@ func (s *sessionState) prune() {
 			delete(s.turns, id)
 		}
 	}
-	s.notes = slices.DeleteFunc(s.notes, func(n *note) bool { return n.resolved })
+	s.notes = slices.DeleteFunc(s.notes, func(n *note) bool { return n.resolved && !n.abandoned })
 	s.launched = slices.DeleteFunc(s.launched, func(jb *job) bool { return jb.settled })
 }
 

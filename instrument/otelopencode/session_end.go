@@ -16,8 +16,8 @@ var errDeleted = errors.New("opencode: session deleted")
 // (continuation or unattributed) has ended, the turns that answered its
 // user messages are over (a prompt_async prompt has its result, the rest
 // of a prompt's turn kept after its root ended ends), a child session's
-// job is done, and notifications an abort left without a turn will get
-// none.
+// job is done, and the followups of notifications an abort left without
+// a turn are closed as abandoned (see abandon).
 func (m *mapper) idle(id string) {
 	s := m.sessions.use(id)
 	if m.awaitsJob(s) && len(s.orphans) > 0 {
@@ -55,8 +55,7 @@ func (m *mapper) idle(id string) {
 	if s.aborted {
 		for _, n := range s.notes {
 			if !n.resolved {
-				m.resolve(n)
-				_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonInterrupted, "")
+				m.abandon(n)
 			}
 		}
 		if s.parentID == "" {
@@ -64,6 +63,25 @@ func (m *mapper) idle(id string) {
 		}
 	}
 	s.prune()
+}
+
+// abandon closes the followup of notification n, posted into a session
+// whose running turn an abort then cancelled before any turn answered n.
+// OpenCode (1.18.33) posts a notification as a prompt of its own: it
+// writes the message, then joins the session's running turn or, when none
+// runs, starts one. If n had joined the cancelled turn, it gets no turn
+// (the session's next turn reads it); if the abort came between the
+// message and the join, n's own turn starts after the abort. The events
+// cannot tell the two apart, so the followup is neither interrupted (a
+// final that would miss the turn's usage) nor left open (nothing may ever
+// come): it is closed as abandoned, and the invocation is incomplete,
+// never final. Should n's turn still come, it is a continuation of the
+// job's invocation all the same (startContinuation), not an unattributed
+// turn; once another turn of the session has started, n's never will.
+func (m *mapper) abandon(n *note) {
+	m.resolve(n)
+	n.abandoned = true
+	_ = m.tracker.CloseFollowup(context.Background(), n.job.carrier, contract.ReasonAbandoned, "")
 }
 
 // deleted handles a deleted session: what it still ran ends (the roots of

@@ -28,9 +28,10 @@ const (
 	// had already ended or been settled: a prompt of the Client answered
 	// again after its turn ended (the session went idle after answering
 	// it; a call given up while OpenCode ran the turn keeps that turn, see
-	// Client.Prompt), a notification whose followup was settled (an abort
-	// closed it, another turn read it, its continuation ended), or a
-	// message older than everything still open in the session.
+	// Client.Prompt), a notification whose followup was settled (another
+	// turn read it, its continuation ended; one an abort closed as
+	// abandoned is answered by a continuation until another turn starts),
+	// or a message older than everything still open in the session.
 	UnattributedEndedTurn = "ended_turn"
 	// UnattributedOtherPrompt: the turn answers a user message the Client
 	// did not send (another client of the server).
@@ -97,9 +98,14 @@ func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 		trace.SpanFromContext(ctx).SetAttributes(attribute.String(contract.AttrProviderName, name))
 	}
 	// Notifications posted before this turn's user message and not yet
-	// answered are read by this turn.
+	// answered are read by this turn; abandoned ones will get no turn of
+	// their own now.
 	for _, n := range s.notes {
-		if n.resolved || n.msgID > parent {
+		if n.msgID > parent {
+			continue
+		}
+		n.abandoned = false
+		if n.resolved {
 			continue
 		}
 		m.resolve(n)
@@ -148,14 +154,17 @@ func (m *mapper) startContinuation(s *sessionState, info rawInfo) context.Contex
 	inv := u.note.job.j.InvocationID()
 	var carriers []instrument.Carrier
 	for _, n := range s.notes {
-		if n.resolved || n.msgID > info.ParentID || n.job.j.InvocationID() != inv {
+		if n.resolved && !n.abandoned || n.msgID > info.ParentID || n.job.j.InvocationID() != inv {
 			continue
 		}
+		// An abandoned note's followup is closed already; its turn came
+		// after all, and is its invocation's work.
 		m.resolve(n)
+		n.abandoned = false
 		carriers = append(carriers, n.job.carrier)
 	}
 	if len(carriers) == 0 {
-		return nil // already answered (closed as interrupted, or read by another turn)
+		return nil // already answered (read by another turn, or closed)
 	}
 	agent := cmp.Or(info.Agent, "opencode")
 	ctx, c, err := m.tracker.StartContinuation(context.Background(), agent, s.id, carriers...)

@@ -166,9 +166,11 @@ func TestUnattributedOtherPromptAndEndedPrompt(t *testing.T) {
 	}
 }
 
-// A notification whose followup an abort already closed (interrupted)
-// still gets a turn: the turn is unattributed (ended_turn), and the job's
-// one followup is discharged exactly once.
+// A notification an abort left without a turn (its followup closed as
+// abandoned: its fate was unknown) still gets a turn: the turn is the job's
+// invocation's continuation, not unattributed, and the invocation, whose
+// summary went out before it, stays incomplete. Answered once more after
+// that turn ended, the notification's turn is unattributed (ended_turn).
 func TestUnattributedSettledNotification(t *testing.T) {
 	p := newPipeline(t)
 	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
@@ -181,17 +183,21 @@ func TestUnattributedSettledNotification(t *testing.T) {
 	s.idle("ses_A")
 	s.call("ses_A", "msg_07", "msg_06", 20, 2, 0)
 	s.idle("ses_A")
-	if sum, _ := p.sp.Ledger().Summary(inv.ID()); sum.Status != contract.StatusFinal || sum.Usage.InputTokens != 10+20+30 || len(sum.Anomalies) > 0 {
+	if sum, _ := p.sp.Ledger().Summary(inv.ID()); sum.Status != contract.StatusIncomplete || !abandonedReason(sum) ||
+		sum.Usage.InputTokens != 10+20+30+20 || sum.Usage.Continuations != 1 {
 		t.Errorf("job's invocation: %+v", sum)
 	}
-	if n, c := len(spansNamed(p, contract.SpanNameFollowupClosed)), len(spansNamed(p, "continue_agent build")); n != 1 || c != 0 {
-		t.Errorf("%d followup_closed and %d continuations, want 1 and 0", n, c)
+	if n, c := len(spansNamed(p, contract.SpanNameFollowupClosed)), len(spansNamed(p, "continue_agent build")); n != 1 || c != 1 {
+		t.Errorf("%d followup_closed and %d continuations, want 1 and 1", n, c)
 	}
+	noUnattributed(t, p)
+	s.call("ses_A", "msg_08", "msg_06", 40, 4, 0)
+	s.idle("ses_A")
 	roots := unattributedRoots(p)
 	if len(roots[UnattributedEndedTurn]) != 1 || len(roots) != 1 {
 		t.Fatalf("unattributed roots %v", roots)
 	}
-	checkUnattributed(t, p, roots[UnattributedEndedTurn][0], "ses_A", UnattributedEndedTurn, 20, 2, 1)
+	checkUnattributed(t, p, roots[UnattributedEndedTurn][0], "ses_A", UnattributedEndedTurn, 40, 4, 1)
 }
 
 // A job the Client dropped beyond WithMaxJobs goes on: its child session's

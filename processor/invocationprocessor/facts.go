@@ -31,6 +31,7 @@ const (
 	factFollowups                            // invocation.followups present
 	factModelCall                            // gen_ai.operation.name is a usage operation
 	factStatusError                          // the span's status is Error
+	factAbandoned                            // invocation.followup.reason is abandoned
 )
 
 // Usage attributes, in the order of usageKeys.
@@ -94,6 +95,7 @@ const (
 	seenAgentName
 	seenRequestModel
 	seenResponseModel
+	seenFollowupReason
 	seenUsage // + index into usageKeys
 )
 
@@ -156,6 +158,10 @@ func readFacts(f *spanFacts, sp ptrace.Span, cfg *ledgerConfig) {
 			if first(seenChildren) {
 				f.flags |= factChildren
 				f.children = v
+			}
+		case contract.AttrFollowupReason:
+			if first(seenFollowupReason) && v.AsString() == contract.ReasonAbandoned {
+				f.flags |= factAbandoned
 			}
 		case contract.AttrFollowups:
 			if first(seenFollowups) {

@@ -405,6 +405,11 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	if f.has(factUnattributed) {
 		inv.addTaint(contract.ReasonUnattributedWakeup + ":" + f.unattributed)
 	}
+	if f.has(factAbandoned) {
+		// The followup it closes is discharged, but whether the
+		// notification still starts a continuation is unknown (v0.5).
+		inv.addTaint(contract.ReasonAbandonedFollowup + ":" + name)
+	}
 
 	if f.has(factChildren) {
 		if n, ok := validCount(f.children, cfg.maxSpans); ok {
