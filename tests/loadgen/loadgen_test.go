@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
 	"github.com/agentledger/agentledger/internal/testbin"
 )
 
@@ -91,15 +94,24 @@ func isSorted(xs []int) bool {
 func TestLoadgenRunsTheCollector(t *testing.T) {
 	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
 	var out bytes.Buffer
-	o := options{collector: bin, rounds: 1, workers: 2, timeout: 2 * time.Minute, workDir: t.TempDir(), workload: tiny}
+	profiles := t.TempDir()
+	o := options{collector: bin, rounds: 1, workers: 2, timeout: 2 * time.Minute, workDir: t.TempDir(), profileDir: profiles, workload: tiny}
 	err := run(context.Background(), o, &out)
 	t.Logf("loadgen output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"40 invocations final with exact totals, 0 wrong", "finalize latency", "passthrough", "invocation / passthrough throughput = x"} {
+	for _, want := range []string{"40 invocations final with exact totals, 0 wrong", "finalize latency", "passthrough", "invocation / passthrough throughput = x", "invocation / passthrough+summaries = x"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, p := range []pipeline{pipelineInvocation, pipelinePassthrough, pipelineEcho} {
+		for _, kind := range []string{"cpu", "allocs", "mutex"} {
+			name := filepath.Join(profiles, string(p)+"-round1."+kind+".pprof")
+			if fi, err := os.Stat(name); err != nil || fi.Size() == 0 {
+				t.Errorf("no %s profile of the %s run: %v", kind, p, err)
+			}
 		}
 	}
 }
@@ -137,5 +149,44 @@ func TestLoadgenAgainstRunningCollector(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "traces.json")); err != nil || fi.Size() == 0 {
 		t.Errorf("the file exporter wrote nothing: %v", err)
+	}
+}
+
+// TestEchoCarriesEverySummaryOnce checks the echo requests: each is its
+// workload request followed by its share of the captured summaries, every
+// summary in exactly one, in their order.
+func TestEchoCarriesEverySummaryOnce(t *testing.T) {
+	w := newWorkload(tiny)
+	captured := ptrace.NewTraces()
+	for i := range 7 {
+		ss := captured.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+		for j := range 2 {
+			ss.Spans().AppendEmpty().SetSpanID(pcommon.SpanID{byte(i), byte(j), 1})
+		}
+	}
+	w.setEcho(&captured)
+	if w.echo.spans != 14 || len(w.echo.requests) != len(w.requests) {
+		t.Fatalf("%d summary spans in %d requests, want 14 in %d", w.echo.spans, len(w.echo.requests), len(w.requests))
+	}
+	var got []pcommon.SpanID
+	for i, req := range w.echo.requests {
+		want := w.requests[i].Traces().ResourceSpans().Len()
+		rss := req.Traces().ResourceSpans()
+		if rss.Len() < want || req.Traces().SpanCount() < w.requests[i].Traces().SpanCount() {
+			t.Fatalf("request %d lost workload spans", i)
+		}
+		for k := want; k < rss.Len(); k++ {
+			for _, sp := range rss.At(k).ScopeSpans().At(0).Spans().All() {
+				got = append(got, sp.SpanID())
+			}
+		}
+	}
+	if len(got) != 14 {
+		t.Fatalf("%d summaries in the requests, want 14", len(got))
+	}
+	for n, id := range got {
+		if want := (pcommon.SpanID{byte(n / 2), byte(n % 2), 1}); id != want {
+			t.Fatalf("summary %d is %v, want %v", n, id, want)
+		}
 	}
 }

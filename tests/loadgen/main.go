@@ -13,12 +13,19 @@
 //
 // The collector exports everything it outputs back to the load
 // generator's OTLP/gRPC receiver (and to a file). With -collector the load
-// generator runs the binary itself, twice back to back per round: the
-// invocation pipeline (invocation.yaml) and the pass-through pipeline
-// (passthrough.yaml, the same without the processor), and prints the
-// ratio of their throughputs:
+// generator runs the binary itself, three times back to back per round:
+// the invocation pipeline (invocation.yaml), the pass-through pipeline
+// (passthrough.yaml, the same without the processor), and the
+// pass-through pipeline sent the workload plus the summaries the first
+// invocation run produced (passthrough+summaries: the same output as the
+// invocation pipeline, without making it), and prints the ratios of the
+// invocation throughput to the two others. The first is the issue's
+// figure; the second isolates the processor's own work from the cost of
+// exporting its summaries. With -profile, contrib's pprof extension in
+// the collector saves each run's CPU, allocation and mutex profiles:
 //
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger
+//	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -profile /tmp/prof
 //
 // Without -collector it measures a collector already running with one of
 // those configs, started with LOADGEN_RECEIVER_ENDPOINT set to -listen:
@@ -62,7 +69,11 @@ type options struct {
 	workers   int
 	timeout   time.Duration
 	workDir   string
-	workload  workloadConfig
+	// profileDir, with collector, is where each run's profiles go ("":
+	// none); featureGates is passed to the collector's --feature-gates.
+	profileDir   string
+	featureGates string
+	workload     workloadConfig
 }
 
 func main() {
@@ -75,6 +86,8 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 4, "concurrent export calls")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for a run")
 	flag.StringVar(&o.workDir, "dir", "", "with -collector: directory for the configs, logs and traces files (default: a new temporary one)")
+	flag.StringVar(&o.profileDir, "profile", "", "with -collector: run contrib's pprof extension in the collector and save each run's CPU profile (its whole life), allocations and mutex contention into this directory as <pipeline>-round<N>.{cpu,allocs,mutex}.pprof")
+	flag.StringVar(&o.featureGates, "feature-gates", "", "with -collector: the collector's --feature-gates, e.g. +pdata.useProtoPooling")
 	flag.IntVar(&o.workload.invocations, "invocations", 10000, "invocations to send")
 	flag.Float64Var(&o.workload.jobs, "jobs", 0.25, "share of invocations with a background job and a continuation")
 	flag.Float64Var(&o.workload.duplicates, "duplicates", 0.02, "share of spans sent twice")
@@ -120,6 +133,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return verdict(res)
 	}
 
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
 	dir := o.workDir
 	if dir == "" {
 		var err error
@@ -128,16 +146,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 		defer os.RemoveAll(dir)
 	}
-	var ratios []float64
+	var ratios, isolated []float64
 	for round := range max(o.rounds, 1) {
-		order := []pipeline{pipelineInvocation, pipelinePassthrough}
+		// The invocation run of the first round comes first: the echo
+		// runs send its summaries.
+		order := []pipeline{pipelineInvocation, pipelinePassthrough, pipelineEcho}
 		if round%2 == 1 {
-			order = []pipeline{pipelinePassthrough, pipelineInvocation}
+			order = []pipeline{pipelineEcho, pipelinePassthrough, pipelineInvocation}
 		}
 		byPipeline := map[pipeline]result{}
 		for _, p := range order {
 			ctx, cancel := context.WithTimeout(ctx, o.timeout)
-			res, err := collectorRun(ctx, o.collector, dir, p, w, o.workers)
+			res, err := collectorRun(ctx, o, dir, p, round, w)
 			cancel()
 			if err != nil {
 				return err
@@ -148,13 +168,21 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			}
 			byPipeline[p] = res
 		}
-		ratio := byPipeline[pipelineInvocation].spansPerSecond() / byPipeline[pipelinePassthrough].spansPerSecond()
+		inv := byPipeline[pipelineInvocation].spansPerSecond()
+		ratio := inv / byPipeline[pipelinePassthrough].spansPerSecond()
 		ratios = append(ratios, ratio)
-		fmt.Fprintf(out, "round %d: invocation / passthrough throughput = x%.2f\n", round+1, ratio)
+		iso := inv / byPipeline[pipelineEcho].spansPerSecond()
+		isolated = append(isolated, iso)
+		fmt.Fprintf(out, "round %d: invocation / passthrough throughput = x%.2f; invocation / passthrough+summaries = x%.2f\n", round+1, ratio, iso)
 	}
 	if len(ratios) > 1 {
-		slices.Sort(ratios)
-		fmt.Fprintf(out, "median of %d rounds: x%.2f (min x%.2f, max x%.2f)\n", len(ratios), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+		for _, r := range []struct {
+			name   string
+			ratios []float64
+		}{{"invocation / passthrough", ratios}, {"invocation / passthrough+summaries", isolated}} {
+			slices.Sort(r.ratios)
+			fmt.Fprintf(out, "%s, median of %d rounds: x%.2f (min x%.2f, max x%.2f)\n", r.name, len(r.ratios), r.ratios[len(r.ratios)/2], r.ratios[0], r.ratios[len(r.ratios)-1])
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 
@@ -44,8 +45,14 @@ type receiver struct {
 	summaries     map[string]summary
 	wantSummaries map[string]bool
 	pending       int
-	done          chan struct{}
-	doneAt        time.Time
+	// wantExtra is how many marked summary spans that no invocation
+	// expects (an echo run's) must come back; extra counts them.
+	wantExtra, extra int
+	// captured, when not nil, receives a copy of every marked summary
+	// span, one ResourceSpans per incoming ScopeSpans holding them.
+	captured *ptrace.Traces
+	done     chan struct{}
+	doneAt   time.Time
 	// warm is closed when a warm-up span came back.
 	warm chan struct{}
 }
@@ -63,8 +70,10 @@ func startReceiver(addr string) (*receiver, error) {
 }
 
 // expect resets the receiver for a run that sends spans distinct spans
-// and, when ids is not empty, waits for their closing summaries too.
-func (r *receiver) expect(spans int, ids []string) {
+// and, when ids is not empty, waits for their closing summaries too; and
+// for extra summary spans that no id expects. With capture it keeps a
+// copy of the summaries that come back (captured).
+func (r *receiver) expect(spans int, ids []string, extra int, capture bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.echoed = make(map[[24]byte]struct{}, spans)
@@ -78,6 +87,12 @@ func (r *receiver) expect(spans int, ids []string) {
 		}
 	}
 	r.pending = 0
+	r.wantExtra, r.extra = extra, 0
+	r.captured = nil
+	if capture {
+		td := ptrace.NewTraces()
+		r.captured = &td
+	}
 	r.done = make(chan struct{})
 	r.doneAt = time.Time{}
 }
@@ -96,6 +111,9 @@ func (r *receiver) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptra
 			// (CONTRACT.md v0.3); a span with the name alone is neither a
 			// summary nor one of ours.
 			marked := collector && sss.At(j).Scope().Name() == contract.SummaryScopeName
+			if marked && r.captured != nil {
+				r.capture(rss.At(i), sss.At(j))
+			}
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				sp := spans.At(k)
@@ -118,15 +136,33 @@ func (r *receiver) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptra
 					r.echoed[key] = struct{}{}
 					continue
 				}
+				if r.wantSummaries == nil {
+					r.extra++
+					continue
+				}
 				r.noteSummary(sp.Attributes(), now)
 			}
 		}
 	}
-	if r.done != nil && r.doneAt.IsZero() && len(r.echoed) >= r.wantSpans && len(r.summaries) >= len(r.wantSummaries) {
+	if r.done != nil && r.doneAt.IsZero() && len(r.echoed) >= r.wantSpans && len(r.summaries) >= len(r.wantSummaries) && r.extra >= r.wantExtra {
 		r.doneAt = now
 		close(r.done)
 	}
 	return ptraceotlp.NewExportResponse(), nil
+}
+
+// capture copies the summaries of ss, under its resource rs, to
+// r.captured. r.mu must be held.
+func (r *receiver) capture(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans) {
+	out := r.captured.ResourceSpans().AppendEmpty()
+	rs.Resource().CopyTo(out.Resource())
+	outSS := out.ScopeSpans().AppendEmpty()
+	ss.Scope().CopyTo(outSS.Scope())
+	for _, sp := range ss.Spans().All() {
+		if sp.Name() == contract.SpanNameSummary {
+			sp.CopyTo(outSS.Spans().AppendEmpty())
+		}
+	}
 }
 
 // noteSummary keeps the first closing summary of an expected invocation.

@@ -32,7 +32,23 @@ const (
 	// pipelinePassthrough is the same without the processor
 	// (passthrough.yaml): the base.
 	pipelinePassthrough pipeline = "passthrough"
+	// pipelineEcho is passthrough.yaml sent the workload plus the summaries
+	// an invocation run of the same round (or an earlier one) produced,
+	// byte for byte, spread over the requests: the collector writes the
+	// same output as the invocation pipeline without making it, so the
+	// ratio of invocation to echo isolates the processor's own work
+	// (indexing, retained state, building summaries instead of decoding
+	// them) from the cost of exporting summaries.
+	pipelineEcho pipeline = "passthrough+summaries"
 )
+
+// config is the pipeline whose collector config p runs.
+func (p pipeline) config() pipeline {
+	if p == pipelineEcho {
+		return pipelinePassthrough
+	}
+	return p
+}
 
 // result is what one run measured.
 type result struct {
@@ -69,10 +85,10 @@ func (r result) percentile(p float64) time.Duration {
 	return r.latencies[min(max(i, 0), len(r.latencies)-1)]
 }
 
-// send exports the workload's requests to the collector at otlp with
-// workers concurrent calls, in order; it returns when each got its
-// answer, with the time each request was sent.
-func send(ctx context.Context, otlp string, w *workload, workers int) ([]time.Time, error) {
+// send exports requests to the collector at otlp with workers concurrent
+// calls, in order; it returns when each got its answer, with the time
+// each request was sent.
+func send(ctx context.Context, otlp string, requests []ptraceotlp.ExportRequest, workers int) ([]time.Time, error) {
 	conn, err := grpc.NewClient(otlp, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
@@ -80,7 +96,7 @@ func send(ctx context.Context, otlp string, w *workload, workers int) ([]time.Ti
 	}
 	defer conn.Close()
 	client := ptraceotlp.NewGRPCClient(conn)
-	sentAt := make([]time.Time, len(w.requests))
+	sentAt := make([]time.Time, len(requests))
 	next := make(chan int)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
@@ -88,7 +104,7 @@ func send(ctx context.Context, otlp string, w *workload, workers int) ([]time.Ti
 		wg.Go(func() {
 			for i := range next {
 				sentAt[i] = time.Now()
-				if _, err := client.Export(ctx, w.requests[i], grpc.WaitForReady(true)); err != nil {
+				if _, err := client.Export(ctx, requests[i], grpc.WaitForReady(true)); err != nil {
 					errs <- fmt.Errorf("export request %d: %w", i, err)
 					return
 				}
@@ -97,7 +113,7 @@ func send(ctx context.Context, otlp string, w *workload, workers int) ([]time.Ti
 	}
 	var sendErr error
 feed:
-	for i := range w.requests {
+	for i := range requests {
 		select {
 		case next <- i:
 		case sendErr = <-errs:
@@ -169,9 +185,17 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 			ids = append(ids, inv.id)
 		}
 	}
-	rec.expect(len(w.spans), ids)
+	requests, extra := w.requests, 0
+	if p == pipelineEcho {
+		if w.echo == nil {
+			return res, errors.New("no summaries to echo: the invocation pipeline runs first")
+		}
+		requests, extra = w.echo.requests, w.echo.spans
+	}
+	capture := p == pipelineInvocation && w.echo == nil
+	rec.expect(len(w.spans), ids, extra, capture)
 	start := time.Now()
-	sentAt, err := send(ctx, otlp, w, workers)
+	sentAt, err := send(ctx, otlp, requests, workers)
 	if err != nil {
 		return res, err
 	}
@@ -186,6 +210,9 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	_, _, res.pending = rec.progress()
 	if p != pipelineInvocation {
 		return res, nil
+	}
+	if capture {
+		w.setEcho(rec.captured)
 	}
 	got := rec.results()
 	for i, inv := range w.invocations {
@@ -217,21 +244,23 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// collectorRun starts the collector binary bin with the config of p (its
-// log and traces file in dir), measures, and stops the collector.
-func collectorRun(ctx context.Context, bin, dir string, p pipeline, w *workload, workers int) (result, error) {
+// collectorRun starts the collector binary o.collector with the config
+// of p (its log and traces file in dir), measures, and stops the
+// collector. With o.profileDir it also saves the collector's profiles
+// there, named after p and round.
+func collectorRun(ctx context.Context, o options, dir string, p pipeline, round int, w *workload) (result, error) {
 	rec, err := startReceiver("127.0.0.1:0")
 	if err != nil {
 		return result{}, err
 	}
 	defer rec.stop()
-	addrs, err := testbin.FreeAddrs(2)
+	addrs, err := testbin.FreeAddrs(3)
 	if err != nil {
 		return result{}, err
 	}
 	otlp, health := addrs[0], addrs[1]
 	config := filepath.Join(dir, string(p)+".yaml")
-	if err := os.WriteFile(config, configs[p], 0o644); err != nil {
+	if err := os.WriteFile(config, configs[p.config()], 0o644); err != nil {
 		return result{}, err
 	}
 	traces := filepath.Join(dir, string(p)+"-traces.json")
@@ -241,7 +270,21 @@ func collectorRun(ctx context.Context, bin, dir string, p pipeline, w *workload,
 		"LOADGEN_HEALTH_ENDPOINT=" + health,
 		"LOADGEN_TRACES_FILE=" + traces,
 	}
-	proc, err := testbin.Start("otelcol-agentledger", filepath.Join(dir, string(p)+".log"), "", env, bin, "--config", config)
+	args := []string{"--config", config}
+	var prof *profiles
+	if o.profileDir != "" {
+		prof = &profiles{dir: o.profileDir, name: fmt.Sprintf("%s-round%d", p, round+1), endpoint: addrs[2]}
+		extra := filepath.Join(dir, "profile.yaml")
+		if err := os.WriteFile(extra, []byte(profileConfig), 0o644); err != nil {
+			return result{}, err
+		}
+		args = append(args, "--config", extra)
+		env = append(env, prof.env()...)
+	}
+	if o.featureGates != "" {
+		args = append(args, "--feature-gates="+o.featureGates)
+	}
+	proc, err := testbin.Start("otelcol-agentledger", filepath.Join(dir, string(p)+".log"), "", env, o.collector, args...)
 	if err != nil {
 		return result{}, err
 	}
@@ -254,9 +297,11 @@ func collectorRun(ctx context.Context, bin, dir string, p pipeline, w *workload,
 	if err := testbin.WaitReady(ctx, proc, "http://"+health+"/"); err != nil {
 		return result{}, errors.Join(fmt.Errorf("%s collector not ready: %w\n%s", p, err, proc.Tail(20)), stop())
 	}
-	res, err := measure(ctx, p, otlp, rec, w, workers)
+	res, err := measure(ctx, p, otlp, rec, w, o.workers)
 	if err != nil {
 		err = fmt.Errorf("%w\ncollector log:\n%s", err, proc.Tail(20))
+	} else if prof != nil {
+		err = prof.fetch(ctx)
 	}
 	err = errors.Join(err, stop())
 	_ = os.Remove(traces)

@@ -77,6 +77,35 @@ type workload struct {
 	// carrying the last first-sent span of invocation i.
 	requests    []ptraceotlp.ExportRequest
 	lastRequest []int
+	// echo is the workload with the summaries of an invocation run
+	// (setEcho), for pipelineEcho; nil until one ran.
+	echo *echoRequests
+}
+
+// echoRequests are the workload's requests each carrying, after its own
+// spans, its share of an invocation run's summaries.
+type echoRequests struct {
+	requests []ptraceotlp.ExportRequest
+	// spans counts the summary spans among them.
+	spans int
+}
+
+// setEcho spreads the summaries in captured (one ResourceSpans per send
+// of the processor, in arrival order) evenly over copies of the
+// workload's requests, in order, so the collector outputs what the
+// invocation pipeline output, summaries at about the same place.
+func (w *workload) setEcho(captured *ptrace.Traces) {
+	chunks := captured.ResourceSpans()
+	e := &echoRequests{spans: captured.SpanCount()}
+	for i, req := range w.requests {
+		td := ptrace.NewTraces()
+		req.Traces().ResourceSpans().CopyTo(td.ResourceSpans())
+		for k := i * chunks.Len() / len(w.requests); k < (i+1)*chunks.Len()/len(w.requests); k++ {
+			chunks.At(k).CopyTo(td.ResourceSpans().AppendEmpty())
+		}
+		e.requests = append(e.requests, ptraceotlp.NewExportRequestFromTraces(td))
+	}
+	w.echo = e
 }
 
 // newWorkload generates the workload of cfg: each invocation is a root
