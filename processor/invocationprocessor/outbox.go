@@ -78,7 +78,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 		if mode == flushAtShutdown {
 			err = p.sendWithin(ctx, s, td) // releases the semaphore itself
 		} else {
-			err = p.next.ConsumeTraces(ctx, td)
+			err = p.consumeOwned(ctx, td)
 			<-s.sending
 		}
 		if err != nil {
@@ -115,7 +115,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 func (p *invocationProcessor) sendWithin(ctx context.Context, s *shard, td ptrace.Traces) error {
 	result := make(chan error, 1)
 	go func() {
-		err := p.next.ConsumeTraces(ctx, td)
+		err := p.consumeOwned(ctx, td)
 		<-s.sending
 		result <- err
 	}()
@@ -181,7 +181,7 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 			}
 			return nil
 		}
-		err := p.next.ConsumeTraces(ctx, buildTraces(all, &p.trust))
+		err := p.consumeOwned(ctx, buildTraces(all, &p.trust))
 		for _, t := range parts {
 			<-t.shard.sending
 		}

@@ -250,7 +250,7 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	}
 
 	if len(b.refs) == 0 {
-		return p.next.ConsumeTraces(ctx, td)
+		return p.consumeOwned(ctx, td)
 	}
 	if p.store != nil {
 		// Nothing is indexed while storage refuses writes.
@@ -280,7 +280,7 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	// Only the pass-through's error is the caller's: the summaries are
 	// not its batch, and a retried batch would pass through twice. They
 	// are retried from the outbox instead.
-	err := p.next.ConsumeTraces(ctx, td)
+	err := p.consumeOwned(ctx, td)
 	if ferr := p.flushAfterBatch(ctx, b); ferr != nil {
 		p.logger.Debug("invocation summaries not sent yet", zap.Error(ferr))
 	}
