@@ -14,8 +14,10 @@ import (
 // of a fanout would otherwise take them as its own and return them to the
 // pool when it is done, while the next exporter still reads them (a crash
 // under load at v0.161.0). Marked here, they are released once every
-// consumer has let go. Without the gate marking releases nothing. A td
-// the pipeline already owns (the batch passed through) is handed on as is.
+// consumer has let go. Without the gate marking releases nothing. The
+// caller's own batch is not handed on through here: the pipeline owns it
+// already, and a caller outside a pipeline (a benchmark reusing batches)
+// keeps it.
 func (p *invocationProcessor) consumeOwned(ctx context.Context, td ptrace.Traces) error {
 	if pref.MarkPipelineOwnedTraces(td) {
 		defer pref.UnrefTraces(td)

@@ -239,10 +239,13 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	b := p.getScratch()
 	defer p.putScratch(b)
 	refusedSpans := p.route(ctx, td, b)
+	// pass hands the batch on: the caller's as it came, or the copy made
+	// here without the refused summaries.
+	pass := p.next.ConsumeTraces
 	if refusedSpans != (refused{}) {
 		p.recordRefused(ctx, refusedSpans, now)
 		if refusedSpans.summaries > 0 {
-			td = p.trust.withoutUntrustedSummaries(td)
+			td, pass = p.trust.withoutUntrustedSummaries(td), p.consumeOwned
 			if td.SpanCount() == 0 && len(b.refs) == 0 {
 				return nil
 			}
@@ -250,7 +253,7 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	}
 
 	if len(b.refs) == 0 {
-		return p.consumeOwned(ctx, td)
+		return pass(ctx, td)
 	}
 	if p.store != nil {
 		// Nothing is indexed while storage refuses writes.
@@ -280,7 +283,7 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	// Only the pass-through's error is the caller's: the summaries are
 	// not its batch, and a retried batch would pass through twice. They
 	// are retried from the outbox instead.
-	err := p.consumeOwned(ctx, td)
+	err := pass(ctx, td)
 	if ferr := p.flushAfterBatch(ctx, b); ferr != nil {
 		p.logger.Debug("invocation summaries not sent yet", zap.Error(ferr))
 	}
