@@ -103,11 +103,19 @@ func (st *spanState) owes() bool {
 	return st.DeclaredChildren > st.ArrivedChildren || st.DeclaredFollowups > st.ArrivedFollowups
 }
 
+// spanEntry is a span ID's full state in invocation.Spans.
+type spanEntry struct {
+	ID pcommon.SpanID `json:"id"`
+	spanState
+}
+
 // closedSpan is what a closed invocation keeps of an arrived span that owes
 // nothing: enough to drop its duplicates, tell a reused span ID, join a
 // late child to it (extra_children, cross-trace and cycle checks) and
-// name it.
+// name it. It holds no pointers, so the retained state costs the garbage
+// collector nothing to mark.
 type closedSpan struct {
+	ID    pcommon.SpanID `json:"id"`
 	Up    pcommon.SpanID `json:"up"`
 	Trace int32          `json:"trace"`
 	Name  int32          `json:"name"`
@@ -123,27 +131,161 @@ const (
 	closedDeclaredFollowups                         // declared followups, all arrived
 )
 
+// smallSpans is how many entries of Spans or Closed are searched linearly
+// before a lookup map is built: most invocations have a dozen spans or
+// fewer, and comparing 8-byte ids in a slice is cheaper than hashing them.
+const smallSpans = 16
+
+// spanAt returns the index in Spans of the span ID, or -1.
+func (inv *invocation) spanAt(id pcommon.SpanID) int {
+	if inv.index.spans != nil {
+		if i, ok := inv.index.spans[id]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	for i := range inv.Spans {
+		if inv.Spans[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// closedAt returns the index in Closed of the span ID, or -1.
+func (inv *invocation) closedAt(id pcommon.SpanID) int {
+	if inv.index.closed != nil {
+		if i, ok := inv.index.closed[id]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	for i := range inv.Closed {
+		if inv.Closed[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Room reserved in Spans: firstSpans for a new invocation, and up to
+// maxReserve more for children a span declares before they arrive (so a
+// single declaration cannot allocate much more than its span).
+const (
+	firstSpans = 8
+	maxReserve = 64
+)
+
+// reserveSpans makes room in Spans for n more entries, at most maxReserve.
+func (inv *invocation) reserveSpans(n int) {
+	n = min(n, maxReserve)
+	if n > 0 && len(inv.Spans)+n > cap(inv.Spans) {
+		inv.Spans = slices.Grow(inv.Spans, n)
+	}
+}
+
+// appendSpan adds a span ID's full state to Spans and returns its index.
+// Indices in Spans stay valid until an entry is removed (removeSpan, only
+// from compact and compactAll).
+func (inv *invocation) appendSpan(id pcommon.SpanID, st spanState) int {
+	i := len(inv.Spans)
+	if inv.Spans == nil {
+		inv.Spans = make([]spanEntry, 0, firstSpans)
+	}
+	inv.Spans = append(inv.Spans, spanEntry{ID: id, spanState: st})
+	switch {
+	case inv.index.spans != nil:
+		inv.index.spans[id] = int32(i)
+	case len(inv.Spans) > smallSpans:
+		inv.reindexSpans()
+	}
+	return i
+}
+
+// reindexSpans rebuilds the lookup map of Spans (none while it is small).
+func (inv *invocation) reindexSpans() {
+	inv.index.spans = nil
+	if len(inv.Spans) <= smallSpans {
+		return
+	}
+	inv.index.spans = make(map[pcommon.SpanID]int32, len(inv.Spans))
+	for i := range inv.Spans {
+		inv.index.spans[inv.Spans[i].ID] = int32(i)
+	}
+}
+
+// removeSpan removes Spans[i], moving the last entry into its place.
+func (inv *invocation) removeSpan(i int) {
+	last := len(inv.Spans) - 1
+	if inv.index.spans != nil {
+		delete(inv.index.spans, inv.Spans[i].ID)
+		if i != last {
+			inv.index.spans[inv.Spans[last].ID] = int32(i)
+		}
+	}
+	inv.Spans[i] = inv.Spans[last]
+	inv.Spans = inv.Spans[:last]
+}
+
+// appendClosed adds a compact record to Closed.
+func (inv *invocation) appendClosed(c closedSpan) {
+	i := len(inv.Closed)
+	inv.Closed = append(inv.Closed, c)
+	switch {
+	case inv.index.closed != nil:
+		inv.index.closed[c.ID] = int32(i)
+	case len(inv.Closed) > smallSpans:
+		inv.reindexClosed()
+	}
+}
+
+// reindexClosed rebuilds the lookup map of Closed (none while it is small).
+func (inv *invocation) reindexClosed() {
+	inv.index.closed = nil
+	if len(inv.Closed) <= smallSpans {
+		return
+	}
+	inv.index.closed = make(map[pcommon.SpanID]int32, len(inv.Closed))
+	for i := range inv.Closed {
+		inv.index.closed[inv.Closed[i].ID] = int32(i)
+	}
+}
+
+// removeClosed removes Closed[i], moving the last entry into its place.
+func (inv *invocation) removeClosed(i int) {
+	last := len(inv.Closed) - 1
+	if inv.index.closed != nil {
+		delete(inv.index.closed, inv.Closed[i].ID)
+		if i != last {
+			inv.index.closed[inv.Closed[last].ID] = int32(i)
+		}
+	}
+	inv.Closed[i] = inv.Closed[last]
+	inv.Closed = inv.Closed[:last]
+}
+
 // arrivedTrace returns the trace index of the arrived span with this ID.
 func (inv *invocation) arrivedTrace(id pcommon.SpanID) (int32, bool) {
-	if st, ok := inv.Spans[id]; ok {
-		return st.Trace, st.Arrived
+	if i := inv.spanAt(id); i >= 0 {
+		return inv.Spans[i].Trace, inv.Spans[i].Arrived
 	}
-	if c, ok := inv.Closed[id]; ok {
-		return c.Trace, true
+	if i := inv.closedAt(id); i >= 0 {
+		return inv.Closed[i].Trace, true
 	}
 	return noIndex, false
 }
 
-// take returns the span ID's state for updating, moving a closed span back
-// to the full state (its met counts read as "declared, none owed"); the
-// caller stores it in Spans.
-func (inv *invocation) take(id pcommon.SpanID) spanState {
-	if st, ok := inv.Spans[id]; ok {
-		return st
+// slot returns the index in Spans of the span ID's full state, adding a
+// new state, or moving a closed span back to the full state (its met
+// counts read as "declared, none owed").
+func (inv *invocation) slot(id pcommon.SpanID) int {
+	if i := inv.spanAt(id); i >= 0 {
+		return i
 	}
 	st := newSpanState()
-	if c, ok := inv.Closed[id]; ok {
-		delete(inv.Closed, id)
+	if j := inv.closedAt(id); j >= 0 {
+		c := inv.Closed[j]
+		inv.removeClosed(j)
 		st.arrive(pcommon.SpanID{}) // a closed span keeps no parent
 		st.Up, st.Trace, st.Name = c.Up, c.Trace, c.Name
 		st.Remote = c.Flags&closedRemote != 0
@@ -154,44 +296,33 @@ func (inv *invocation) take(id pcommon.SpanID) spanState {
 			st.DeclaredFollowups = 0
 		}
 	}
-	return st
-}
-
-// storeSpan stores the span ID's full state. Spans is nil after a close
-// that left nothing owing, until a late span needs it again.
-func (inv *invocation) storeSpan(id pcommon.SpanID, st spanState) {
-	if inv.Spans == nil {
-		inv.Spans = make(map[pcommon.SpanID]spanState, 1)
-	}
-	inv.Spans[id] = st
+	return inv.appendSpan(id, st)
 }
 
 // up returns the union-find link of a span ID (empty for a representative
 // or an unknown ID).
 func (inv *invocation) up(id pcommon.SpanID) pcommon.SpanID {
-	if st, ok := inv.Spans[id]; ok {
-		return st.Up
+	if i := inv.spanAt(id); i >= 0 {
+		return inv.Spans[i].Up
 	}
-	if c, ok := inv.Closed[id]; ok {
-		return c.Up
+	if i := inv.closedAt(id); i >= 0 {
+		return inv.Closed[i].Up
 	}
 	return pcommon.SpanID{}
 }
 
 func (inv *invocation) setUp(id, up pcommon.SpanID) {
-	if st, ok := inv.Spans[id]; ok {
-		st.Up = up
-		inv.Spans[id] = st
+	if i := inv.spanAt(id); i >= 0 {
+		inv.Spans[i].Up = up
 		return
 	}
-	if c, ok := inv.Closed[id]; ok {
-		c.Up = up
-		inv.Closed[id] = c
+	if i := inv.closedAt(id); i >= 0 {
+		inv.Closed[i].Up = up
 		return
 	}
 	st := newSpanState()
 	st.Up = up
-	inv.storeSpan(id, st)
+	inv.appendSpan(id, st)
 }
 
 // find returns the representative of the span ID's component, compressing
@@ -220,7 +351,9 @@ func (inv *invocation) find(id pcommon.SpanID) pcommon.SpanID {
 // one of the parent's declared children unless the span is late (rule 1)
 // or its parentage is malformed (rule 3: itself, another trace, a cycle),
 // in which case it is nobody's child.
-func (inv *invocation) attachToParent(id, pid pcommon.SpanID, traceIdx, nameIdx int32, late bool, now int64) {
+//
+// self is the span's index in Spans.
+func (inv *invocation) attachToParent(self int, id, pid pcommon.SpanID, traceIdx, nameIdx int32, late bool, now int64) {
 	if pid == id {
 		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(nameIdx))
 		return
@@ -236,7 +369,8 @@ func (inv *invocation) attachToParent(id, pid pcommon.SpanID, traceIdx, nameIdx 
 	}
 	inv.setUp(rx, rp)
 
-	p := inv.take(pid)
+	pi := inv.slot(pid)
+	p := &inv.Spans[pi]
 	if p.Trace < 0 {
 		p.Trace = traceIdx
 	}
@@ -248,7 +382,6 @@ func (inv *invocation) attachToParent(id, pid pcommon.SpanID, traceIdx, nameIdx 
 		if p.Arrived && !p.Remote {
 			inv.addAnomaly(contract.AnomalyExtraChildren + ":" + inv.name(p.Name))
 		}
-		inv.storeSpan(pid, p)
 		return
 	}
 	before := p.ArrivedChildren
@@ -260,20 +393,17 @@ func (inv *invocation) attachToParent(id, pid pcommon.SpanID, traceIdx, nameIdx 
 			inv.addAnomaly(contract.AnomalyExtraChildren + ":" + inv.name(p.Name))
 		}
 	}
-	inv.storeSpan(pid, p)
-	x := inv.Spans[id]
-	x.Counted = true
-	inv.Spans[id] = x
+	inv.Spans[self].Counted = true
 }
 
 // knownTrace returns the trace a span ID is known in: its own once
 // arrived, or its first child's.
 func (inv *invocation) knownTrace(id pcommon.SpanID) (int32, bool) {
-	if st, ok := inv.Spans[id]; ok {
-		return st.Trace, st.Trace >= 0
+	if i := inv.spanAt(id); i >= 0 {
+		return inv.Spans[i].Trace, inv.Spans[i].Trace >= 0
 	}
-	if c, ok := inv.Closed[id]; ok {
-		return c.Trace, true
+	if i := inv.closedAt(id); i >= 0 {
+		return inv.Closed[i].Trace, true
 	}
 	return noIndex, false
 }
@@ -287,20 +417,20 @@ func (inv *invocation) breakCycle(id, pid pcommon.SpanID, nameIdx int32) {
 	inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(nameIdx))
 	cur := pid
 	for limit := len(inv.Spans); cur != id && limit >= 0; limit-- {
-		m, ok := inv.Spans[cur]
-		if !ok || !m.Arrived {
+		mi := inv.spanAt(cur)
+		if mi < 0 || !inv.Spans[mi].Arrived {
 			return
 		}
+		m := &inv.Spans[mi]
 		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(m.Name))
 		if m.Counted {
 			m.Counted = false
-			inv.Spans[cur] = m
-			if p, ok := inv.Spans[m.parent()]; ok {
+			if pi := inv.spanAt(m.parent()); pi >= 0 {
+				p := &inv.Spans[pi]
 				p.ArrivedChildren--
 				if p.Arrived && p.DeclaredChildren >= 0 && p.ArrivedChildren < p.DeclaredChildren {
 					inv.Open++
 				}
-				inv.Spans[m.parent()] = p
 			}
 		}
 		cur = m.parent()
@@ -407,7 +537,7 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace
 		return
 	}
 	for _, target := range lt.follow {
-		t := inv.take(target)
+		t := &inv.Spans[inv.slot(target)]
 		before := t.ArrivedFollowups
 		t.ArrivedFollowups++
 		if !t.Arrived && t.linkedBy() < 0 {
@@ -416,60 +546,65 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace
 		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
 			inv.discharge(now)
 		}
-		inv.storeSpan(target, t)
 	}
 }
 
 // compact moves an arrived span that owes nothing from Spans to Closed.
 func (inv *invocation) compact(id pcommon.SpanID) {
-	st, ok := inv.Spans[id]
-	if !ok || !st.Arrived || st.owes() {
+	i := inv.spanAt(id)
+	if i < 0 || !inv.Spans[i].Arrived || inv.Spans[i].owes() {
 		return
 	}
-	c := closedSpan{Up: st.Up, Trace: st.Trace, Name: st.Name}
-	if st.Remote {
+	inv.appendClosed(inv.Spans[i].closed())
+	inv.removeSpan(i)
+}
+
+// closed is the compact record of an arrived span that owes nothing.
+func (e *spanEntry) closed() closedSpan {
+	c := closedSpan{ID: e.ID, Up: e.Up, Trace: e.Trace, Name: e.Name}
+	if e.Remote {
 		c.Flags |= closedRemote
 	}
-	if st.DeclaredChildren >= 0 {
+	if e.DeclaredChildren >= 0 {
 		c.Flags |= closedDeclaredChildren
 	}
-	if st.DeclaredFollowups >= 0 {
+	if e.DeclaredFollowups >= 0 {
 		c.Flags |= closedDeclaredFollowups
 	}
-	if inv.Closed == nil {
-		inv.Closed = make(map[pcommon.SpanID]closedSpan)
-	}
-	inv.Closed[id] = c
-	delete(inv.Spans, id)
+	return c
 }
 
 // compactAll runs at close: every arrived span that owes nothing keeps only
 // its closedSpan, and Spans is reallocated to what is left so its memory
-// is released (nil when nothing is left; storeSpan makes it again).
+// is released (nil when nothing is left; appendSpan makes it again).
+// Closed is allocated at its size.
 func (inv *invocation) compactAll() {
-	if inv.Closed == nil {
-		inv.Closed = make(map[pcommon.SpanID]closedSpan, len(inv.Spans))
-	}
 	keep := 0
-	for id, st := range inv.Spans {
-		if st.Arrived && !st.owes() {
-			inv.find(id) // compress, so a closed span's Up is one hop
+	for i := range inv.Spans {
+		if e := &inv.Spans[i]; e.Arrived && !e.owes() {
+			if !e.Up.IsEmpty() {
+				inv.find(e.ID) // compress, so a closed span's Up is one hop
+			}
 		} else {
 			keep++
 		}
 	}
-	var left map[pcommon.SpanID]spanState // nil when nothing owes: most closes
-	for id, st := range inv.Spans {
-		if st.Arrived && !st.owes() {
-			inv.compact(id)
-			continue
-		}
-		if left == nil {
-			left = make(map[pcommon.SpanID]spanState, keep)
-		}
-		left[id] = st
+	closed := make([]closedSpan, len(inv.Closed), len(inv.Closed)+len(inv.Spans)-keep)
+	copy(closed, inv.Closed)
+	var left []spanEntry // nil when nothing owes: most closes
+	if keep > 0 {
+		left = make([]spanEntry, 0, keep)
 	}
-	inv.Spans = left
+	for i := range inv.Spans {
+		if e := &inv.Spans[i]; e.Arrived && !e.owes() {
+			closed = append(closed, e.closed())
+		} else {
+			left = append(left, *e)
+		}
+	}
+	inv.Spans, inv.Closed = left, closed
+	inv.reindexSpans()
+	inv.reindexClosed()
 	// The name and trace lookups are rebuilt if a late span needs them.
 	inv.index.names, inv.index.traces = nil, nil
 }

@@ -113,9 +113,12 @@ type invocation struct {
 	// Spans holds the full state of every span ID while the invocation is
 	// open; once closed, only of span IDs that still owe or are owed
 	// something (and of referenced spans that never arrived). Closed holds
-	// the rest after close: what duplicates and revisions need.
-	Spans  map[pcommon.SpanID]spanState  `json:"spans"`
-	Closed map[pcommon.SpanID]closedSpan `json:"closed,omitempty"`
+	// the rest after close: what duplicates and revisions need. Both are
+	// unordered, pointer-free slices with one entry per span ID, searched
+	// linearly while small and through index.spans and index.closed once
+	// large.
+	Spans  []spanEntry  `json:"spans"`
+	Closed []closedSpan `json:"closed,omitempty"`
 	// Names interns span names; spanState and closedSpan refer to them by
 	// index.
 	Names []string `json:"names"`
@@ -161,6 +164,9 @@ type invIndex struct {
 	// smallIndex entries; nil until then, and after close.
 	names  map[string]int32
 	traces map[pcommon.TraceID]int32
+	// spans and closed map span IDs to their index in Spans and Closed
+	// once those hold more than smallSpans entries; nil until then.
+	spans, closed map[pcommon.SpanID]int32
 }
 
 // invocationBlock is an invocation allocated together with room for its
@@ -179,7 +185,6 @@ func newInvocation(id string, now int64) *invocation {
 		LastArrival:   now,
 		LastDischarge: now,
 		Open:          1,
-		Spans:         make(map[pcommon.SpanID]spanState, 8),
 		index:         invIndex{heapIdx: -1},
 	}}
 	b.inv.Names = b.names[:0]
@@ -374,7 +379,8 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 		inv.LatestEnd = f.end
 	}
 
-	st := inv.take(id)
+	self := inv.slot(id)
+	st := &inv.Spans[self]
 	if st.Trace >= 0 && st.Trace != traceIdx {
 		// Children named this span as parent from another trace before it
 		// arrived: none of them is its child.
@@ -411,11 +417,13 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 		inv.addTaint(contract.ReasonAbandonedFollowup + ":" + name)
 	}
 
+	expected := 0 // children declared and not arrived: room to reserve
 	if f.has(factChildren) {
 		if n, ok := validCount(f.children, cfg.maxSpans); ok {
 			st.DeclaredChildren = n
 			if n > st.ArrivedChildren {
 				inv.Open += int(n - st.ArrivedChildren)
+				expected = int(n - st.ArrivedChildren)
 			} else if st.ArrivedChildren > n && !st.Remote {
 				inv.addAnomaly(contract.AnomalyExtraChildren + ":" + name)
 			}
@@ -449,12 +457,14 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 		inv.Continuations++
 		inv.ContinuationRoots = append(inv.ContinuationRoots, spanRef{TraceID: f.traceID, SpanID: id})
 	}
-	inv.storeSpan(id, st)
-
+	// st is not used below: reserving, attaching and linking may grow
+	// Spans.
+	nameIdx := st.Name
+	inv.reserveSpans(expected)
 	if !f.parent.IsEmpty() {
-		inv.attachToParent(id, f.parent, traceIdx, st.Name, late, now)
+		inv.attachToParent(self, id, f.parent, traceIdx, nameIdx, late, now)
 	}
-	inv.applyLinks(id, st.Name, links, now)
+	inv.applyLinks(id, nameIdx, links, now)
 
 	if f.has(factModelCall) {
 		inv.addModelCall(f, cfg)

@@ -215,7 +215,8 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 	var remote []string
 	parentIdx := map[int32]int{}
 	jobTimesOf := inv.jobTimesOf()
-	for id, st := range inv.Spans {
+	for _, st := range inv.Spans {
+		id := st.ID
 		if !st.Arrived {
 			continue
 		}
