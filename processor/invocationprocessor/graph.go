@@ -264,9 +264,10 @@ func (inv *invocation) removeClosed(i int) {
 	inv.Closed = inv.Closed[:last]
 }
 
-// arrivedTrace returns the trace index of the arrived span with this ID.
-func (inv *invocation) arrivedTrace(id pcommon.SpanID) (int32, bool) {
-	if i := inv.spanAt(id); i >= 0 {
+// arrivedTrace returns the trace index of the arrived span with this ID;
+// i is its index in Spans (spanAt).
+func (inv *invocation) arrivedTrace(id pcommon.SpanID, i int) (int32, bool) {
+	if i >= 0 {
 		return inv.Spans[i].Trace, inv.Spans[i].Arrived
 	}
 	if i := inv.closedAt(id); i >= 0 {
@@ -352,8 +353,11 @@ func (inv *invocation) find(id pcommon.SpanID) pcommon.SpanID {
 // or its parentage is malformed (rule 3: itself, another trace, a cycle),
 // in which case it is nobody's child.
 //
-// self is the span's index in Spans.
-func (inv *invocation) attachToParent(self int, id, pid pcommon.SpanID, traceIdx, nameIdx int32, late bool, now int64) {
+// self is the span's index in Spans; fresh says its ID was new to the
+// invocation: with no children it is a component of its own, so it is
+// linked to its parent without walking the union-find (find compresses
+// the longer paths this leaves when it next walks them).
+func (inv *invocation) attachToParent(self int, fresh bool, id, pid pcommon.SpanID, traceIdx, nameIdx int32, late bool, now int64) {
 	if pid == id {
 		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(nameIdx))
 		return
@@ -362,12 +366,16 @@ func (inv *invocation) attachToParent(self int, id, pid pcommon.SpanID, traceIdx
 		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(nameIdx))
 		return
 	}
-	rx, rp := inv.find(id), inv.find(pid)
-	if rx == rp {
-		inv.breakCycle(id, pid, nameIdx)
-		return
+	if fresh {
+		inv.Spans[self].Up = pid
+	} else {
+		rx, rp := inv.find(id), inv.find(pid)
+		if rx == rp {
+			inv.breakCycle(id, pid, nameIdx)
+			return
+		}
+		inv.setUp(rx, rp)
 	}
-	inv.setUp(rx, rp)
 
 	pi := inv.slot(pid)
 	p := &inv.Spans[pi]
@@ -579,13 +587,11 @@ func (e *spanEntry) closed() closedSpan {
 // is released (nil when nothing is left; appendSpan makes it again).
 // Closed is allocated at its size.
 func (inv *invocation) compactAll() {
+	// The union-find links are kept as they are: a late span's find
+	// compresses the paths it walks, and most closed invocations see none.
 	keep := 0
 	for i := range inv.Spans {
-		if e := &inv.Spans[i]; e.Arrived && !e.owes() {
-			if !e.Up.IsEmpty() {
-				inv.find(e.ID) // compress, so a closed span's Up is one hop
-			}
-		} else {
+		if e := &inv.Spans[i]; !e.Arrived || e.owes() {
 			keep++
 		}
 	}

@@ -344,7 +344,10 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	id := f.spanID
 	name := f.name
 	traceIdx := inv.traceIndex(f.traceID)
-	if prior, ok := inv.arrivedTrace(id); ok {
+	// self is the span ID's state in Spans, looked up once: -1 when the ID
+	// is new to the invocation (or closed, and so a duplicate).
+	self := inv.spanAt(id)
+	if prior, ok := inv.arrivedTrace(id, self); ok {
 		inv.Duplicates++
 		if prior != traceIdx {
 			// Rule 3: the later of two spans sharing an ID is not indexed.
@@ -379,7 +382,12 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 		inv.LatestEnd = f.end
 	}
 
-	self := inv.slot(id)
+	// A span ID nothing referred to before has no children yet: it cannot
+	// close a cycle.
+	fresh := self < 0
+	if fresh {
+		self = inv.appendSpan(id, newSpanState())
+	}
 	st := &inv.Spans[self]
 	if st.Trace >= 0 && st.Trace != traceIdx {
 		// Children named this span as parent from another trace before it
@@ -462,7 +470,7 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	nameIdx := st.Name
 	inv.reserveSpans(expected)
 	if !f.parent.IsEmpty() {
-		inv.attachToParent(self, id, f.parent, traceIdx, nameIdx, late, now)
+		inv.attachToParent(self, fresh, id, f.parent, traceIdx, nameIdx, late, now)
 	}
 	inv.applyLinks(id, nameIdx, links, now)
 
