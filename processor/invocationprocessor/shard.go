@@ -68,10 +68,16 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 	s.gen++
 	s.touched = s.touched[:0]
 	s.journalBegin()
+	// A batch's spans of one invocation usually come together: the last
+	// invocation is reused without hashing its id again (nothing is
+	// forgotten before the loop ends).
+	var inv *invocation
 	for i := range refs {
 		r := &refs[i]
 		s.journalFact(r, now, stats)
-		inv := s.ensure(r.id, now, stats)
+		if inv == nil || inv.ID != r.id {
+			inv = s.ensure(r.id, now, stats)
+		}
 		switch inv.add(r.facts, r.span.Links(), r.res, &s.resources, now, s.cfg) {
 		case addIndexed:
 			stats.indexed++
