@@ -386,6 +386,13 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	// close a cycle.
 	fresh := self < 0
 	if fresh {
+		if inv.Spans == nil && f.has(factChildren) {
+			// The first span (often the root) sizes Spans for the
+			// children it declares, so reserveSpans need not grow it.
+			if n, ok := validCount(f.children, cfg.maxSpans); ok {
+				inv.Spans = make([]spanEntry, 0, max(firstSpans, 1+min(int(n), maxReserve)))
+			}
+		}
 		self = inv.appendSpan(id, newSpanState())
 	}
 	st := &inv.Spans[self]
