@@ -138,34 +138,64 @@ const smallSpans = 16
 
 // spanAt returns the index in Spans of the span ID, or -1.
 func (inv *invocation) spanAt(id pcommon.SpanID) int {
-	if inv.index.spans != nil {
-		if i, ok := inv.index.spans[id]; ok {
+	return indexOf(inv.Spans, inv.index.spans, id)
+}
+
+// closedAt returns the index in Closed of the span ID, or -1.
+func (inv *invocation) closedAt(id pcommon.SpanID) int {
+	return indexOf(inv.Closed, inv.index.closed, id)
+}
+
+// idEntry is an entry of Spans or Closed: a record keyed by its span ID.
+type idEntry[T any] interface {
+	*T
+	spanID() pcommon.SpanID
+}
+
+func (e *spanEntry) spanID() pcommon.SpanID  { return e.ID }
+func (c *closedSpan) spanID() pcommon.SpanID { return c.ID }
+
+// indexOf returns the index in entries of the span ID, or -1: through
+// index when there is one, linearly while entries is small.
+func indexOf[T any, P idEntry[T]](entries []T, index map[pcommon.SpanID]int32, id pcommon.SpanID) int {
+	if index != nil {
+		if i, ok := index[id]; ok {
 			return int(i)
 		}
 		return -1
 	}
-	for i := range inv.Spans {
-		if inv.Spans[i].ID == id {
+	for i := range entries {
+		if P(&entries[i]).spanID() == id {
 			return i
 		}
 	}
 	return -1
 }
 
-// closedAt returns the index in Closed of the span ID, or -1.
-func (inv *invocation) closedAt(id pcommon.SpanID) int {
-	if inv.index.closed != nil {
-		if i, ok := inv.index.closed[id]; ok {
-			return int(i)
-		}
-		return -1
+// buildIndex returns the lookup map of entries, nil while it is small.
+func buildIndex[T any, P idEntry[T]](entries []T) map[pcommon.SpanID]int32 {
+	if len(entries) <= smallSpans {
+		return nil
 	}
-	for i := range inv.Closed {
-		if inv.Closed[i].ID == id {
-			return i
+	index := make(map[pcommon.SpanID]int32, len(entries))
+	for i := range entries {
+		index[P(&entries[i]).spanID()] = int32(i)
+	}
+	return index
+}
+
+// removeAt removes entries[i], moving the last entry into its place and
+// keeping index (when there is one) in step.
+func removeAt[T any, P idEntry[T]](entries []T, index map[pcommon.SpanID]int32, i int) []T {
+	last := len(entries) - 1
+	if index != nil {
+		delete(index, P(&entries[i]).spanID())
+		if i != last {
+			index[P(&entries[last]).spanID()] = int32(i)
 		}
 	}
-	return -1
+	entries[i] = entries[last]
+	return entries[:last]
 }
 
 // Room reserved in Spans: firstSpans for a new invocation, and up to
@@ -203,29 +233,10 @@ func (inv *invocation) appendSpan(id pcommon.SpanID, st spanState) int {
 }
 
 // reindexSpans rebuilds the lookup map of Spans (none while it is small).
-func (inv *invocation) reindexSpans() {
-	inv.index.spans = nil
-	if len(inv.Spans) <= smallSpans {
-		return
-	}
-	inv.index.spans = make(map[pcommon.SpanID]int32, len(inv.Spans))
-	for i := range inv.Spans {
-		inv.index.spans[inv.Spans[i].ID] = int32(i)
-	}
-}
+func (inv *invocation) reindexSpans() { inv.index.spans = buildIndex(inv.Spans) }
 
 // removeSpan removes Spans[i], moving the last entry into its place.
-func (inv *invocation) removeSpan(i int) {
-	last := len(inv.Spans) - 1
-	if inv.index.spans != nil {
-		delete(inv.index.spans, inv.Spans[i].ID)
-		if i != last {
-			inv.index.spans[inv.Spans[last].ID] = int32(i)
-		}
-	}
-	inv.Spans[i] = inv.Spans[last]
-	inv.Spans = inv.Spans[:last]
-}
+func (inv *invocation) removeSpan(i int) { inv.Spans = removeAt(inv.Spans, inv.index.spans, i) }
 
 // appendClosed adds a compact record to Closed.
 func (inv *invocation) appendClosed(c closedSpan) {
@@ -240,29 +251,10 @@ func (inv *invocation) appendClosed(c closedSpan) {
 }
 
 // reindexClosed rebuilds the lookup map of Closed (none while it is small).
-func (inv *invocation) reindexClosed() {
-	inv.index.closed = nil
-	if len(inv.Closed) <= smallSpans {
-		return
-	}
-	inv.index.closed = make(map[pcommon.SpanID]int32, len(inv.Closed))
-	for i := range inv.Closed {
-		inv.index.closed[inv.Closed[i].ID] = int32(i)
-	}
-}
+func (inv *invocation) reindexClosed() { inv.index.closed = buildIndex(inv.Closed) }
 
 // removeClosed removes Closed[i], moving the last entry into its place.
-func (inv *invocation) removeClosed(i int) {
-	last := len(inv.Closed) - 1
-	if inv.index.closed != nil {
-		delete(inv.index.closed, inv.Closed[i].ID)
-		if i != last {
-			inv.index.closed[inv.Closed[last].ID] = int32(i)
-		}
-	}
-	inv.Closed[i] = inv.Closed[last]
-	inv.Closed = inv.Closed[:last]
-}
+func (inv *invocation) removeClosed(i int) { inv.Closed = removeAt(inv.Closed, inv.index.closed, i) }
 
 // arrivedTrace returns the trace index of the arrived span with this ID;
 // i is its index in Spans (spanAt).
