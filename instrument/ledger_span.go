@@ -90,10 +90,7 @@ func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
 			// discharges nothing, the reading that fails closed.
 			f.late = kv.Value.Type() != attribute.BOOL || kv.Value.AsBool()
 		case contract.AttrUnattributed:
-			f.unattributed = UnattributedUnknown
-			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
-				f.unattributed = kv.Value.AsString()
-			}
+			f.unattributed = unattributedReason(kv.Value)
 		case contract.AttrFollowupReason:
 			f.abandoned = kv.Value.AsString() == contract.ReasonAbandoned
 		default:
@@ -129,7 +126,8 @@ type startAttrs struct {
 	// unattributed is the reason of an unattributed turn's root (a value
 	// that is not a non-empty string reads as UnattributedUnknown), or "".
 	unattributed string
-	// lateChild: the span carries invocation.late_child = true.
+	// lateChild: the span carries invocation.late_child = true (a flag of
+	// the wrong type reads as true, as readFacts reads it at the end).
 	lateChild bool
 }
 
@@ -146,12 +144,9 @@ func readStartAttrs(attrs []attribute.KeyValue) startAttrs {
 		case contract.AttrAgentName:
 			a.agent = kv.Value.AsString()
 		case contract.AttrUnattributed:
-			a.unattributed = UnattributedUnknown
-			if kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
-				a.unattributed = kv.Value.AsString()
-			}
+			a.unattributed = unattributedReason(kv.Value)
 		case contract.AttrLateChild:
-			a.lateChild = kv.Value.Type() == attribute.BOOL && kv.Value.AsBool()
+			a.lateChild = kv.Value.Type() != attribute.BOOL || kv.Value.AsBool()
 		}
 	}
 	return a
@@ -196,4 +191,14 @@ func checkLinks(s sdktrace.ReadOnlySpan) linkFacts {
 		}
 	}
 	return lf
+}
+
+// unattributedReason reads invocation.unattributed: its string, or
+// UnattributedUnknown for a value that is not a non-empty string (the
+// turn is unattributed either way; only the reason is unknown).
+func unattributedReason(v attribute.Value) string {
+	if v.Type() == attribute.STRING && v.AsString() != "" {
+		return v.AsString()
+	}
+	return UnattributedUnknown
 }
