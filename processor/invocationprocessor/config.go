@@ -47,6 +47,15 @@ type Config struct {
 	// arrives while obligations are still open. Default true.
 	EmitPending bool `mapstructure:"emit_pending"`
 
+	// PendingDelay holds the pending summary back: it is emitted only if
+	// the invocation is still open this long after its root arrived (by
+	// the processor's clock), so an invocation whose spans merely arrive
+	// out of order and close it a moment later gets no pending, only its
+	// final. Default 0: the pending is emitted as soon as the root
+	// arrives. Must not be negative, must be below open_timeout, and
+	// needs emit_pending.
+	PendingDelay time.Duration `mapstructure:"pending_delay"`
+
 	// UsageOperations lists the gen_ai.operation.name values whose spans
 	// are model calls with summed usage. Default chat, text_completion,
 	// generate_content, embeddings; must not be empty.

@@ -58,6 +58,15 @@ func TestLoadConfig(t *testing.T) {
 				return cfg
 			}(),
 		},
+		{
+			id: component.NewIDWithName(metadata.Type, "pendingdelay"),
+			want: func() *Config {
+				cfg := createDefaultConfig().(*Config)
+				cfg.PendingDelay = 1500 * time.Millisecond
+				return cfg
+			}(),
+		},
+		{id: component.NewIDWithName(metadata.Type, "badpendingdelay"), valErr: "pending_delay must be less than open_timeout"},
 		{id: component.NewIDWithName(metadata.Type, "badtenant"), valErr: `tenant::source "header" must be auth or resource`},
 		{id: component.NewIDWithName(metadata.Type, "badstorage"), loadErr: "storage"},
 		{id: component.NewIDWithName(metadata.Type, "invalid"), valErr: "remote_settle must be less than open_timeout"},
@@ -91,6 +100,7 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Equal(t, 100000, cfg.MaxOpenInvocations)
 	assert.Equal(t, 100000, cfg.MaxSpansPerInvocation)
 	assert.True(t, cfg.EmitPending)
+	assert.Zero(t, cfg.PendingDelay)
 	assert.Equal(t, []string{"chat", "text_completion", "generate_content", "embeddings"}, cfg.UsageOperations)
 	assert.Empty(t, cfg.Prices)
 	require.NoError(t, cfg.Validate())
@@ -115,6 +125,9 @@ func TestValidate(t *testing.T) {
 		{"negative output price", func(c *Config) { c.Prices = map[string]Price{"m": {Output: -1}} }, "prices::m::output"},
 		{"negative cache_read price", func(c *Config) { c.Prices = map[string]Price{"m": {CacheRead: -0.1}} }, "prices::m::cache_read"},
 		{"negative cache_creation price", func(c *Config) { c.Prices = map[string]Price{"m": {CacheCreation: -2}} }, "prices::m::cache_creation"},
+		{"negative pending_delay", func(c *Config) { c.PendingDelay = -time.Millisecond }, "pending_delay must not be negative"},
+		{"pending_delay not below open_timeout", func(c *Config) { c.PendingDelay = c.OpenTimeout }, "pending_delay must be less than open_timeout"},
+		{"pending_delay without emit_pending", func(c *Config) { c.EmitPending, c.PendingDelay = false, time.Second }, "pending_delay needs emit_pending: true"},
 		{"empty model name", func(c *Config) { c.Prices = map[string]Price{"": {}} }, "prices: model name must not be empty"},
 	}
 	for _, tt := range tests {
