@@ -169,6 +169,14 @@ func (cfg *Config) Validate() error {
 	} else if cfg.OpenTimeout > 0 && cfg.RemoteSettle >= cfg.OpenTimeout {
 		errs = append(errs, errors.New("remote_settle must be less than open_timeout"))
 	}
+	if cfg.PendingDelay < 0 {
+		errs = append(errs, errors.New("pending_delay must not be negative"))
+	} else if cfg.OpenTimeout > 0 && cfg.PendingDelay >= cfg.OpenTimeout {
+		errs = append(errs, errors.New("pending_delay must be less than open_timeout (a pending could never precede the open_timeout summary)"))
+	}
+	if cfg.PendingDelay > 0 && !cfg.EmitPending {
+		errs = append(errs, errors.New("pending_delay needs emit_pending: true (with emit_pending: false no pending is emitted; leave pending_delay unset)"))
+	}
 	if cfg.Retention < 0 {
 		errs = append(errs, errors.New("retention must not be negative"))
 	}

@@ -403,6 +403,9 @@ func FuzzFinalInvariant(f *testing.F) {
 		cfg := createDefaultConfig().(*Config)
 		cfg.OpenTimeout = time.Minute
 		cfg.RemoteSettle = time.Second
+		// pending_delay from the selector's top bits: none, within
+		// remote_settle, beyond it.
+		cfg.PendingDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second, 0}[data[0]>>6]
 		sink := new(consumertest.TracesSink)
 		clk := newFakeClock()
 		p, err := newProcessor(settingsForTest(), cfg, sink, clk, 3)
@@ -410,15 +413,30 @@ func FuzzFinalInvariant(f *testing.F) {
 		ref := newRefModel(cfg)
 		ctx := context.Background()
 		seen := 0
+		// rootAt is when a span with role root first arrived per
+		// invocation; closed, the invocations that got a final or
+		// incomplete summary; pending, those that got a pending.
+		rootAt := map[string]int64{}
+		closed, pending := map[string]bool{}, map[string]bool{}
 		check := func(when string) {
 			t.Helper()
 			sums := summarySpans(sink.AllTraces())
 			now := clk.Now().UnixNano()
 			for _, s := range sums[seen:] {
-				if strAttr(s, contract.AttrStatus) != contract.StatusFinal {
+				id := strAttr(s, contract.AttrInvocationID)
+				if st := strAttr(s, contract.AttrStatus); st == contract.StatusPending {
+					at, ok := rootAt[id]
+					require.True(t, ok, "%s: %s pending without a root", when, id)
+					require.GreaterOrEqual(t, now-at, int64(cfg.PendingDelay), "%s: %s pending before pending_delay", when, id)
+					require.False(t, closed[id], "%s: %s pending after its final or incomplete", when, id)
+					require.False(t, pending[id], "%s: %s a second pending", when, id)
+					pending[id] = true
+					continue
+				} else if st != contract.StatusFinal {
+					closed[id] = true
 					continue
 				}
-				id := strAttr(s, contract.AttrInvocationID)
+				closed[id] = true
 				v := ref.verdict(id)
 				require.True(t, v.provable, "%s: %s final (revision %d) although %s", when, id, intAttr(s, contract.AttrRevision), v.why)
 				if v.remote {
@@ -441,6 +459,13 @@ func FuzzFinalInvariant(f *testing.F) {
 				s.fill(ss.Spans().AppendEmpty())
 			}
 			ref.deliver(td, clk.Now().UnixNano())
+			forSpans(td, func(_ pcommon.Resource, s ptrace.Span) {
+				id, _ := s.Attributes().Get(contract.AttrInvocationID)
+				role, _ := s.Attributes().Get(contract.AttrRole)
+				if _, ok := rootAt[id.Str()]; !ok && role.Str() == contract.RoleRoot {
+					rootAt[id.Str()] = clk.Now().UnixNano()
+				}
+			})
 			require.NoError(t, p.ConsumeTraces(ctx, td))
 			check("batch")
 		}

@@ -77,6 +77,10 @@ type invocation struct {
 	LastArrival   int64 `json:"last_arrival"`
 	LastDischarge int64 `json:"last_discharge"`
 	LastSummary   int64 `json:"last_summary"`
+	// RootArrival is when the root span arrived (0 before): the pending
+	// summary is due pending_delay after it. It is not stored on its own:
+	// a restart replays the root at its journalled time (storage.go).
+	RootArrival int64 `json:"root_arrival"`
 
 	// Open counts unmet obligations: the root (until it arrives), declared
 	// children and followups not yet arrived. See LEDGER.md.
@@ -271,6 +275,7 @@ type ledgerConfig struct {
 	openTimeout  int64
 	retention    int64
 	emitPending  bool
+	pendingDelay int64
 	usageOps     map[string]struct{}
 	prices       map[string]Price
 	pricesActive bool
@@ -492,6 +497,7 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 
 func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, now int64) {
 	inv.RootArrived = true
+	inv.RootArrival = now
 	inv.discharge(now)
 	inv.RootTraceID = f.traceID
 	inv.RootSpanID = f.spanID

@@ -99,9 +99,9 @@ func TestPendingDelayJoinsNextDue(t *testing.T) {
 	assert.Equal(t, h.clock.Now().Add(250*time.Millisecond).UnixNano(), due)
 	// The tick interval follows the delay, so the pending is at most a
 	// quarter of it late with the real timer goroutine.
-	assert.Equal(t, minTickInterval, h.p.tickIv, "250ms/4 is clamped to the minimum")
-	h2 := newHarness(t, 1, withPendingDelay(time.Second))
-	assert.Equal(t, 250*time.Millisecond, h2.p.tickIv)
+	assert.Equal(t, 62500*time.Microsecond, h.p.tickIv, "a quarter of the delay")
+	assert.Equal(t, 500*time.Millisecond, newHarness(t, 1, nil).p.tickIv, "a quarter of remote_settle")
+	assert.Equal(t, minTickInterval, newHarness(t, 1, withPendingDelay(time.Millisecond)).p.tickIv, "clamped")
 }
 
 // remoteInvocation is a root with one remote tool: its obligations are met
@@ -216,13 +216,15 @@ func TestPendingDelayRestart(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		graceful bool
+		compact  bool          // the journal is folded into a snapshot before the stop
 		down     time.Duration // between the stop and the restart
 		wait     time.Duration // after the restart, before the pending is due
 	}{
-		{"graceful, delay not over", true, 100 * time.Millisecond, 499 * time.Millisecond},
-		{"crash, delay not over", false, 100 * time.Millisecond, 499 * time.Millisecond},
-		{"graceful, delay over while down", true, time.Minute, 0},
-		{"crash, delay over while down", false, time.Minute, 0},
+		{"graceful, delay not over", true, false, 100 * time.Millisecond, 499 * time.Millisecond},
+		{"crash, delay not over", false, false, 100 * time.Millisecond, 499 * time.Millisecond},
+		{"graceful, delay over while down", true, false, time.Minute, 0},
+		{"crash, delay over while down", false, false, time.Minute, 0},
+		{"compacted, crash, delay not over", false, true, 100 * time.Millisecond, 499 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := newMemStorage()
@@ -230,9 +232,17 @@ func TestPendingDelayRestart(t *testing.T) {
 			sink := new(consumertest.TracesSink)
 			s := scenario("inv", 0)
 			h := newStoredHarness(t, mem, clk, sink, withPendingDelay(time.Second))
+			if tc.compact {
+				h.p.store.compactMin = 1
+			}
 			h.consume(batch(s[0], s[1], s[2], s[3])) // root at 0: pending due at 1s
 			h.advance(400 * time.Millisecond)
 			require.Empty(t, h.of("inv"))
+			if tc.compact {
+				for _, sh := range h.p.shards {
+					require.Zero(t, sh.persist.logBytes, "compacted")
+				}
+			}
 			if tc.graceful {
 				h.shutdown()
 			}

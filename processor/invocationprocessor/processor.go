@@ -26,12 +26,22 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// Tick interval bounds: a fraction of remote_settle, so a settled
-// invocation is summarised within about a quarter of remote_settle.
+// Tick interval bounds: a fraction of remote_settle (and of pending_delay,
+// when set), so a settled invocation is summarised, and a due pending
+// emitted, within about a quarter of either.
 const (
 	minTickInterval = 10 * time.Millisecond
 	maxTickInterval = time.Second
 )
+
+// tickInterval is how often the timer goroutine fires due timers.
+func tickInterval(cfg *Config) time.Duration {
+	iv := cfg.RemoteSettle / 4
+	if cfg.PendingDelay > 0 {
+		iv = min(iv, cfg.PendingDelay/4)
+	}
+	return min(max(iv, minTickInterval), maxTickInterval)
+}
 
 // invocationProcessor passes every span through and adds summary spans.
 type invocationProcessor struct {
@@ -98,6 +108,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 			openTimeout:  int64(cfg.OpenTimeout),
 			retention:    int64(cfg.Retention),
 			emitPending:  cfg.EmitPending,
+			pendingDelay: int64(cfg.PendingDelay),
 			usageOps:     make(map[string]struct{}, len(cfg.UsageOperations)),
 			prices:       cfg.Prices,
 			pricesActive: len(cfg.Prices) > 0,
@@ -108,7 +119,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		tel:    tel,
 		shards: make([]*shard, numShards),
 		bounds: &bounds{limit: int64(cfg.MaxOpenInvocations)},
-		tickIv: min(max(cfg.RemoteSettle/4, minTickInterval), maxTickInterval),
+		tickIv: tickInterval(cfg),
 		// A shard's share of the open invocations' summaries, and slack.
 		outboxLimit: (cfg.MaxOpenInvocations+numShards-1)/numShards + outboxSlack,
 		set:         set,
@@ -290,7 +301,8 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	return err
 }
 
-// tick fires every due timer (open_timeout, remote_settle, retention) at
+// tick fires every due timer (open_timeout, remote_settle, pending_delay,
+// retention) at
 // now and sends the resulting summaries, retrying what waits in the
 // outboxes.
 func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {

@@ -529,7 +529,12 @@ func TestPropertyFinalTotals(t *testing.T) {
 				}
 			}
 
-			h := newHarness(t, 1+r.IntN(8), func(c *Config) { c.RemoteSettle = settle })
+			// pending_delay: none, within remote_settle, beyond it.
+			pendingDelay := []time.Duration{0, settle / 2, 2 * settle}[r.IntN(3)]
+			h := newHarness(t, 1+r.IntN(8), func(c *Config) {
+				c.RemoteSettle = settle
+				c.PendingDelay = pendingDelay
+			})
 			// The real timer goroutine runs too (every 10ms, on the fake
 			// clock), so -race sees ticks interleaved with ingestion.
 			require.NoError(t, h.p.Start(context.Background(), nil))
@@ -562,6 +567,7 @@ func TestPropertyFinalTotals(t *testing.T) {
 					require.NotEqual(t, contract.StatusIncomplete, st, "%s: reasons %v", inv.id, strsAttr(s, contract.AttrIncompleteReasons))
 					if st == contract.StatusPending {
 						require.Zero(t, finals, "%s: pending after final (summary %d)", inv.id, i)
+						require.Zero(t, i, "%s: a second pending (summary %d)", inv.id, i)
 						continue
 					}
 					if intAttr(s, contract.AttrRevision) == 1 {

@@ -156,7 +156,7 @@ func (l *invList) remove(inv *invocation) {
 }
 
 // timerHeap orders invocations by their next due time (open_timeout,
-// remote_settle or retention end).
+// remote_settle, pending_delay or retention end).
 type timerHeap []*invocation
 
 func (h timerHeap) Len() int           { return len(h) }
@@ -214,7 +214,23 @@ func (inv *invocation) nextDue(cfg *ledgerConfig) int64 {
 	if inv.obligationsMet() && inv.HasRemote {
 		due = min(due, satAdd(inv.LastArrival, cfg.settle))
 	}
+	if inv.pendingOwed(cfg) {
+		due = min(due, inv.pendingDue(cfg))
+	}
 	return due
+}
+
+// pendingOwed reports whether the open invocation is to get a pending
+// summary, now or when pendingDue comes: its root arrived and none was
+// emitted.
+func (inv *invocation) pendingOwed(cfg *ledgerConfig) bool {
+	return cfg.emitPending && inv.RootArrived && !inv.PendingSent
+}
+
+// pendingDue is when an owed pending summary is emitted: pending_delay
+// after the root arrived (at once with the default 0).
+func (inv *invocation) pendingDue(cfg *ledgerConfig) int64 {
+	return satAdd(inv.RootArrival, cfg.pendingDelay)
 }
 
 func satAdd(a, b int64) int64 {
@@ -276,7 +292,9 @@ func (s *shard) evaluate(inv *invocation, now int64, stats *stats) {
 			s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonOpenTimeout, now, stats)
 			return
 		}
-		if inv.RootArrived && !inv.PendingSent && s.cfg.emitPending {
+		// With pending_delay the pending waits for the timer: an
+		// invocation that closes before it is due never gets one.
+		if inv.pendingOwed(s.cfg) && now >= inv.pendingDue(s.cfg) {
 			inv.PendingSent = true
 			s.outbox = append(s.outbox, inv.snapshot(contract.StatusPending, 0, now, s.cfg))
 		}

@@ -93,8 +93,12 @@ func TestPropertyStorageCrashRestart(t *testing.T) {
 			mem := newMemStorage()
 			clk := newFakeClock()
 			sink := new(flakySink)
+			// pending_delay: none, within remote_settle, beyond it; the
+			// same across restarts.
+			pendingDelay := []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond}[r.IntN(3)]
 			mod := func(c *Config) {
 				c.RemoteSettle = 40 * time.Millisecond
+				c.PendingDelay = pendingDelay
 				// Within retention a retried span is a duplicate; with
 				// retention 0 it would start a new invocation, crash or not.
 				c.Retention = time.Duration(5+r.IntN(10)) * time.Second
