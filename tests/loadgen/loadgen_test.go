@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,36 @@ func TestLoadgenRunsTheCollector(t *testing.T) {
 				t.Errorf("no %s profile of the %s run: %v", kind, p, err)
 			}
 		}
+	}
+}
+
+// TestLoadgenPendingDelay runs the collector with -pending-delay: the
+// delay reaches the invocation processor (invocation.yaml reads
+// LOADGEN_PENDING_DELAY), every invocation is still final with its exact
+// totals, and the output says which delay was used.
+func TestLoadgenPendingDelay(t *testing.T) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	var out bytes.Buffer
+	o := options{collector: bin, rounds: 1, workers: 2, timeout: 2 * time.Minute, workDir: t.TempDir(), pendingDelay: time.Second, workload: tiny}
+	err := run(context.Background(), o, &out)
+	t.Logf("loadgen output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"invocation pipeline: pending_delay 1s", "40 invocations final with exact totals, 0 wrong", "pending summaries (pending_delay 1s)", "round 1 (pending_delay 1s): invocation / passthrough"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestPendingDelayNeedsCollector: against a running collector the load
+// generator cannot set the delay, so the flag is refused rather than
+// ignored.
+func TestPendingDelayNeedsCollector(t *testing.T) {
+	err := run(context.Background(), options{workers: 1, pendingDelay: time.Second, workload: tiny}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-pending-delay needs -collector") {
+		t.Fatalf("err = %v", err)
 	}
 }
 

@@ -21,10 +21,14 @@
 // invocation pipeline, without making it), and prints the ratios of the
 // invocation throughput to the two others. The first is the issue's
 // figure; the second isolates the processor's own work from the cost of
-// exporting its summaries. With -profile, contrib's pprof extension in
-// the collector saves each run's CPU, allocation and mutex profiles:
+// exporting its summaries. -pending-delay sets the invocation pipeline's
+// pending_delay (default 0, the contract's default: a pending summary as
+// soon as the root arrives), and the output says which delay was used.
+// With -profile, contrib's pprof extension in the collector saves each
+// run's CPU, allocation and mutex profiles:
 //
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger
+//	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -pending-delay 1s
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -profile /tmp/prof
 //
 // Without -collector it measures a collector already running with one of
@@ -73,6 +77,9 @@ type options struct {
 	// none); featureGates is passed to the collector's --feature-gates.
 	profileDir   string
 	featureGates string
+	// pendingDelay, with collector, is the invocation pipeline's
+	// pending_delay (LOADGEN_PENDING_DELAY in invocation.yaml).
+	pendingDelay time.Duration
 	workload     workloadConfig
 }
 
@@ -87,6 +94,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for a run")
 	flag.StringVar(&o.workDir, "dir", "", "with -collector: directory for the configs, logs and traces files (default: a new temporary one)")
 	flag.StringVar(&o.profileDir, "profile", "", "with -collector: run contrib's pprof extension in the collector and save each run's CPU profile (its whole life), allocations and mutex contention into this directory as <pipeline>-round<N>.{cpu,allocs,mutex}.pprof")
+	flag.DurationVar(&o.pendingDelay, "pending-delay", 0, "with -collector: the invocation processor's pending_delay (0: a pending summary as soon as the root arrives with obligations open)")
 	flag.StringVar(&o.featureGates, "feature-gates", "", "with -collector: the collector's --feature-gates, e.g. +pdata.useProtoPooling")
 	flag.IntVar(&o.workload.invocations, "invocations", 10000, "invocations to send")
 	flag.Float64Var(&o.workload.jobs, "jobs", 0.25, "share of invocations with a background job and a continuation")
@@ -108,6 +116,12 @@ func main() {
 func run(ctx context.Context, o options, out io.Writer) error {
 	if o.workload.invocations <= 0 || o.workload.batch <= 0 || o.workers <= 0 {
 		return errors.New("-invocations, -batch and -workers must be positive")
+	}
+	if o.pendingDelay < 0 {
+		return errors.New("-pending-delay must not be negative")
+	}
+	if o.pendingDelay != 0 && o.collector == "" {
+		return errors.New("-pending-delay needs -collector: start a running collector with LOADGEN_PENDING_DELAY instead")
 	}
 	w := newWorkload(o.workload)
 	fmt.Fprintf(out, "workload: %d invocations, %d spans (%d sends with duplicates) in %d requests of up to %d\n",
@@ -133,6 +147,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return verdict(res)
 	}
 
+	fmt.Fprintf(out, "invocation pipeline: pending_delay %v\n", o.pendingDelay)
 	if o.profileDir != "" {
 		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 			return err
@@ -173,7 +188,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		ratios = append(ratios, ratio)
 		iso := inv / byPipeline[pipelineEcho].spansPerSecond()
 		isolated = append(isolated, iso)
-		fmt.Fprintf(out, "round %d: invocation / passthrough throughput = x%.2f; invocation / passthrough+summaries = x%.2f\n", round+1, ratio, iso)
+		fmt.Fprintf(out, "round %d (pending_delay %v): invocation / passthrough throughput = x%.2f; invocation / passthrough+summaries = x%.2f\n", round+1, o.pendingDelay, ratio, iso)
 	}
 	if len(ratios) > 1 {
 		for _, r := range []struct {
@@ -181,7 +196,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			ratios []float64
 		}{{"invocation / passthrough", ratios}, {"invocation / passthrough+summaries", isolated}} {
 			slices.Sort(r.ratios)
-			fmt.Fprintf(out, "%s, median of %d rounds: x%.2f (min x%.2f, max x%.2f)\n", r.name, len(r.ratios), r.ratios[len(r.ratios)/2], r.ratios[0], r.ratios[len(r.ratios)-1])
+			fmt.Fprintf(out, "%s, median of %d rounds (pending_delay %v): x%.2f (min x%.2f, max x%.2f)\n", r.name, len(r.ratios), o.pendingDelay, r.ratios[len(r.ratios)/2], r.ratios[0], r.ratios[len(r.ratios)-1])
 		}
 	}
 	return nil

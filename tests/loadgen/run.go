@@ -69,6 +69,9 @@ type result struct {
 	// workload's exact totals.
 	wrong   []string
 	pending int
+	// pendingDelay is the invocation pipeline's pending_delay as the load
+	// generator set it; "" when it measured a running collector.
+	pendingDelay string
 	// load is the machine's load average before and after the run.
 	loadBefore, loadAfter string
 }
@@ -269,6 +272,7 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 		"LOADGEN_RECEIVER_ENDPOINT=" + rec.addr,
 		"LOADGEN_HEALTH_ENDPOINT=" + health,
 		"LOADGEN_TRACES_FILE=" + traces,
+		"LOADGEN_PENDING_DELAY=" + o.pendingDelay.String(),
 	}
 	args := []string{"--config", config}
 	var prof *profiles
@@ -298,6 +302,7 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 		return result{}, errors.Join(fmt.Errorf("%s collector not ready: %w\n%s", p, err, proc.Tail(20)), stop())
 	}
 	res, err := measure(ctx, p, otlp, rec, w, o.workers)
+	res.pendingDelay = o.pendingDelay.String()
 	if err != nil {
 		err = fmt.Errorf("%w\ncollector log:\n%s", err, proc.Tail(20))
 	} else if prof != nil {
@@ -316,8 +321,12 @@ func report(out io.Writer, r result) {
 	if r.pipeline != pipelineInvocation {
 		return
 	}
-	fmt.Fprintf(out, "%-12s %7d invocations final with exact totals, %d wrong; %d pending summaries\n",
-		"", r.final, len(r.wrong), r.pending)
+	delay := r.pendingDelay
+	if delay == "" {
+		delay = "the running collector's"
+	}
+	fmt.Fprintf(out, "%-12s %7d invocations final with exact totals, %d wrong; %d pending summaries (pending_delay %s)\n",
+		"", r.final, len(r.wrong), r.pending, delay)
 	fmt.Fprintf(out, "%-12s finalize latency (last span sent -> summary back): p50 %v  p90 %v  p99 %v  max %v\n", "",
 		r.percentile(0.50).Round(time.Microsecond), r.percentile(0.90).Round(time.Microsecond),
 		r.percentile(0.99).Round(time.Microsecond), r.percentile(1).Round(time.Microsecond))
