@@ -389,6 +389,13 @@ func FuzzFinalInvariant(f *testing.F) {
 	unattributed.unattrib = true
 	f.Add(fuzzProgram(9, root(0, 1, 1, 2), noUsage, failed, unattributed))
 	f.Add(fuzzProgram(0, root(0, 1, 1, 0)))
+	// The selector's top bits draw pending_delay (500ms, 2s): a root whose
+	// children arrive a second later, once with the remote tool settling.
+	slowChild := chat(0, 1, 2, 1, 4)
+	slowChild.wait = 2
+	f.Add(fuzzProgram(0x40|3, root(0, 1, 1, 2), slowChild, chat(0, 1, 3, 1, 5)))
+	f.Add(fuzzProgram(0x80|3, root(0, 1, 1, 2), slowChild, chat(0, 1, 3, 1, 5)))
+	f.Add(fuzzProgram(0x40|3, root(0, 1, 1, 1), remoteTool, chat(0, 1, 3, 2, 30)))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 1+fuzzSpanSize || len(data) > 1+64*fuzzSpanSize {
