@@ -302,9 +302,8 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 }
 
 // tick fires every due timer (open_timeout, remote_settle, pending_delay,
-// retention) at
-// now and sends the resulting summaries, retrying what waits in the
-// outboxes.
+// retention) at now and sends the resulting summaries, retrying what waits
+// in the outboxes.
 func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	n := now.UnixNano()
 	var stats stats
