@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/component"
@@ -317,4 +318,51 @@ func BenchmarkOpenInvocations(b *testing.B) {
 			b.ReportMetric(perOpen, "B/open")
 		})
 	}
+}
+
+// BenchmarkRetainedInvocations measures what a closed invocation costs
+// while it is retained (default retention, 15 minutes, so a deployed
+// collector holds every invocation of the last quarter hour): one op loads
+// 50,000 invocations that each close final (scenario: 6 spans, 2 traces,
+// a background job and a continuation) into a new processor. B/closed is
+// the live heap after GC per retained invocation, and gc-ns the wall time
+// of one full collection with them live (mostly marking the retained
+// state; the rest of the test binary's heap is small).
+func BenchmarkRetainedInvocations(b *testing.B) {
+	const closed, perBatch = 50_000, 100
+	ctx := context.Background()
+	b.ReportAllocs()
+	var perClosed, gcNS float64
+	for b.Loop() {
+		b.StopTimer()
+		before := heapInUse()
+		b.StartTimer()
+		cfg := createDefaultConfig().(*Config)
+		cfg.MaxOpenInvocations = closed
+		p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < closed; i += perBatch {
+			var spans []sp
+			for j := i; j < i+perBatch; j++ {
+				spans = append(spans, scenario(fmt.Sprintf("closed-%d", j), uint64(j)*100)...)
+			}
+			if err := p.ConsumeTraces(ctx, batch(spans...)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if n := p.bounds.closed.Load(); n != closed {
+			b.Fatalf("%d closed invocations retained, want %d", n, closed)
+		}
+		b.StopTimer()
+		perClosed = float64(heapInUse()-before) / closed
+		start := time.Now()
+		runtime.GC()
+		gcNS = float64(time.Since(start).Nanoseconds())
+		runtime.KeepAlive(p)
+		b.StartTimer()
+	}
+	b.ReportMetric(perClosed, "B/closed")
+	b.ReportMetric(gcNS, "gc-ns")
 }
