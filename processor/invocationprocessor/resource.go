@@ -118,12 +118,20 @@ type nameCache struct {
 	names map[string]string
 }
 
-// maxSharedNames bounds a shard's nameCache; when it is full it starts
-// over, so names of unbounded variety cost at most this many entries.
-const maxSharedNames = 4096
+// A shard's nameCache holds at most maxSharedNames names of at most
+// maxSharedNameLen bytes (about 160 KiB); when it is full it starts over,
+// so names of unbounded variety cost no more than that.
+const (
+	maxSharedNames   = 1024
+	maxSharedNameLen = 128
+)
 
 // share returns the cache's copy of name, adding name when it has none.
+// A longer name is its own copy.
 func (c *nameCache) share(name string) string {
+	if len(name) > maxSharedNameLen {
+		return name
+	}
 	if shared, ok := c.names[name]; ok {
 		return shared
 	}
