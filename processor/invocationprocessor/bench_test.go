@@ -376,3 +376,31 @@ func BenchmarkRetainedInvocations(b *testing.B) {
 	b.ReportMetric(perClosed, "B/closed")
 	b.ReportMetric(gcNS, "gc-ns")
 }
+
+// BenchmarkBuildTraces measures turning summaries into the batch sent to
+// the next consumer, on its own: one op is one send of 10 final summaries
+// of one agent resource, each with a continuation link (as
+// BenchmarkConsumeTraces makes them). ns/summary is the time per summary.
+func BenchmarkBuildTraces(b *testing.B) {
+	resource := map[string]any{"service.name": "agent"}
+	sums := make([]summary, 10)
+	for i := range sums {
+		sums[i] = summary{
+			id: fmt.Sprintf("inv-%d", i), status: contract.StatusFinal, revision: 1,
+			traceID: tid(uint64(i)), parentID: sid(uint64(i)), start: 1, end: 2,
+			conversationID: "conv-1", agentName: "coder", resource: resource,
+			links: []spanRef{{TraceID: tid(uint64(i) + 1), SpanID: sid(uint64(i) + 1)}},
+			usage: usage{Input: 150, Output: 15}, afterIn: 50, afterOut: 5,
+			modelCalls: 2, backgroundJobs: 1, continuations: 1, spans: 6, traces: 2,
+			hasTimeToFinal: true, timeToFinalMS: 20_000,
+		}
+	}
+	t := &trust{collector: "bench"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if td := buildTraces(sums, t); td.SpanCount() != len(sums) {
+			b.Fatalf("%d spans, want %d", td.SpanCount(), len(sums))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(sums)), "ns/summary")
+}
