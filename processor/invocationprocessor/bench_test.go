@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/component"
@@ -317,4 +318,89 @@ func BenchmarkOpenInvocations(b *testing.B) {
 			b.ReportMetric(perOpen, "B/open")
 		})
 	}
+}
+
+// BenchmarkRetainedInvocations measures what a closed invocation costs
+// while it is retained (default retention, 15 minutes, so a deployed
+// collector holds every invocation of the last quarter hour): one op loads
+// 50,000 invocations that each close final (scenario: 6 spans, 2 traces,
+// a background job and a continuation) into a new processor. B/closed is
+// the live heap after GC per retained invocation, and gc-ns the wall time
+// of one full collection with them live (mostly marking the retained
+// state; the rest of the test binary's heap is small). Each batch goes
+// through the OTLP protobuf encoding first, so that its strings are
+// allocated as a receiver allocates them (not the test's constants).
+func BenchmarkRetainedInvocations(b *testing.B) {
+	const closed, perBatch = 50_000, 100
+	ctx := context.Background()
+	b.ReportAllocs()
+	var perClosed, gcNS float64
+	for b.Loop() {
+		b.StopTimer()
+		before := heapInUse()
+		b.StartTimer()
+		cfg := createDefaultConfig().(*Config)
+		cfg.MaxOpenInvocations = closed
+		p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < closed; i += perBatch {
+			var spans []sp
+			for j := i; j < i+perBatch; j++ {
+				spans = append(spans, scenario(fmt.Sprintf("closed-%d", j), uint64(j)*100)...)
+			}
+			td := batch(spans...)
+			buf, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(td)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if td, err = (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(buf); err != nil {
+				b.Fatal(err)
+			}
+			if err := p.ConsumeTraces(ctx, td); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if n := p.bounds.closed.Load(); n != closed {
+			b.Fatalf("%d closed invocations retained, want %d", n, closed)
+		}
+		b.StopTimer()
+		perClosed = float64(heapInUse()-before) / closed
+		start := time.Now()
+		runtime.GC()
+		gcNS = float64(time.Since(start).Nanoseconds())
+		runtime.KeepAlive(p)
+		b.StartTimer()
+	}
+	b.ReportMetric(perClosed, "B/closed")
+	b.ReportMetric(gcNS, "gc-ns")
+}
+
+// BenchmarkBuildTraces measures turning summaries into the batch sent to
+// the next consumer, on its own: one op is one send of 10 final summaries
+// of one agent resource, each with a continuation link (as
+// BenchmarkConsumeTraces makes them). ns/summary is the time per summary.
+func BenchmarkBuildTraces(b *testing.B) {
+	resource := map[string]any{"service.name": "agent"}
+	sums := make([]summary, 10)
+	for i := range sums {
+		sums[i] = summary{
+			id: fmt.Sprintf("inv-%d", i), status: contract.StatusFinal, revision: 1,
+			traceID: tid(uint64(i)), parentID: sid(uint64(i)), start: 1, end: 2,
+			conversationID: "conv-1", agentName: "coder", resource: resource,
+			links: []spanRef{{TraceID: tid(uint64(i) + 1), SpanID: sid(uint64(i) + 1)}},
+			usage: usage{Input: 150, Output: 15}, afterIn: 50, afterOut: 5,
+			modelCalls: 2, backgroundJobs: 1, continuations: 1, spans: 6, traces: 2,
+			hasTimeToFinal: true, timeToFinalMS: 20_000,
+		}
+	}
+	t := &trust{collector: "bench"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if td := buildTraces(sums, t); td.SpanCount() != len(sums) {
+			b.Fatalf("%d spans, want %d", td.SpanCount(), len(sums))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(sums)), "ns/summary")
 }

@@ -138,12 +138,12 @@ const smallSpans = 16
 
 // spanAt returns the index in Spans of the span ID, or -1.
 func (inv *invocation) spanAt(id pcommon.SpanID) int {
-	return indexOf(inv.Spans, inv.index.spans, id)
+	return indexOf(inv.Spans, inv.index.spans(), id)
 }
 
 // closedAt returns the index in Closed of the span ID, or -1.
 func (inv *invocation) closedAt(id pcommon.SpanID) int {
-	return indexOf(inv.Closed, inv.index.closed, id)
+	return indexOf(inv.Closed, inv.index.closed(), id)
 }
 
 // idEntry is an entry of Spans or Closed: a record keyed by its span ID.
@@ -224,8 +224,8 @@ func (inv *invocation) appendSpan(id pcommon.SpanID, st spanState) int {
 	}
 	inv.Spans = append(inv.Spans, spanEntry{ID: id, spanState: st})
 	switch {
-	case inv.index.spans != nil:
-		inv.index.spans[id] = int32(i)
+	case inv.index.spans() != nil:
+		inv.index.spans()[id] = int32(i)
 	case len(inv.Spans) > smallSpans:
 		inv.reindexSpans()
 	}
@@ -233,28 +233,32 @@ func (inv *invocation) appendSpan(id pcommon.SpanID, st spanState) int {
 }
 
 // reindexSpans rebuilds the lookup map of Spans (none while it is small).
-func (inv *invocation) reindexSpans() { inv.index.spans = buildIndex(inv.Spans) }
+func (inv *invocation) reindexSpans() {
+	inv.index.setSpanMaps(buildIndex(inv.Spans), inv.index.closed())
+}
 
 // removeSpan removes Spans[i], moving the last entry into its place.
-func (inv *invocation) removeSpan(i int) { inv.Spans = removeAt(inv.Spans, inv.index.spans, i) }
+func (inv *invocation) removeSpan(i int) { inv.Spans = removeAt(inv.Spans, inv.index.spans(), i) }
 
 // appendClosed adds a compact record to Closed.
 func (inv *invocation) appendClosed(c closedSpan) {
 	i := len(inv.Closed)
 	inv.Closed = append(inv.Closed, c)
 	switch {
-	case inv.index.closed != nil:
-		inv.index.closed[c.ID] = int32(i)
+	case inv.index.closed() != nil:
+		inv.index.closed()[c.ID] = int32(i)
 	case len(inv.Closed) > smallSpans:
 		inv.reindexClosed()
 	}
 }
 
 // reindexClosed rebuilds the lookup map of Closed (none while it is small).
-func (inv *invocation) reindexClosed() { inv.index.closed = buildIndex(inv.Closed) }
+func (inv *invocation) reindexClosed() {
+	inv.index.setSpanMaps(inv.index.spans(), buildIndex(inv.Closed))
+}
 
 // removeClosed removes Closed[i], moving the last entry into its place.
-func (inv *invocation) removeClosed(i int) { inv.Closed = removeAt(inv.Closed, inv.index.closed, i) }
+func (inv *invocation) removeClosed(i int) { inv.Closed = removeAt(inv.Closed, inv.index.closed(), i) }
 
 // arrivedTrace returns the trace index of the arrived span with this ID;
 // i is its index in Spans (spanAt).
@@ -601,10 +605,11 @@ func (inv *invocation) compactAll() {
 		}
 	}
 	inv.Spans, inv.Closed = left, closed
-	inv.reindexSpans()
-	inv.reindexClosed()
 	// The name and trace lookups are rebuilt if a late span needs them.
-	inv.index.names, inv.index.traces = nil, nil
+	if m := inv.index.maps; m != nil {
+		m.names, m.traces = nil, nil
+	}
+	inv.index.setSpanMaps(buildIndex(inv.Spans), buildIndex(inv.Closed))
 }
 
 // compactTouched compacts, after close, what indexing one late span may

@@ -119,7 +119,7 @@ type invocation struct {
 	// something (and of referenced spans that never arrived). Closed holds
 	// the rest after close: what duplicates and revisions need. Both are
 	// unordered, pointer-free slices with one entry per span ID, searched
-	// linearly while small and through index.spans and index.closed once
+	// linearly while small and through index.spans() and index.closed() once
 	// large.
 	Spans  []spanEntry  `json:"spans"`
 	Closed []closedSpan `json:"closed,omitempty"`
@@ -164,6 +164,14 @@ type invIndex struct {
 	// closed while closed (the global bounds evict the lowest).
 	seq uint64
 
+	// maps holds the lookup maps of an invocation grown beyond linear
+	// search: nil for most invocations, which so carry one pointer
+	// instead of four.
+	maps *lookupMaps
+}
+
+// lookupMaps look up an invocation's Names, Traces, Spans and Closed.
+type lookupMaps struct {
 	// names and traces look up Names and Traces once they hold more than
 	// smallIndex entries; nil until then, and after close.
 	names  map[string]int32
@@ -173,13 +181,66 @@ type invIndex struct {
 	spans, closed map[pcommon.SpanID]int32
 }
 
+// lookup returns the invocation's lookup maps, allocating them on first
+// use.
+func (x *invIndex) lookup() *lookupMaps {
+	if x.maps == nil {
+		x.maps = &lookupMaps{}
+	}
+	return x.maps
+}
+
+// names, traces, spans and closed return the lookup maps, nil when there
+// are none.
+func (x *invIndex) names() map[string]int32 {
+	if x.maps == nil {
+		return nil
+	}
+	return x.maps.names
+}
+
+func (x *invIndex) traces() map[pcommon.TraceID]int32 {
+	if x.maps == nil {
+		return nil
+	}
+	return x.maps.traces
+}
+
+func (x *invIndex) spans() map[pcommon.SpanID]int32 {
+	if x.maps == nil {
+		return nil
+	}
+	return x.maps.spans
+}
+
+func (x *invIndex) closed() map[pcommon.SpanID]int32 {
+	if x.maps == nil {
+		return nil
+	}
+	return x.maps.closed
+}
+
+// setSpanMaps sets the span lookups, releasing lookupMaps when none is
+// left.
+func (x *invIndex) setSpanMaps(spans, closed map[pcommon.SpanID]int32) {
+	if x.maps == nil && spans == nil && closed == nil {
+		return
+	}
+	m := x.lookup()
+	m.spans, m.closed = spans, closed
+	if m.names == nil && m.traces == nil && spans == nil && closed == nil {
+		x.maps = nil
+	}
+}
+
 // invocationBlock is an invocation allocated together with room for its
-// first names and traces: most invocations need no more, and one
-// allocation serves the three.
+// first names, traces and continuation root: most invocations need no
+// more, and one allocation serves them all.
 type invocationBlock struct {
 	inv    invocation
 	names  [6]string
 	traces [2]pcommon.TraceID
+	roots  [1]spanRef
 }
 
 func newInvocation(id string, now int64) *invocation {
@@ -193,6 +254,7 @@ func newInvocation(id string, now int64) *invocation {
 	}}
 	b.inv.Names = b.names[:0]
 	b.inv.Traces = b.traces[:0]
+	b.inv.ContinuationRoots = b.roots[:0]
 	return &b.inv
 }
 
@@ -202,17 +264,19 @@ const smallIndex = 8
 
 // nameIndex interns a span name.
 func (inv *invocation) nameIndex(name string) int32 {
-	if inv.index.names == nil {
+	names := inv.index.names()
+	if names == nil {
 		if i := slices.Index(inv.Names, name); i >= 0 {
 			return int32(i)
 		}
 		if len(inv.Names) >= smallIndex {
-			inv.index.names = make(map[string]int32, 2*len(inv.Names))
+			names = make(map[string]int32, 2*len(inv.Names))
 			for i, n := range inv.Names {
-				inv.index.names[n] = int32(i)
+				names[n] = int32(i)
 			}
+			inv.index.lookup().names = names
 		}
-	} else if i, ok := inv.index.names[name]; ok {
+	} else if i, ok := names[name]; ok {
 		return i
 	}
 	i := int32(len(inv.Names))
@@ -220,8 +284,8 @@ func (inv *invocation) nameIndex(name string) int32 {
 		inv.Names = make([]string, 0, 4)
 	}
 	inv.Names = append(inv.Names, name)
-	if inv.index.names != nil {
-		inv.index.names[name] = i
+	if names != nil {
+		names[name] = i
 	}
 	return i
 }
@@ -237,10 +301,11 @@ func (inv *invocation) name(i int32) string {
 // traceIndex returns the trace's index, or -1 when the invocation has no
 // span in it.
 func (inv *invocation) traceIndex(t pcommon.TraceID) int32 {
-	if inv.index.traces == nil {
+	traces := inv.index.traces()
+	if traces == nil {
 		return int32(slices.Index(inv.Traces, t))
 	}
-	if i, ok := inv.index.traces[t]; ok {
+	if i, ok := traces[t]; ok {
 		return i
 	}
 	return -1
@@ -251,19 +316,21 @@ func (inv *invocation) addTrace(t pcommon.TraceID) int32 {
 	if i := inv.traceIndex(t); i >= 0 {
 		return i
 	}
-	if inv.index.traces == nil && len(inv.Traces) >= smallIndex {
-		inv.index.traces = make(map[pcommon.TraceID]int32, 2*len(inv.Traces))
+	traces := inv.index.traces()
+	if traces == nil && len(inv.Traces) >= smallIndex {
+		traces = make(map[pcommon.TraceID]int32, 2*len(inv.Traces))
 		for i, t := range inv.Traces {
-			inv.index.traces[t] = int32(i)
+			traces[t] = int32(i)
 		}
+		inv.index.lookup().traces = traces
 	}
 	i := int32(len(inv.Traces))
 	if inv.Traces == nil {
 		inv.Traces = make([]pcommon.TraceID, 0, 2)
 	}
 	inv.Traces = append(inv.Traces, t)
-	if inv.index.traces != nil {
-		inv.index.traces[t] = i
+	if traces != nil {
+		traces[t] = i
 	}
 	return i
 }

@@ -555,7 +555,7 @@ func TestClosedInvocationKeepsCompactState(t *testing.T) {
 	inv := h.p.shards[0].invs["inv-1"]
 	assert.Empty(t, inv.Spans, "a final invocation owes nothing: no full span state is kept")
 	assert.Len(t, inv.Closed, 6, "one compact record per span ID, for duplicates and revisions")
-	assert.Nil(t, inv.index.names, "lookup tables are dropped at close and rebuilt on demand")
+	assert.Nil(t, inv.index.names(), "lookup tables are dropped at close and rebuilt on demand")
 
 	// A duplicate is still recognised: no revision.
 	h.consume(batch(spans[1]))

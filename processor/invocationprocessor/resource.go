@@ -108,3 +108,47 @@ func sameRaw(a, b map[string]any) bool {
 	}
 	return true
 }
+
+// nameCache shares span and agent names between a shard's retained
+// invocations: each invocation otherwise keeps its own copy of every name
+// it saw, as the receiver allocated it, for the whole retention, where a
+// shard's invocations mostly repeat a few names. Shared names are equal
+// strings, so nothing reads differently. Guarded by the shard's mu.
+type nameCache struct {
+	names map[string]string
+}
+
+// A shard's nameCache holds at most maxSharedNames names of at most
+// maxSharedNameLen bytes (about 160 KiB); when it is full it starts over,
+// so names of unbounded variety cost no more than that.
+const (
+	maxSharedNames   = 1024
+	maxSharedNameLen = 128
+)
+
+// share returns the cache's copy of name, adding name when it has none.
+// A longer name is its own copy.
+func (c *nameCache) share(name string) string {
+	if len(name) > maxSharedNameLen {
+		return name
+	}
+	if shared, ok := c.names[name]; ok {
+		return shared
+	}
+	if c.names == nil || len(c.names) >= maxSharedNames {
+		c.names = make(map[string]string, 64)
+	}
+	c.names[name] = name
+	return name
+}
+
+// shareNames replaces a retained invocation's names by the cache's
+// copies.
+func (c *nameCache) shareNames(inv *invocation) {
+	for i, n := range inv.Names {
+		inv.Names[i] = c.share(n)
+	}
+	if inv.AgentName != "" {
+		inv.AgentName = c.share(inv.AgentName)
+	}
+}

@@ -29,8 +29,10 @@ type shard struct {
 	gen         uint64
 	outbox      []summary // made, not yet sent, in the order they were made
 	outboxLimit int
-	// resources shares resource attributes between invocations.
+	// resources shares resource attributes between invocations, names
+	// span and agent names between retained ones.
 	resources resourceCache
+	names     nameCache
 	// sendFailed is set when the last send of the outbox failed: batches
 	// then leave the retry to the timer goroutine instead of rebuilding
 	// the whole outbox for every batch.
@@ -348,6 +350,8 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 		return
 	}
 	inv.compactAll()
+	inv.dropJobTimes()
+	s.names.shareNames(inv)
 	s.schedule(inv)
 }
 

@@ -41,10 +41,19 @@ type jobTimes struct {
 }
 
 // noteJob remembers when a background span ran. A span ID is indexed
-// once, so it is noted once.
+// once, so it is noted once. Only an open invocation's view reads the
+// times (a closed one's view is its summary's), so a closed invocation
+// keeps none (dropJobTimes).
 func (inv *invocation) noteJob(id pcommon.SpanID, start, end uint64) {
+	if inv.Phase == phaseClosed {
+		return
+	}
 	inv.JobTimes = append(inv.JobTimes, jobTimes{SpanID: id, Start: start, End: end})
 }
+
+// dropJobTimes releases the background spans' times when the invocation
+// closes: nothing reads them after.
+func (inv *invocation) dropJobTimes() { inv.JobTimes = nil }
 
 // jobTimesOf returns a lookup of the background spans' times: a linear
 // search for a few jobs, a map built once for many.

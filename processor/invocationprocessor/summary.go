@@ -2,8 +2,10 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"strconv"
+	"sync"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -123,10 +125,7 @@ func summarySpanID(id string, revision int64, status string) pcommon.SpanID {
 // shards, mostly come from one agent.
 func buildTraces(sums []summary, t *trust) ptrace.Traces {
 	td := ptrace.NewTraces()
-	var spans ptrace.SpanSlice
-	var resource map[string]any
-	open := false // spans takes the next summary when its resource is resource
-	for i := range sums {
+	for i := 0; i < len(sums); {
 		s := &sums[i]
 		if s.restored != nil {
 			rs := td.ResourceSpans().AppendEmpty()
@@ -134,19 +133,25 @@ func buildTraces(sums []summary, t *trust) ptrace.Traces {
 			// Stored before a restart, perhaps by a version that did not
 			// mark summaries: this collector is the one sending it.
 			t.mark(rs.Resource().Attributes())
-			open = false
+			i++
 			continue
 		}
-		if !open || !sameRaw(resource, s.resource) {
-			rs := td.ResourceSpans().AppendEmpty()
-			// FromRaw only fails for value types AsRaw never produces.
-			_ = rs.Resource().Attributes().FromRaw(s.resource)
-			t.mark(rs.Resource().Attributes())
-			ss := rs.ScopeSpans().AppendEmpty()
-			ss.Scope().SetName(metadata.ScopeName)
-			spans, resource, open = ss.Spans(), s.resource, true
+		// sums[i:j] share s's resource: their spans are allocated at once.
+		j := i + 1
+		for j < len(sums) && sums[j].restored == nil && sameRaw(s.resource, sums[j].resource) {
+			j++
 		}
-		s.fill(spans.AppendEmpty())
+		rs := td.ResourceSpans().AppendEmpty()
+		// FromRaw only fails for value types AsRaw never produces.
+		_ = rs.Resource().Attributes().FromRaw(s.resource)
+		t.mark(rs.Resource().Attributes())
+		ss := rs.ScopeSpans().AppendEmpty()
+		ss.Scope().SetName(metadata.ScopeName)
+		spans := ss.Spans()
+		spans.EnsureCapacity(j - i)
+		for ; i < j; i++ {
+			sums[i].fill(spans.AppendEmpty())
+		}
 	}
 	return td
 }
@@ -170,66 +175,190 @@ func (s *summary) fill(sp ptrace.Span) {
 		sl.SetSpanID(l.SpanID)
 	}
 
-	a := sp.Attributes()
+	// The keys come from a template with empty values, copied in one
+	// allocation; the values are then set in the template's order. Put*
+	// would search the map for each key before appending it.
 	tenant, id := parseLedgerKey(s.id)
-	a.EnsureCapacity(s.attributeCount(tenant != ""))
-	a.PutStr(contract.AttrInvocationID, id)
-	if tenant != "" {
-		a.PutStr(contract.AttrTenant, tenant)
-	}
-	if s.conversationID != "" {
-		a.PutStr(contract.AttrConversationID, s.conversationID)
-	}
-	if s.agentName != "" {
-		a.PutStr(contract.AttrAgentName, s.agentName)
-	}
-	a.PutStr(contract.AttrStatus, s.status)
-	a.PutInt(contract.AttrRevision, s.revision)
-	putStrings(a, contract.AttrIncompleteReasons, s.reasons)
-	putStrings(a, contract.AttrAnomalies, s.anomalies)
-	a.PutInt(contract.AttrUsageInputTokens, s.usage.Input)
-	a.PutInt(contract.AttrUsageOutputTokens, s.usage.Output)
-	a.PutInt(contract.AttrUsageCacheReadTokens, s.usage.CacheRead)
-	a.PutInt(contract.AttrUsageCacheCreateTokens, s.usage.CacheCreation)
-	a.PutInt(contract.AttrUsageReasoningTokens, s.usage.Reasoning)
-	a.PutInt(contract.AttrAfterResultInput, s.afterIn)
-	a.PutInt(contract.AttrAfterResultOutput, s.afterOut)
-	a.PutInt(contract.AttrModelCalls, s.modelCalls)
-	a.PutInt(contract.AttrBackgroundJobs, s.backgroundJobs)
-	a.PutInt(contract.AttrContinuations, s.continuations)
-	a.PutInt(contract.AttrSpans, s.spans)
-	a.PutInt(contract.AttrTraces, s.traces)
-	a.PutInt(contract.AttrDuplicateSpans, s.duplicates)
-	if s.hasTimeToFinal {
-		a.PutInt(contract.AttrTimeToFinalMS, s.timeToFinalMS)
-	}
-	if s.hasCost {
-		a.PutDouble(contract.AttrCost, s.cost)
-		a.PutStr(contract.AttrCostCurrency, costCurrency)
-	}
-}
-
-// attributeCount is the number of attributes fill puts, so the map is
-// allocated once at its size.
-func (s *summary) attributeCount(hasTenant bool) int {
-	// invocation.id, status, revision, the two string lists, five usage
-	// sums, two after-result sums and six counts.
-	n := 3 + 2 + numUsage + 2 + 6
-	for _, has := range [...]bool{hasTenant, s.conversationID != "", s.agentName != "", s.hasTimeToFinal} {
-		if has {
-			n++
+	present := s.present(tenant != "")
+	a := sp.Attributes()
+	summaryTemplate(present).CopyTo(a)
+	rest := present
+	for _, v := range a.All() {
+		attr := summaryAttr(bits.TrailingZeros32(rest))
+		rest &= rest - 1
+		switch attr {
+		case attrInvocationID:
+			v.SetStr(id)
+		case attrTenant:
+			v.SetStr(tenant)
+		case attrConversationID:
+			v.SetStr(s.conversationID)
+		case attrAgentName:
+			v.SetStr(s.agentName)
+		case attrStatus:
+			v.SetStr(s.status)
+		case attrRevision:
+			v.SetInt(s.revision)
+		case attrIncompleteReasons:
+			setStrings(v, s.reasons)
+		case attrAnomalies:
+			setStrings(v, s.anomalies)
+		case attrUsageInput:
+			v.SetInt(s.usage.Input)
+		case attrUsageOutput:
+			v.SetInt(s.usage.Output)
+		case attrUsageCacheRead:
+			v.SetInt(s.usage.CacheRead)
+		case attrUsageCacheCreation:
+			v.SetInt(s.usage.CacheCreation)
+		case attrUsageReasoning:
+			v.SetInt(s.usage.Reasoning)
+		case attrAfterInput:
+			v.SetInt(s.afterIn)
+		case attrAfterOutput:
+			v.SetInt(s.afterOut)
+		case attrModelCalls:
+			v.SetInt(s.modelCalls)
+		case attrBackgroundJobs:
+			v.SetInt(s.backgroundJobs)
+		case attrContinuations:
+			v.SetInt(s.continuations)
+		case attrSpans:
+			v.SetInt(s.spans)
+		case attrTraces:
+			v.SetInt(s.traces)
+		case attrDuplicates:
+			v.SetInt(s.duplicates)
+		case attrTimeToFinal:
+			v.SetInt(s.timeToFinalMS)
+		case attrCost:
+			v.SetDouble(s.cost)
+		case attrCostCurrency:
+			v.SetStr(costCurrency)
 		}
 	}
-	if s.hasCost {
-		n += 2
-	}
-	return n
 }
 
-func putStrings(a pcommon.Map, key string, vals []string) {
-	sl := a.PutEmptySlice(key)
+// summaryAttr is one attribute of a summary span. A summary carries them
+// in this order; the optional ones only when present (summary.present).
+type summaryAttr uint8
+
+const (
+	attrInvocationID summaryAttr = iota
+	attrTenant
+	attrConversationID
+	attrAgentName
+	attrStatus
+	attrRevision
+	attrIncompleteReasons
+	attrAnomalies
+	attrUsageInput
+	attrUsageOutput
+	attrUsageCacheRead
+	attrUsageCacheCreation
+	attrUsageReasoning
+	attrAfterInput
+	attrAfterOutput
+	attrModelCalls
+	attrBackgroundJobs
+	attrContinuations
+	attrSpans
+	attrTraces
+	attrDuplicates
+	attrTimeToFinal
+	attrCost
+	attrCostCurrency
+	numSummaryAttrs
+)
+
+// summaryAttrKeys are the summary attributes' keys.
+var summaryAttrKeys = [numSummaryAttrs]string{
+	attrInvocationID:       contract.AttrInvocationID,
+	attrTenant:             contract.AttrTenant,
+	attrConversationID:     contract.AttrConversationID,
+	attrAgentName:          contract.AttrAgentName,
+	attrStatus:             contract.AttrStatus,
+	attrRevision:           contract.AttrRevision,
+	attrIncompleteReasons:  contract.AttrIncompleteReasons,
+	attrAnomalies:          contract.AttrAnomalies,
+	attrUsageInput:         contract.AttrUsageInputTokens,
+	attrUsageOutput:        contract.AttrUsageOutputTokens,
+	attrUsageCacheRead:     contract.AttrUsageCacheReadTokens,
+	attrUsageCacheCreation: contract.AttrUsageCacheCreateTokens,
+	attrUsageReasoning:     contract.AttrUsageReasoningTokens,
+	attrAfterInput:         contract.AttrAfterResultInput,
+	attrAfterOutput:        contract.AttrAfterResultOutput,
+	attrModelCalls:         contract.AttrModelCalls,
+	attrBackgroundJobs:     contract.AttrBackgroundJobs,
+	attrContinuations:      contract.AttrContinuations,
+	attrSpans:              contract.AttrSpans,
+	attrTraces:             contract.AttrTraces,
+	attrDuplicates:         contract.AttrDuplicateSpans,
+	attrTimeToFinal:        contract.AttrTimeToFinalMS,
+	attrCost:               contract.AttrCost,
+	attrCostCurrency:       contract.AttrCostCurrency,
+}
+
+// optionalAttrs are the attributes a summary may lack; the others it
+// always carries.
+const optionalAttrs = 1<<attrTenant | 1<<attrConversationID | 1<<attrAgentName |
+	1<<attrTimeToFinal | 1<<attrCost | 1<<attrCostCurrency
+
+// present is the set of attributes fill puts, a bit per summaryAttr.
+func (s *summary) present(hasTenant bool) uint32 {
+	const always = (1<<numSummaryAttrs - 1) &^ optionalAttrs
+	present := uint32(always)
+	if hasTenant {
+		present |= 1 << attrTenant
+	}
+	if s.conversationID != "" {
+		present |= 1 << attrConversationID
+	}
+	if s.agentName != "" {
+		present |= 1 << attrAgentName
+	}
+	if s.hasTimeToFinal {
+		present |= 1 << attrTimeToFinal
+	}
+	if s.hasCost {
+		present |= 1<<attrCost | 1<<attrCostCurrency
+	}
+	return present
+}
+
+// summaryTemplates holds, per set of optional attributes present, a map
+// of the summary's keys in order with empty values; made on first use and
+// only read after.
+var summaryTemplates [1 << 5]struct {
+	once sync.Once
+	keys pcommon.Map
+}
+
+// summaryTemplate returns the template for the attributes in present.
+func summaryTemplate(present uint32) pcommon.Map {
+	// The optional attributes as five bits (cost and its currency go
+	// together).
+	i := 0
+	for n, attr := range [...]summaryAttr{attrTenant, attrConversationID, attrAgentName, attrTimeToFinal, attrCost} {
+		if present&(1<<attr) != 0 {
+			i |= 1 << n
+		}
+	}
+	t := &summaryTemplates[i]
+	t.once.Do(func() {
+		t.keys = pcommon.NewMap()
+		t.keys.EnsureCapacity(bits.OnesCount32(present))
+		for rest := present; rest != 0; rest &= rest - 1 {
+			t.keys.PutEmpty(summaryAttrKeys[bits.TrailingZeros32(rest)])
+		}
+	})
+	return t.keys
+}
+
+func setStrings(v pcommon.Value, vals []string) {
+	sl := v.SetEmptySlice()
 	sl.EnsureCapacity(len(vals))
-	for _, v := range vals {
-		sl.AppendEmpty().SetStr(v)
+	for _, s := range vals {
+		sl.AppendEmpty().SetStr(s)
 	}
 }
