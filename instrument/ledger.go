@@ -59,7 +59,39 @@ type Ledger struct {
 	// record keeps the latest summaries of forgotten invocations for a
 	// late Wait.
 	record *summaryRecord
-	down   bool
+	// spareCalls holds buffers for the model calls of invocations whose
+	// root has not arrived (invocationState.preRoot), returned once it
+	// did, so that an invocation whose root ends last (the usual order)
+	// costs no buffer of its own; at most maxSpareCalls.
+	spareCalls [][]modelCall
+	down       bool
+}
+
+// maxSpareCalls bounds Ledger.spareCalls.
+const maxSpareCalls = 64
+
+// lendCalls gives inv a buffer for the model calls that arrive before its
+// root. l.mu must be held.
+func (l *Ledger) lendCalls(inv *invocationState) {
+	if n := len(l.spareCalls); n > 0 {
+		inv.preRoot = l.spareCalls[n-1]
+		l.spareCalls[n-1] = nil
+		l.spareCalls = l.spareCalls[:n-1]
+		return
+	}
+	inv.preRoot = make([]modelCall, 0, 8)
+}
+
+// reclaimCalls takes back inv's buffer of model calls once its root
+// arrived. l.mu must be held.
+func (l *Ledger) reclaimCalls(inv *invocationState) {
+	if inv.preRoot == nil || !inv.rootArrived {
+		return
+	}
+	if len(l.spareCalls) < maxSpareCalls {
+		l.spareCalls = append(l.spareCalls, inv.preRoot[:0])
+	}
+	inv.preRoot = nil
 }
 
 func newLedger(cfg config, meter metric.Meter) *Ledger {

@@ -123,7 +123,12 @@ func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationS
 	if l.background.foreignFollowup(s, f.id) {
 		inv.anomaly(contract.AnomalyForeignFollowup, s.Name())
 	}
-	switch inv.arrive(s, f, l.maxSpans) {
+	if inv.preRoot == nil && !inv.rootArrived && usageOperation(f.op) {
+		l.lendCalls(inv)
+	}
+	result := inv.arrive(s, f, l.maxSpans)
+	l.reclaimCalls(inv)
+	switch result {
 	case arriveDuplicate:
 		return
 	case arriveSpanLimit:

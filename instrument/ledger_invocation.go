@@ -47,7 +47,9 @@ type invocationState struct {
 	nodes nodeSet
 	names nameList
 	// preRoot holds the model calls that arrived before the root, to
-	// split off their after-result part once the root's end is known.
+	// split off their after-result part once the root's end is known; the
+	// Ledger lends the buffer (spareCalls) and takes it back once the root
+	// arrived.
 	preRoot []modelCall
 	// prev and next link it in the ledger's open or closed list;
 	// sessionPrev and sessionNext among its session's invocations.
@@ -264,7 +266,8 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 					inv.usage.AfterResultOutputTokens += c.out
 				}
 			}
-			inv.preRoot = nil
+			// The Ledger takes the buffer back for another invocation.
+			inv.preRoot = inv.preRoot[:0]
 		}
 	case contract.RoleContinuation:
 		inv.usage.Continuations++

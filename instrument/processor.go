@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"context"
+	"reflect"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -48,11 +49,15 @@ type SpanProcessor struct {
 	// retry, before a flush or shutdown.
 	holders parked.Holders
 
-	// mu guards open, turns and free.
+	// mu guards open, openCount, turns and free.
 	mu sync.Mutex
-	// open has a record per span started and not yet ended; released at
-	// OnEnd, bounded by max.
-	open map[spanKey]*spanRecord
+	// open has a record per span started and not yet ended, by span ID
+	// (a key of 8 bytes hashes faster than trace and span ID): the records
+	// of spans of other traces with the same span ID are chained through
+	// spanRecord.sameID. Released at OnEnd; openCount of them, bounded by
+	// max.
+	open      map[trace.SpanID]*spanRecord
+	openCount int
 	// turns holds the open roots and continuations (the Tracker's turn
 	// spans) by trace and invocation: where a job launched from an ended
 	// span is declared when its ancestry has no open span left.
@@ -67,19 +72,24 @@ type turnKey struct {
 	invocation string
 }
 
-type spanKey struct {
-	trace trace.TraceID
-	span  trace.SpanID
-}
-
 // spanRecord is the per-span bookkeeping between OnStart and OnEnd. It is
 // reused once the span ended, so nothing may keep it past OnEnd.
 type spanRecord struct {
 	invocation string
 	children   int
 	span       sdktrace.ReadWriteSpan
+	// trace is the span's trace; sameID the record of another open span
+	// with the same span ID in another trace, or nil.
+	trace  trace.TraceID
+	sameID *spanRecord
 	// parent is the span's parent in the same trace, when local.
 	parent trace.SpanID
+	// bagCtx is the context the span's latest child started from, when it
+	// is a pointer, and bagID the invocation id in its baggage: the
+	// children of a span most often start from one context, whose
+	// baggage (immutable, as the context) is then read once.
+	bagCtx context.Context
+	bagID  string
 	// turn: the span is registered in turns.
 	turn bool
 	// inv is the ledger's state of the span's invocation, when known at
@@ -102,6 +112,70 @@ func (p *SpanProcessor) newRecord() *spanRecord {
 	return &spanRecord{}
 }
 
+// lookupOpen returns the record of the open span sid of trace tid, or
+// nil. p.mu must be held.
+func (p *SpanProcessor) lookupOpen(tid trace.TraceID, sid trace.SpanID) *spanRecord {
+	for rec := p.open[sid]; rec != nil; rec = rec.sameID {
+		if rec.trace == tid {
+			return rec
+		}
+	}
+	return nil
+}
+
+// addOpen indexes rec, the record of span sid of trace rec.trace; it
+// replaces the record of a span with the same IDs (which then ends
+// unrecorded). p.mu must be held.
+func (p *SpanProcessor) addOpen(sid trace.SpanID, rec *spanRecord) {
+	p.removeOpen(rec.trace, sid)
+	rec.sameID = p.open[sid]
+	p.open[sid] = rec
+	p.openCount++
+}
+
+// removeOpen unindexes and returns the record of the open span sid of
+// trace tid, or nil. p.mu must be held.
+func (p *SpanProcessor) removeOpen(tid trace.TraceID, sid trace.SpanID) *spanRecord {
+	var prev *spanRecord
+	for rec := p.open[sid]; rec != nil; prev, rec = rec, rec.sameID {
+		if rec.trace != tid {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.sameID = rec.sameID
+		case rec.sameID != nil:
+			p.open[sid] = rec.sameID
+		default:
+			delete(p.open, sid)
+		}
+		rec.sameID = nil
+		p.openCount--
+		return rec
+	}
+	return nil
+}
+
+// baggageID returns the invocation id in the baggage of ctx, the context
+// a child of rec's span starts from. It keeps the answer for the next
+// child started from the same context; only a context that is a pointer
+// is kept (comparing it cannot panic). p.mu must be held.
+func (rec *spanRecord) baggageID(ctx context.Context) string {
+	if rec.bagCtx != nil && rec.bagCtx == ctx {
+		return rec.bagID
+	}
+	id := baggageInvocationID(ctx)
+	if reflect.TypeOf(ctx).Kind() == reflect.Pointer {
+		rec.bagCtx, rec.bagID = ctx, id
+	}
+	return id
+}
+
+// baggageInvocationID returns the invocation id in ctx's baggage, or "".
+func baggageInvocationID(ctx context.Context) string {
+	return baggage.FromContext(ctx).Member(contract.BaggageInvocationID).Value()
+}
+
 // release clears rec and keeps it for reuse. p.mu must be held.
 func (p *SpanProcessor) release(rec *spanRecord) {
 	*rec = spanRecord{}
@@ -122,7 +196,7 @@ func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcesso
 		next:   next,
 		ledger: newLedger(cfg, meter),
 		max:    cfg.maxOpenSpans,
-		open:   make(map[spanKey]*spanRecord),
+		open:   make(map[trace.SpanID]*spanRecord),
 		turns:  make(map[turnKey]*spanRecord),
 	}
 	// Errors from instrument creation leave a usable no-op instrument.
@@ -146,11 +220,13 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	sc := s.SpanContext()
 	attrs := readStartAttrs(s.Attributes())
 	id := attrs.id
-	if id == "" {
-		id = baggage.FromContext(parent).Member(contract.BaggageInvocationID).Value()
-	}
 	psc := s.Parent()
 	local := psc.IsValid() && !psc.IsRemote()
+	if id == "" && !local {
+		// A span with a local parent reads the baggage below, through its
+		// parent's record.
+		id = baggageInvocationID(parent)
+	}
 	// Only lifecycle spans (which carry a role) and model calls need to
 	// know whether the Tracker started them.
 	client := s.SpanKind() == trace.SpanKindClient
@@ -170,7 +246,11 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	var rec *spanRecord
 	p.mu.Lock()
 	if local {
-		if prec, ok := p.open[spanKey{psc.TraceID(), psc.SpanID()}]; ok {
+		if prec := p.lookupOpen(psc.TraceID(), psc.SpanID()); prec != nil {
+			if id == "" {
+				id = prec.baggageID(parent)
+				ledgered = id != "" && sc.IsSampled()
+			}
 			if id == "" {
 				id = prec.invocation
 				ledgered = sc.IsSampled()
@@ -181,6 +261,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 				inv = prec.inv
 			}
 		} else {
+			if id == "" {
+				id = baggageInvocationID(parent)
+				ledgered = id != "" && sc.IsSampled()
+			}
 			// The parent is not tracked: it ended already (a late child),
 			// or it belongs to a provider without this processor.
 			if ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan); ok &&
@@ -194,10 +278,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 			}
 		}
 	}
-	tracked := len(p.open) < p.max
+	tracked := p.openCount < p.max
 	if tracked {
 		rec = p.newRecord()
-		rec.invocation, rec.span, rec.inv = id, s, inv
+		rec.invocation, rec.span, rec.inv, rec.trace = id, s, inv, sc.TraceID()
 		if local {
 			rec.parent = psc.SpanID()
 		}
@@ -205,7 +289,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 			rec.turn = true
 			p.turns[turnKey{sc.TraceID(), id}] = rec
 		}
-		p.open[spanKey{sc.TraceID(), sc.SpanID()}] = rec
+		p.addOpen(sc.SpanID(), rec)
 	}
 	p.mu.Unlock()
 	if ours {
@@ -262,12 +346,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 // OnEnd implements sdktrace.SpanProcessor.
 func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	sc := s.SpanContext()
-	key := spanKey{sc.TraceID(), sc.SpanID()}
 	children := countAbsent
 	var known *invocationState
 	p.mu.Lock()
-	if rec, ok := p.open[key]; ok {
-		delete(p.open, key)
+	if rec := p.removeOpen(sc.TraceID(), sc.SpanID()); rec != nil {
 		if rec.turn {
 			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
 		}
@@ -333,8 +415,8 @@ func (p *SpanProcessor) openAncestor(id string, launching sdktrace.ReadOnlySpan)
 	if psc.IsValid() && !psc.IsRemote() {
 		sid := psc.SpanID()
 		for i := 0; i < maxRemoteWalk && sid != (trace.SpanID{}); i++ {
-			rec, ok := p.open[spanKey{tid, sid}]
-			if !ok {
+			rec := p.lookupOpen(tid, sid)
+			if rec == nil {
 				break
 			}
 			if rec.invocation == id {
@@ -353,7 +435,7 @@ func (p *SpanProcessor) openAncestor(id string, launching sdktrace.ReadOnlySpan)
 func (p *SpanProcessor) openSpans() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.open)
+	return p.openCount
 }
 
 // countedSpan is an ended span with invocation.children added.

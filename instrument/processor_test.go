@@ -214,3 +214,86 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestSpansSharingASpanID: two open spans of different traces with the
+// same span ID (an IDGenerator may hand out one twice) are tracked apart:
+// each counts its own child and is released at its own end, in either
+// order.
+func TestSpansSharingASpanID(t *testing.T) {
+	ids := &presetIDs{}
+	p := newPipeline(t, sdktrace.WithIDGenerator(ids))
+	shared := trace.SpanID{0xaa, 1}
+	t1, t2 := trace.TraceID{1}, trace.TraceID{2}
+	ids.set(t1, shared)
+	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "a", "s1")
+	ids.set(t2, shared)
+	ctx2, inv2 := p.tracker.StartInvocation(context.Background(), "b", "s2")
+	tr := p.tp.Tracer("example.com/tools")
+	ids.set(t1, trace.SpanID{0xbb, 1})
+	_, c1 := tr.Start(ctx1, "tool one")
+	ids.set(t2, trace.SpanID{0xbb, 2})
+	_, c2 := tr.Start(ctx2, "tool two")
+	c2.End()
+	c1.End()
+	if n := p.sp.openSpans(); n != 2 {
+		t.Fatalf("processor tracks %d spans with both roots open, want 2", n)
+	}
+	inv1.End()
+	if n := p.sp.openSpans(); n != 1 {
+		t.Fatalf("processor tracks %d spans after the first root ended, want 1", n)
+	}
+	inv2.End()
+	if n := p.sp.openSpans(); n != 0 {
+		t.Fatalf("processor tracks %d spans after both roots ended, want 0", n)
+	}
+	for _, tc := range []struct {
+		name, id string
+		children int64
+	}{
+		{"invoke_agent a", inv1.ID(), 1}, {"invoke_agent b", inv2.ID(), 1},
+		{"tool one", inv1.ID(), 0}, {"tool two", inv2.ID(), 0},
+	} {
+		s := p.span(t, tc.name)
+		if got := strAttr(s, contract.AttrInvocationID); got != tc.id {
+			t.Errorf("%s: invocation.id = %q, want %q", tc.name, got, tc.id)
+		}
+		if got := intAttr(t, s, contract.AttrChildren); got != tc.children {
+			t.Errorf("%s: invocation.children = %d, want %d", tc.name, got, tc.children)
+		}
+	}
+	for _, id := range []string{inv1.ID(), inv2.ID()} {
+		if s, _ := p.sp.Ledger().Summary(id); s.Status != contract.StatusFinal || s.Usage.Spans != 2 {
+			t.Errorf("summary of %s = %+v, want final with 2 spans", id, s)
+		}
+	}
+}
+
+// TestChildrenOfOneParentFromTwoContexts: the baggage of each context a
+// child starts from names its invocation, even when the parent's record
+// kept the answer for another context.
+func TestChildrenOfOneParentFromTwoContexts(t *testing.T) {
+	p := newPipeline(t)
+	ctxA, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	ctxB, err := ContextWithInvocation(ctxA, "other-invocation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.tp.Tracer("example.com/tools")
+	for _, c := range []struct {
+		ctx  context.Context
+		name string
+	}{{ctxA, "a1"}, {ctxB, "b1"}, {ctxA, "a2"}, {ctxB, "b2"}, {ctxB, "b3"}, {ctxA, "a3"}} {
+		_, s := tr.Start(c.ctx, c.name)
+		s.End()
+	}
+	inv.End()
+	for name, want := range map[string]string{"a1": inv.ID(), "a2": inv.ID(), "a3": inv.ID(),
+		"b1": "other-invocation", "b2": "other-invocation", "b3": "other-invocation"} {
+		if got := strAttr(p.span(t, name), contract.AttrInvocationID); got != want {
+			t.Errorf("%s: invocation.id = %q, want %q", name, got, want)
+		}
+	}
+	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrChildren); got != 3 {
+		t.Errorf("root invocation.children = %d, want 3 (its own invocation's children only)", got)
+	}
+}

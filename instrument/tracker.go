@@ -181,16 +181,15 @@ func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ..
 		// A hex id is always a valid baggage value.
 		panic(err)
 	}
-	opts := append([]trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(
-			attribute.String(contract.AttrInvocationID, id),
-			attribute.String(contract.AttrRole, contract.RoleRoot),
-			attribute.String(contract.AttrOperationName, contract.OpInvokeAgent),
-			attribute.String(contract.AttrAgentName, agent),
-			attribute.String(contract.AttrConversationID, session),
-		),
-	}, extra...)
+	opts := make([]trace.SpanStartOption, 0, 2+len(extra))
+	opts = append(opts, spanKindInternal, trace.WithAttributes(
+		attribute.String(contract.AttrInvocationID, id),
+		attribute.String(contract.AttrRole, contract.RoleRoot),
+		attribute.String(contract.AttrOperationName, contract.OpInvokeAgent),
+		attribute.String(contract.AttrAgentName, agent),
+		attribute.String(contract.AttrConversationID, session),
+	))
+	opts = append(opts, extra...)
 	ctx, span := t.start(ctx, t.rootName(agent), opts...)
 	if !span.SpanContext().IsSampled() {
 		// Nothing of the invocation is observed: Ledger.Wait answers
@@ -199,6 +198,10 @@ func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ..
 	}
 	return ctx, &Invocation{id: id, span: span}
 }
+
+// spanKindInternal is the span kind of lifecycle spans, made once: the
+// option is a closure, which would otherwise cost an allocation per span.
+var spanKindInternal = trace.WithSpanKind(trace.SpanKindInternal)
 
 // rootName returns the root span name of agent.
 func (t *Tracker) rootName(agent string) string {
@@ -252,7 +255,7 @@ func (t *Tracker) StartBackground(ctx context.Context, kind string, opts ...trac
 	if id != "" {
 		attrs = append(attrs, attribute.String(contract.AttrInvocationID, id))
 	}
-	opts = append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}, opts...)
+	opts = append([]trace.SpanStartOption{spanKindInternal}, opts...)
 	parent := ctx
 	if launching, ended := endedSpan(ctx); ended && id != "" {
 		opts = append(opts, trace.WithLinks(followupLink(launching.SpanContext(), contract.LinkLaunchedBy)))
@@ -377,7 +380,7 @@ func (t *Tracker) StartContinuation(ctx context.Context, agent, session string, 
 	}
 	ctx, span := t.start(ctx, contract.SpanNameContinuationPrefix+" "+agent,
 		trace.WithNewRoot(),
-		trace.WithSpanKind(trace.SpanKindInternal),
+		spanKindInternal,
 		trace.WithLinks(links...),
 		trace.WithAttributes(
 			attribute.String(contract.AttrInvocationID, id),
@@ -448,7 +451,7 @@ func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason, co
 	_, span := t.start(ctx, contract.SpanNameFollowupClosed,
 		trace.WithNewRoot(),
 		trace.WithTimestamp(now),
-		trace.WithSpanKind(trace.SpanKindInternal),
+		spanKindInternal,
 		trace.WithLinks(followupLink(ref.SpanContext, contract.LinkFollowup)),
 		trace.WithAttributes(attrs...))
 	span.End(trace.WithTimestamp(now))
