@@ -47,6 +47,15 @@ const (
 	// nobody saw, a turn started while detached); its value is the reason.
 	// Such an invocation is never final: ReasonUnattributedWakeup.
 	AttrUnattributed = "invocation.unattributed"
+	// AttrUnrecorded (int, agentledger v0.6) is, on a span, the number of
+	// direct children of the same invocation it started that were not
+	// recorded (the sampler dropped them): the collector never sees them,
+	// so the invocation is never final (ReasonNotSampled).
+	AttrUnrecorded = "invocation.unrecorded"
+	// AttrDetached (int, agentledger v0.6) is, on a span, the number of
+	// spans of the same invocation started from its context as roots of
+	// new traces; each links to it with LinkDetachedFrom.
+	AttrDetached = "invocation.detached"
 
 	// AttrTenant (string) names the tenant an invocation belongs to. The
 	// processor sets it on the summaries it emits when its tenant setting
@@ -75,6 +84,10 @@ const (
 	// launched it, when that span had already ended and the job is
 	// parented on the invocation's nearest open span instead.
 	LinkLaunchedBy = "launched_by"
+	// LinkDetachedFrom is the link from a span that started a new trace
+	// inside an invocation to the span in whose context it started; it
+	// discharges one of that span's AttrDetached (agentledger v0.6).
+	LinkDetachedFrom = "detached_from"
 )
 
 // Values of AttrFollowupReason.
@@ -240,9 +253,19 @@ const (
 	// has reason ReasonAbandoned (agentledger v0.5); detail is that span's
 	// name.
 	ReasonAbandonedFollowup = "abandoned_followup"
-	// ReasonNotSampled (in-process ledger only): the root span was not
-	// recorded, so the invocation cannot be observed at all.
+	// ReasonNotSampled: the root span was not recorded (in-process
+	// ledger: "not_sampled"), or a span of the invocation was not recorded
+	// ("not_sampled:<span name>", naming the span that counted it in
+	// AttrUnrecorded, or the unrecorded model call in process).
 	ReasonNotSampled = "not_sampled"
+	// ReasonMalformedAttribute: a rule attribute of a span or of one of its
+	// links has the wrong type, or its key is repeated with different
+	// values ("malformed_attribute:<key> on <span name>", agentledger v0.6).
+	ReasonMalformedAttribute = "malformed_attribute"
+	// ReasonMissingDetached: a span's AttrDetached counts more new-trace
+	// spans than have arrived linking to it ("missing_detached:<span
+	// name>", agentledger v0.6).
+	ReasonMissingDetached = "missing_detached"
 
 	AnomalyExtraChildren   = "extra_children"
 	AnomalySpanLimit       = "span_limit"
