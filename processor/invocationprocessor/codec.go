@@ -405,3 +405,53 @@ func (d *decoder) span(sp ptrace.Span) {
 		d.attrs(l.Attributes(), 0)
 	}
 }
+
+// facts decodes a stored span straight into the ledger's reader, as
+// readFacts reads a live one: every stored attribute, repeats included,
+// in stored order, so that replay reads the same facts as the live path
+// did (CONTRACT.md v0.6 rule 7).
+func (d *decoder) facts(f *spanFacts, cfg *ledgerConfig) {
+	traceID := pcommon.TraceID(d.traceID())
+	spanID := pcommon.SpanID(d.spanID())
+	flags := d.byte1()
+	if flags&^spanHasParent != 0 {
+		d.fail("bad span flags %#x", flags)
+		return
+	}
+	var parent pcommon.SpanID
+	if flags&spanHasParent != 0 {
+		parent = d.spanID()
+	}
+	name := d.str()
+	if kind := d.byte1(); kind > byte(ptrace.SpanKindConsumer) {
+		d.fail("bad span kind %d", kind)
+		return
+	}
+	code := d.byte1()
+	if code > byte(ptrace.StatusCodeError) {
+		d.fail("bad status code %d", code)
+		return
+	}
+	start, end := d.uvarint(), d.uvarint()
+	var r factReader
+	r.begin(f, name, traceID, spanID, parent, start, end, ptrace.StatusCode(code) == ptrace.StatusCodeError)
+	n := d.count(2)
+	for i := 0; i < n && d.err == nil; i++ {
+		k := d.key()
+		v := pcommon.NewValueEmpty()
+		d.value(v, 0)
+		r.attr(k, v)
+	}
+	nl := d.count(25)
+	for i := 0; i < nl && d.err == nil; i++ {
+		r.linkStart(d.traceID(), d.spanID())
+		na := d.count(2)
+		for j := 0; j < na && d.err == nil; j++ {
+			k := d.key()
+			v := pcommon.NewValueEmpty()
+			d.value(v, 0)
+			r.linkAttr(k, v)
+		}
+	}
+	r.end(cfg)
+}

@@ -68,6 +68,7 @@ func (inv *invocation) reasons(now int64, cfg *ledgerConfig) []string {
 			}
 		}
 	}
+	obl = inv.detachedReasons(obl)
 	sort.Strings(obl)
 	out = append(out, slices.Compact(obl)...)
 	problems := append(slices.Clone(inv.Invalid), inv.Taints...)

@@ -5,9 +5,9 @@ import (
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
 // noIndex marks an absent name, trace or count.
@@ -441,48 +441,44 @@ func (inv *invocation) breakCycle(id, pid pcommon.SpanID, nameIdx int32) {
 	}
 }
 
-// linkTargets are a span's followup and consumed link targets.
+// linkTargets are a span's followup and consumed link targets, named by
+// span ID with the trace the link gave.
 type linkTargets struct {
-	follow, consumed []pcommon.SpanID
+	follow, consumed []linkFact
 	repeated         bool
 }
 
-// readLinkTargets reads the link targets, appending to follow and
+// readLinkTargets sorts the span's links by kind, appending to follow and
 // consumed (the caller's stack buffers, so that a few links allocate
-// nothing).
-func readLinkTargets(links ptrace.SpanLinkSlice, follow, consumed []pcommon.SpanID) linkTargets {
+// nothing). A repeated followup target (same trace and span ID) is kept
+// once.
+func readLinkTargets(links []linkFact, follow, consumed []linkFact) linkTargets {
 	lt := linkTargets{follow: follow, consumed: consumed}
-	var seen map[pcommon.SpanID]struct{} // only for spans with many links
-	for i := 0; i < links.Len(); i++ {
-		l := links.At(i)
-		v, ok := l.Attributes().Get(contract.AttrLink)
-		if !ok || v.Type() != pcommon.ValueTypeStr {
-			continue
-		}
-		switch v.Str() {
-		case contract.LinkFollowup:
-			t := l.SpanID()
+	var seen map[linkFact]struct{} // only for spans with many links
+	for _, l := range links {
+		switch l.kind {
+		case ledgerrule.LinkFollowup:
 			dup := false
 			if seen != nil {
-				_, dup = seen[t]
+				_, dup = seen[l]
 			} else {
-				dup = slices.Contains(lt.follow, t)
+				dup = slices.Contains(lt.follow, l)
 			}
 			if dup {
 				lt.repeated = true
 				continue
 			}
-			lt.follow = append(lt.follow, t)
+			lt.follow = append(lt.follow, l)
 			if seen == nil && len(lt.follow) > 16 {
-				seen = make(map[pcommon.SpanID]struct{}, links.Len())
+				seen = make(map[linkFact]struct{}, len(links))
 				for _, f := range lt.follow {
 					seen[f] = struct{}{}
 				}
 			} else if seen != nil {
-				seen[t] = struct{}{}
+				seen[l] = struct{}{}
 			}
-		case contract.LinkConsumed:
-			lt.consumed = append(lt.consumed, l.SpanID())
+		case ledgerrule.LinkConsumed:
+			lt.consumed = append(lt.consumed, l)
 		}
 	}
 	return lt
@@ -491,26 +487,33 @@ func readLinkTargets(links ptrace.SpanLinkSlice, follow, consumed []pcommon.Span
 // malformed reports a followup link to the span itself, or a target both
 // followed up and consumed (rule 3).
 func (lt *linkTargets) malformed(self pcommon.SpanID) bool {
-	if slices.Contains(lt.follow, self) {
-		return true
+	for _, f := range lt.follow {
+		if f.spanID == self {
+			return true
+		}
 	}
 	if len(lt.consumed) == 0 {
 		return false
 	}
 	follow := lt.follow
 	if len(follow) > 16 {
-		follow = slices.Clone(follow)
-		slices.SortFunc(follow, compareSpanIDs)
+		ids := make([]pcommon.SpanID, len(follow))
+		for i, f := range follow {
+			ids[i] = f.spanID
+		}
+		slices.SortFunc(ids, compareSpanIDs)
 		for _, c := range lt.consumed {
-			if _, found := slices.BinarySearchFunc(follow, c, compareSpanIDs); found {
+			if _, found := slices.BinarySearchFunc(ids, c.spanID, compareSpanIDs); found {
 				return true
 			}
 		}
 		return false
 	}
 	for _, c := range lt.consumed {
-		if slices.Contains(follow, c) {
-			return true
+		for _, f := range follow {
+			if f.spanID == c.spanID {
+				return true
+			}
 		}
 	}
 	return false
@@ -526,12 +529,14 @@ func compareSpanIDs(a, b pcommon.SpanID) int {
 }
 
 // applyLinks discharges at most one followup of each background span the
-// arrived span links to (rule 2), none when its links are malformed.
-func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace.SpanLinkSlice, now int64) {
-	if links.Len() == 0 {
+// arrived span links to (rule 2), none when its links are malformed, and
+// at most one detached span of each span it links to with detached_from
+// (v0.6 rule 4).
+func (inv *invocation) applyLinks(id pcommon.SpanID, traceIdx, nameIdx int32, links []linkFact, now int64) {
+	if len(links) == 0 {
 		return
 	}
-	var followBuf, consumedBuf [4]pcommon.SpanID
+	var followBuf, consumedBuf [4]linkFact
 	lt := readLinkTargets(links, followBuf[:0], consumedBuf[:0])
 	if lt.repeated {
 		inv.addAnomaly(contract.AnomalyDuplicateLink + ":" + inv.name(nameIdx))
@@ -541,7 +546,7 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace
 		return
 	}
 	for _, target := range lt.follow {
-		t := &inv.Spans[inv.slot(target)]
+		t := &inv.Spans[inv.slot(target.spanID)]
 		before := t.ArrivedFollowups
 		t.ArrivedFollowups++
 		if !t.Arrived && t.linkedBy() < 0 {
@@ -551,6 +556,7 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links ptrace
 			inv.discharge(now)
 		}
 	}
+	inv.applyDetachedLinks(id, nameIdx, links, now)
 }
 
 // compact moves an arrived span that owes nothing from Spans to Closed.
@@ -614,12 +620,12 @@ func (inv *invocation) compactAll() {
 
 // compactTouched compacts, after close, what indexing one late span may
 // have left owing nothing: the span, its parent and its link targets.
-func (inv *invocation) compactTouched(id, parent pcommon.SpanID, links ptrace.SpanLinkSlice) {
+func (inv *invocation) compactTouched(id, parent pcommon.SpanID, links []linkFact) {
 	inv.compact(id)
 	if !parent.IsEmpty() {
 		inv.compact(parent)
 	}
-	for i := 0; i < links.Len(); i++ {
-		inv.compact(links.At(i).SpanID())
+	for _, l := range links {
+		inv.compact(l.spanID)
 	}
 }

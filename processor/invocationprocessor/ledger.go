@@ -1,11 +1,12 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
+	"github.com/agentledger/agentledger/internal/ledgerrule"
+
 	"math"
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
 )
@@ -145,6 +146,10 @@ type invocation struct {
 	// JobTimes holds each background span's start and end, for the status
 	// extension (status.go).
 	JobTimes []jobTimes `json:"job_times,omitempty"`
+
+	// Detached holds the invocation.detached obligations (detached.go):
+	// nil unless a span declared one or linked with detached_from.
+	Detached []detachedCount `json:"-"`
 
 	Anomalies []string `json:"anomalies,omitempty"`
 	Revision  int64    `json:"revision"`
@@ -344,6 +349,8 @@ type ledgerConfig struct {
 	emitPending  bool
 	pendingDelay int64
 	usageOps     map[string]struct{}
+	// rule configures the reader of spans (internal/ledgerrule).
+	rule         *ledgerrule.Config
 	prices       map[string]Price
 	pricesActive bool
 }
@@ -385,26 +392,6 @@ func (inv *invocation) discharge(now int64) {
 	inv.LastDischarge = now
 }
 
-// validCount reads an obligation count; ok is false when it cannot be
-// trusted.
-func validCount(v pcommon.Value, maxSpans int) (int32, bool) {
-	if v.Type() != pcommon.ValueTypeInt {
-		return 0, false
-	}
-	n := v.Int()
-	if n < 0 || n > int64(maxSpans) || n > math.MaxInt32 {
-		return 0, false
-	}
-	return int32(n), true
-}
-
-// flagSet reads a boolean marker the conservative way: present and not
-// false means set (a mistyped marker must not relax a rule).
-func flagSet(attrs pcommon.Map, key string) bool {
-	v, ok := attrs.Get(key)
-	return ok && flagValue(v)
-}
-
 // add indexes one span of the invocation, from the facts readFacts read
 // of it (links are read here), in O(1) amortised time (plus its links),
 // updating the open obligation count as LEDGER.md describes and applying
@@ -412,7 +399,7 @@ func flagSet(attrs pcommon.Map, key string) bool {
 //
 // resources shares the resource attributes kept for summaries with the
 // shard's other invocations.
-func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon.Resource, resources *resourceCache, now int64, cfg *ledgerConfig) addResult {
+func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resourceCache, now int64, cfg *ledgerConfig) addResult {
 	id := f.spanID
 	name := f.name
 	traceIdx := inv.traceIndex(f.traceID)
@@ -428,7 +415,7 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 		}
 		return addDuplicate
 	}
-	if inv.SpanLimitHit || len(inv.Spans)+len(inv.Closed) >= cfg.maxSpans {
+	if inv.SpanLimitHit || len(inv.Spans)+len(inv.Closed)+len(inv.Detached) >= cfg.maxSpans {
 		if !inv.SpanLimitHit {
 			inv.SpanLimitHit = true
 			inv.addAnomaly(reasonSpanLimit)
@@ -458,10 +445,10 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	// close a cycle.
 	fresh := self < 0
 	if fresh {
-		if inv.Spans == nil && f.has(factChildren) {
+		if inv.Spans == nil {
 			// The first span (often the root) sizes Spans for the
 			// children it declares, so reserveSpans need not grow it.
-			if n, ok := validCount(f.children, cfg.maxSpans); ok {
+			if n, ok := count(f.children); ok {
 				inv.Spans = make([]spanEntry, 0, max(firstSpans, 1+min(int(n), maxReserve)))
 			}
 		}
@@ -498,6 +485,23 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	if f.has(factUnattributed) {
 		inv.addTaint(contract.ReasonUnattributedWakeup + ":" + f.unattributed)
 	}
+	if f.malformed != 0 {
+		// CONTRACT.md v0.6 rule 1: malformed, never absent.
+		for _, r := range ledgerrule.MalformedReasons(nil, f.malformed, name) {
+			inv.addTaint(r)
+		}
+	}
+	if f.has(factLinkMalformed) {
+		inv.addTaint(ledgerrule.LinkMalformedReason(name))
+	}
+	if f.unrecorded.Declared() {
+		if n, ok := count(f.unrecorded); !ok {
+			inv.addInvalid(reasonInvalidCount + ":" + name)
+		} else if n > 0 {
+			// v0.6 rule 3: a span of the invocation was never exported.
+			inv.addTaint(contract.ReasonNotSampled + ":" + name)
+		}
+	}
 	if f.has(factAbandoned) {
 		// The followup it closes is discharged, but whether the
 		// notification still starts a continuation is unknown (v0.5).
@@ -505,8 +509,8 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	}
 
 	expected := 0 // children declared and not arrived: room to reserve
-	if f.has(factChildren) {
-		if n, ok := validCount(f.children, cfg.maxSpans); ok {
+	if f.children.Declared() {
+		if n, ok := count(f.children); ok {
 			st.DeclaredChildren = n
 			if n > st.ArrivedChildren {
 				inv.Open += int(n - st.ArrivedChildren)
@@ -523,12 +527,7 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	case roleBackground:
 		inv.BackgroundJobs++
 		inv.noteJob(id, f.start, f.end)
-		var n int32
-		valid := false
-		if f.has(factFollowups) {
-			n, valid = validCount(f.followups, cfg.maxSpans)
-		}
-		if valid {
+		if n, valid := count(f.followups); valid {
 			st.DeclaredFollowups = n
 			if n > st.ArrivedFollowups {
 				inv.Open += int(n - st.ArrivedFollowups)
@@ -547,17 +546,20 @@ func (inv *invocation) add(f *spanFacts, links ptrace.SpanLinkSlice, res pcommon
 	// st is not used below: reserving, attaching and linking may grow
 	// Spans.
 	nameIdx := st.Name
+	if f.detached.Declared() {
+		inv.declareDetached(f, nameIdx)
+	}
 	inv.reserveSpans(expected)
 	if !f.parent.IsEmpty() {
 		inv.attachToParent(self, fresh, id, f.parent, traceIdx, nameIdx, late, now)
 	}
-	inv.applyLinks(id, nameIdx, links, now)
+	inv.applyLinks(id, traceIdx, nameIdx, f.links, now)
 
 	if f.has(factModelCall) {
 		inv.addModelCall(f, cfg)
 	}
 	if inv.Phase == phaseClosed {
-		inv.compactTouched(id, f.parent, links)
+		inv.compactTouched(id, f.parent, f.links)
 	}
 	return addIndexed
 }

@@ -303,7 +303,12 @@ func TestInvalidCountNeverFinal(t *testing.T) {
 			h.advance(time.Minute)
 			s := requireOne(t, h, "inv-1")
 			assertStatus(t, s, contract.StatusIncomplete, 1)
-			assert.Equal(t, []string{"invalid_count:execute_tool shell", contract.ReasonOpenTimeout}, strsAttr(s, contract.AttrIncompleteReasons))
+			want := []string{"invalid_count:execute_tool shell"}
+			if _, isInt := bad.(int64); !isInt {
+				// The wrong type is also malformed (CONTRACT.md v0.6 rule 1).
+				want = append(want, "malformed_attribute:invocation.children on execute_tool shell")
+			}
+			assert.Equal(t, append(want, contract.ReasonOpenTimeout), strsAttr(s, contract.AttrIncompleteReasons))
 		})
 	}
 	t.Run("missing followups", func(t *testing.T) {

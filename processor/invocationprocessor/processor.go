@@ -1,6 +1,8 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
+	"github.com/agentledger/agentledger/internal/ledgerrule"
+
 	"context"
 	"errors"
 	"fmt"
@@ -110,6 +112,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 			emitPending:  cfg.EmitPending,
 			pendingDelay: int64(cfg.PendingDelay),
 			usageOps:     make(map[string]struct{}, len(cfg.UsageOperations)),
+			rule:         ledgerrule.NewConfig(cfg.UsageOperations, cfg.MaxSpansPerInvocation),
 			prices:       cfg.Prices,
 			pricesActive: len(cfg.Prices) > 0,
 		},

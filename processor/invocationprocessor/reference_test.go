@@ -1,6 +1,8 @@
 package invocationprocessor
 
 import (
+	"math"
+
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
@@ -252,4 +254,24 @@ func refUsage(attrs pcommon.Map, key string) int64 {
 		return 0
 	}
 	return v.Int()
+}
+
+// validCount reads an obligation count as the reference model does; ok is
+// false when it cannot be trusted.
+func validCount(v pcommon.Value, maxSpans int) (int32, bool) {
+	if v.Type() != pcommon.ValueTypeInt {
+		return 0, false
+	}
+	n := v.Int()
+	if n < 0 || n > int64(maxSpans) || n > math.MaxInt32 {
+		return 0, false
+	}
+	return int32(n), true
+}
+
+// flagSet reads a boolean marker the conservative way: present and not
+// false means set.
+func flagSet(attrs pcommon.Map, key string) bool {
+	v, ok := attrs.Get(key)
+	return ok && (v.Type() != pcommon.ValueTypeBool || v.Bool())
 }

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -410,7 +409,6 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 	var st stats
 	ps.replaying = true
 	defer func() { ps.replaying = false }()
-	span := ptrace.NewSpan()
 	var facts spanFacts
 	res := pcommon.NewResource()
 	empty := pcommon.NewResource()
@@ -426,9 +424,8 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 			ev := &op.events[j]
 			switch ev.kind {
 			case evFact:
-				span = ptrace.NewSpan()
 				d := decoder{b: ev.fact}
-				d.span(span)
+				d.facts(&facts, &p.cfg)
 				if d.err == nil && d.remaining() != 0 {
 					d.fail("%d trailing bytes", d.remaining())
 				}
@@ -455,8 +452,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				if ps.taintAll > op.time || ps.tainted[ev.id] > op.time {
 					taintInvocation(inv)
 				}
-				readFacts(&facts, span, &p.cfg)
-				inv.add(&facts, span.Links(), r, &s.resources, op.time, &p.cfg)
+				inv.add(&facts, r, &s.resources, op.time, &p.cfg)
 			case evEmit:
 				if ev.flags&emitSent == 0 {
 					sum, err := decodeSummary(ev)

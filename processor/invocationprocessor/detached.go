@@ -1,0 +1,112 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
+)
+
+// detachedCount is the obligation of a span that declared
+// invocation.detached (CONTRACT.md v0.6 rule 4): how many spans of the
+// invocation that started new traces from its context will link to it
+// with detached_from, and how many did. Such spans are rare, so the
+// counts live in a short list on the invocation (nil for almost all)
+// rather than in every span's state.
+type detachedCount struct {
+	ID pcommon.SpanID
+	// Trace is the declaring span's trace, or before it arrives the trace
+	// of the first link to it; a link or declaration in another trace is
+	// malformed_link.
+	Trace    pcommon.TraceID
+	Name     int32 // the declaring span's name; noIndex before it arrives
+	Declared int32 // noIndex before the span arrives
+	Arrived  int32
+}
+
+// detachedAt returns the index in Detached of a span ID, or -1.
+func (inv *invocation) detachedAt(id pcommon.SpanID) int {
+	for i := range inv.Detached {
+		if inv.Detached[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// detachedSlot returns the index of a span ID's entry, adding one.
+func (inv *invocation) detachedSlot(id pcommon.SpanID, trace pcommon.TraceID) int {
+	if i := inv.detachedAt(id); i >= 0 {
+		return i
+	}
+	inv.Detached = append(inv.Detached, detachedCount{ID: id, Trace: trace, Name: noIndex, Declared: noIndex})
+	return len(inv.Detached) - 1
+}
+
+// declareDetached records an arrived span's invocation.detached.
+func (inv *invocation) declareDetached(f *spanFacts, nameIdx int32) {
+	n, ok := count(f.detached)
+	if !ok {
+		inv.addInvalid(reasonInvalidCount + ":" + f.name)
+		return
+	}
+	if n == 0 && inv.detachedAt(f.spanID) < 0 {
+		return
+	}
+	d := &inv.Detached[inv.detachedSlot(f.spanID, f.traceID)]
+	if d.Trace != f.traceID {
+		// Spans linked to this span ID in another trace: none of them
+		// discharges it.
+		inv.addTaint(contract.ReasonMalformedLink + ":" + f.name)
+		d.Trace, d.Arrived = f.traceID, 0
+	}
+	d.Name, d.Declared = nameIdx, n
+	if n > d.Arrived {
+		inv.Open += int(n - d.Arrived)
+	}
+}
+
+// applyDetachedLinks discharges one detached span of each span the arrived
+// span links to with detached_from, matched by trace and span ID.
+func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, links []linkFact, now int64) {
+	for i, l := range links {
+		if l.kind != ledgerrule.LinkDetachedFrom {
+			continue
+		}
+		repeated := false
+		for _, prev := range links[:i] {
+			if prev.kind == ledgerrule.LinkDetachedFrom && prev.spanID == l.spanID && prev.traceID == l.traceID {
+				repeated = true
+			}
+		}
+		if repeated {
+			inv.addAnomaly(contract.AnomalyDuplicateLink + ":" + inv.name(nameIdx))
+			continue
+		}
+		if l.spanID == id {
+			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
+			continue
+		}
+		d := &inv.Detached[inv.detachedSlot(l.spanID, l.traceID)]
+		if d.Trace != l.traceID {
+			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
+			continue
+		}
+		before := d.Arrived
+		d.Arrived++
+		if d.Declared >= 0 && before < d.Declared {
+			inv.discharge(now)
+		}
+	}
+}
+
+// detachedReasons appends missing_detached for each declared count not
+// yet met.
+func (inv *invocation) detachedReasons(out []string) []string {
+	for _, d := range inv.Detached {
+		if d.Declared > d.Arrived {
+			out = append(out, contract.ReasonMissingDetached+":"+inv.name(d.Name))
+		}
+	}
+	return out
+}
