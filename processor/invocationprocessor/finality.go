@@ -5,12 +5,25 @@ import (
 	"sort"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
+
+// obligations reduces the invocation to the terms of the finality rule,
+// which internal/ledgerrule decides for both halves.
+func (inv *invocation) obligations(now int64, cfg *ledgerConfig) ledgerrule.Obligations {
+	return ledgerrule.Obligations{
+		RootArrived: inv.RootArrived,
+		Open:        inv.Open,
+		Unprovable:  len(inv.Invalid) > 0 || inv.SpanLimitHit,
+		Settling:    !inv.settled(now, cfg),
+		Tainted:     len(inv.Taints) > 0,
+	}
+}
 
 // obligationsMet reports conditions 1-3 of CONTRACT.md (and that nothing
 // made them unprovable).
 func (inv *invocation) obligationsMet() bool {
-	return inv.RootArrived && inv.Open == 0 && len(inv.Invalid) == 0 && !inv.SpanLimitHit
+	return inv.obligations(0, nil).Met()
 }
 
 // settled reports condition 4. It is checked over the whole invocation: the
@@ -18,22 +31,19 @@ func (inv *invocation) obligationsMet() bool {
 // subtree, so this never declares final earlier than the contract allows,
 // and it needs no walk up the parent chain per span.
 func (inv *invocation) settled(now int64, cfg *ledgerConfig) bool {
-	return !inv.HasRemote || now-inv.LastArrival >= cfg.settle
+	return !inv.HasRemote || (cfg != nil && now-inv.LastArrival >= cfg.settle)
 }
 
 // provable reports whether conditions 1-4 hold now.
 func (inv *invocation) provable(now int64, cfg *ledgerConfig) bool {
-	return inv.obligationsMet() && inv.settled(now, cfg)
+	return inv.obligations(now, cfg).Closable()
 }
 
 // status is the status a summary emitted now carries: final only when
 // conditions 1-4 hold and nothing taints the invocation (v0.2 rules 3, 5,
 // 7), whatever the revision.
 func (inv *invocation) status(now int64, cfg *ledgerConfig) string {
-	if inv.provable(now, cfg) && len(inv.Taints) == 0 {
-		return contract.StatusFinal
-	}
-	return contract.StatusIncomplete
+	return inv.obligations(now, cfg).Status()
 }
 
 // reasons lists why the invocation is not final, each "kind:detail",
