@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"context"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math"
 	"sync"
 	"time"
@@ -40,9 +41,11 @@ import (
 // (ledger_record.go) answers a late Wait. Spans come in
 // through ledger_ingest.go, questions through ledger_query.go.
 type Ledger struct {
-	clock         Clock
-	settle        time.Duration
-	maxSpans      int
+	clock    Clock
+	settle   time.Duration
+	maxSpans int
+	// rule configures the contract's reader of spans (internal/ledgerrule).
+	rule          *ledgerrule.Config
 	evictedCount  metric.Int64Counter
 	spanLimited   metric.Int64Counter
 	recordDropped metric.Int64Counter
@@ -99,6 +102,7 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 		clock:      cfg.clock,
 		settle:     cfg.remoteSettle,
 		maxSpans:   min(cfg.maxSpans, math.MaxInt32), // nodes count in 32 bits
+		rule:       ledgerrule.NewConfig(contract.DefaultUsageOperations, min(cfg.maxSpans, math.MaxInt32)),
 		held:       newRetention(cfg),
 		sessions:   newSessionIndex(),
 		background: make(backgroundIndex),

@@ -1,10 +1,9 @@
 package instrument
 
 import (
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/agentledger/agentledger/contract"
 )
 
 // backgroundIndex maps the background spans of the invocations a Ledger
@@ -33,7 +32,7 @@ func (b backgroundIndex) forget(inv *invocationState) {
 // this one never indexes it as a member.
 func (b backgroundIndex) foreignFollowup(s sdktrace.ReadOnlySpan, id string) bool {
 	for _, link := range s.Links() {
-		if attrString(link.Attributes, contract.AttrLink) != contract.LinkFollowup {
+		if kind, _ := linkKind(link.Attributes); kind != ledgerrule.LinkFollowup {
 			continue
 		}
 		if owner, ok := b[link.SpanContext.SpanID()]; ok && owner != id {

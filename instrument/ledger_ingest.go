@@ -92,7 +92,7 @@ func (l *Ledger) setSession(inv *invocationState, session, agent string) {
 // SpanProcessor's wrapper); children is the invocation.children the
 // SpanProcessor counted, countAbsent when it counted none.
 func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
-	f := readFacts(s, children, l.maxSpans)
+	f := readFacts(s, children, l.rule)
 	l.apply(s, &f, nil)
 }
 
@@ -123,7 +123,7 @@ func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationS
 	if l.background.foreignFollowup(s, f.id) {
 		inv.anomaly(contract.AnomalyForeignFollowup, s.Name())
 	}
-	if inv.preRoot == nil && !inv.rootArrived && usageOperation(f.op) {
+	if inv.preRoot == nil && !inv.rootArrived && f.modelCall {
 		l.lendCalls(inv)
 	}
 	result := inv.arrive(s, f, l.maxSpans)

@@ -1,6 +1,7 @@
 package instrument
 
 import (
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math"
 	"slices"
 	"sort"
@@ -142,6 +143,13 @@ func (inv *invocationState) fail(kind, detail string) {
 	}
 }
 
+// failReason records a reason already in "kind:detail" form.
+func (inv *invocationState) failReason(r string) {
+	if !slices.Contains(inv.failures, r) && len(inv.failures) < maxAnomalies {
+		inv.failures = append(inv.failures, r)
+	}
+}
+
 func (inv *invocationState) anomaly(kind, detail string) {
 	a := kind + ":" + detail
 	if _, ok := inv.anomalySet[a]; ok || len(inv.anomalies) >= maxAnomalies {
@@ -243,6 +251,12 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		inv.latestEnd = end
 	}
 
+	if f.malformed != 0 {
+		// CONTRACT.md v0.6 rule 1: malformed, never absent.
+		for _, r := range ledgerrule.MalformedReasons(nil, f.malformed, name) {
+			inv.failReason(r)
+		}
+	}
 	if f.abandoned {
 		// The followup it closes is discharged, but whether the
 		// notification still starts a continuation is unknown (v0.5).
@@ -316,7 +330,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		inv.breakCycle(sid, n.parent)
 	}
 	inv.applyLinks(s, name)
-	if f.op != "" {
+	if f.modelCall {
 		inv.addUsage(s, f)
 	}
 	return arriveIndexed
@@ -325,9 +339,6 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 // addUsage sums a model call's usage (rule 5: one that did not fail and
 // carries no usage makes the invocation incomplete).
 func (inv *invocationState) addUsage(s sdktrace.ReadOnlySpan, f *spanFacts) {
-	if !usageOperation(f.op) {
-		return
-	}
 	u := &inv.usage
 	u.ModelCalls++
 	// A count that would overflow its sum is not summed and, like a
@@ -358,16 +369,6 @@ func (inv *invocationState) addUsage(s sdktrace.ReadOnlySpan, f *spanFacts) {
 	if !f.hasUsage && !f.failed {
 		inv.fail(contract.ReasonUsageMissing, s.Name())
 	}
-}
-
-// usageOperation reports whether op names a model call
-// (contract.DefaultUsageOperations).
-func usageOperation(op string) bool {
-	switch op {
-	case contract.OpChat, contract.OpTextCompletion, contract.OpGenerateContent, contract.OpEmbeddings:
-		return true
-	}
-	return false
 }
 
 // openReasons lists what keeps inv open at now, sorted.

@@ -1,6 +1,7 @@
 package instrument
 
 import (
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"slices"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -89,6 +90,9 @@ func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string) {
 		return
 	}
 	lf := checkLinks(s)
+	if lf.malformedKind {
+		inv.failReason(ledgerrule.LinkMalformedReason(name))
+	}
 	if lf.malformed {
 		inv.fail(contract.ReasonMalformedLink, name)
 		return
@@ -97,7 +101,7 @@ func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string) {
 		inv.anomaly(contract.AnomalyDuplicateLink, name)
 	}
 	for i, link := range links {
-		if attrString(link.Attributes, contract.AttrLink) != contract.LinkFollowup {
+		if kind, _ := linkKind(link.Attributes); kind != ledgerrule.LinkFollowup {
 			continue
 		}
 		target := link.SpanContext.SpanID()
@@ -120,7 +124,7 @@ func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string) {
 // target.
 func repeatsFollowup(links []sdktrace.Link, target trace.SpanID) bool {
 	for _, l := range links {
-		if l.SpanContext.SpanID() == target && attrString(l.Attributes, contract.AttrLink) == contract.LinkFollowup {
+		if kind, _ := linkKind(l.Attributes); kind == ledgerrule.LinkFollowup && l.SpanContext.SpanID() == target {
 			return true
 		}
 	}

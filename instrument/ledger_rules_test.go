@@ -290,11 +290,13 @@ func TestAnomaliesAndFailuresBounded(t *testing.T) {
 }
 
 // TestRuleLateChildMistyped (rule 1): a late_child flag that is not a
-// boolean reads as true: the child never discharges its parent's count.
+// boolean reads as true: the child never discharges its parent's count;
+// and it is malformed (v0.6 rule 1).
 func TestRuleLateChildMistyped(t *testing.T) {
 	root, tool := spanCtx(1, 1), spanCtx(1, 2)
 	sl := newStubLedger(t)
 	sl.feed(rootStub(root, 1), toolStub(tool, root, 1),
 		stub("late work", spanCtx(1, 3), tool, 60, attribute.String(contract.AttrLateChild, "yes"), attribute.Int(contract.AttrChildren, 0)))
-	wantStatus(t, sl.summary("inv"), contract.StatusPending, "missing_children:execute_tool shell")
+	wantStatus(t, sl.summary("inv"), contract.StatusPending,
+		"malformed_attribute:invocation.late_child on late work", "missing_children:execute_tool shell")
 }

@@ -6,6 +6,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
 // Counts of invocation.children and invocation.followups as spanFacts
@@ -29,7 +30,9 @@ var usageKeys = [5]attribute.Key{
 // spanFacts is what the ledger reads from one ended span, in one pass over
 // its attributes and outside the ledger's lock.
 type spanFacts struct {
-	id, role, op, session, agent string
+	id, role, session, agent string
+	// modelCall: gen_ai.operation.name is a usage operation.
+	modelCall bool
 	// unattributed is the reason of an unattributed turn's root, or "".
 	unattributed string
 	// abandoned: the span carries invocation.followup.reason = abandoned.
@@ -47,75 +50,137 @@ type spanFacts struct {
 	invalidUsage []string
 	// failed: the span's status is Error.
 	failed bool
+	// unrecorded and detached are the declared counts of v0.6 rules 3
+	// and 4, countAbsent or childrenInvalid.
+	unrecorded, detached int
+	// malformed has a bit per ledgerrule.Key whose value is malformed.
+	malformed uint32
 	// stamped: the span itself carries invocation.children equal to the
 	// count the SpanProcessor passed (it stamps 0 at the span's start).
 	stamped bool
 }
 
-// readFacts reads a span's facts; children is the invocation.children the
-// SpanProcessor counted (countAbsent or childrenInvalid otherwise), and
-// maxCount bounds a provable count.
-func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
-	f := spanFacts{children: children, followups: countAbsent}
-	if f.children > maxCount {
-		f.children = childrenInvalid
-	}
-	followupsSeen := false
+// readFacts reads a span's facts through the contract's one reader
+// (internal/ledgerrule), as the collector reads the exported span:
+// children is the invocation.children the SpanProcessor counted
+// (countAbsent when it counted none), which is what the exported span
+// carries, so it is read in place of the attribute.
+func readFacts(s sdktrace.ReadOnlySpan, children int, rule *ledgerrule.Config) spanFacts {
+	f := spanFacts{children: countAbsent, followups: countAbsent}
+	var r ledgerrule.SpanReader
+	sessionSeen, agentSeen := false, false
 	for _, kv := range s.Attributes() {
-		switch kv.Key {
-		case contract.AttrInvocationID:
-			f.id = kv.Value.AsString()
-		case contract.AttrRole:
-			f.role = kv.Value.AsString()
-		case contract.AttrOperationName:
-			f.op = kv.Value.AsString()
-		case contract.AttrConversationID:
-			f.session = kv.Value.AsString()
-		case contract.AttrAgentName:
-			f.agent = kv.Value.AsString()
-		case contract.AttrChildren:
-			f.stamped = children >= 0 && kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() == int64(children)
-		case contract.AttrFollowups:
-			followupsSeen = true
-			f.followups = childrenInvalid
-			if kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() >= 0 && kv.Value.AsInt64() <= int64(maxCount) {
-				f.followups = int(kv.Value.AsInt64())
+		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
+			if k == ledgerrule.KeyChildren {
+				f.stamped = children >= 0 && kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() == int64(children)
+				continue
 			}
-		case contract.AttrRemote:
-			// A remote flag of the wrong type is taken as remote: waiting
-			// for the settle time is the conservative reading.
-			f.remote = kv.Value.Type() != attribute.BOOL || kv.Value.AsBool()
-		case contract.AttrLateChild:
-			// A flag of the wrong type reads as true: the child then
-			// discharges nothing, the reading that fails closed.
-			f.late = kv.Value.Type() != attribute.BOOL || kv.Value.AsBool()
-		case contract.AttrUnattributed:
-			f.unattributed = unattributedReason(kv.Value)
-		case contract.AttrFollowupReason:
-			f.abandoned = kv.Value.AsString() == contract.ReasonAbandoned
-		default:
-			for i, k := range usageKeys {
-				if kv.Key != k {
-					continue
-				}
-				if i < 2 {
-					f.hasUsage = true
-				}
-				if kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() >= 0 {
-					f.usage[i] = kv.Value.AsInt64()
-				} else {
-					f.invalidUsage = append(f.invalidUsage, string(k))
-				}
+			r.Attr(k, ruleValue(kv.Value))
+			continue
+		}
+		// Copied into summaries, not read by the rule: the first counts.
+		switch kv.Key {
+		case contract.AttrConversationID:
+			if !sessionSeen {
+				sessionSeen, f.session = true, kv.Value.AsString()
+			}
+		case contract.AttrAgentName:
+			if !agentSeen {
+				agentSeen, f.agent = true, kv.Value.AsString()
 			}
 		}
 	}
-	if f.role == contract.RoleBackground && !followupsSeen {
-		// A job that does not say how many followups it promises cannot
-		// be proven complete.
-		f.followups = childrenInvalid
+	if children != countAbsent {
+		r.Attr(ledgerrule.KeyChildren, ledgerrule.IntValue(int64(children)))
+	}
+	var rf ledgerrule.Facts
+	r.Read(rule, &rf)
+	if rf.Member {
+		f.id = rf.InvocationID
+	}
+	f.role = roleName(rf.Role)
+	f.modelCall = rf.ModelCall
+	f.children = countOf(rf.Children)
+	f.followups = countOf(rf.Followups)
+	f.unrecorded = countOf(rf.Unrecorded)
+	f.detached = countOf(rf.Detached)
+	f.remote, f.late = rf.Remote, rf.LateChild
+	if rf.Unattributed {
+		f.unattributed = rf.UnattributedReason
+		if f.unattributed == "" {
+			f.unattributed = UnattributedUnknown
+		}
+	}
+	f.abandoned = rf.Abandoned
+	f.malformed = rf.Malformed
+	if rf.ModelCall {
+		f.hasUsage = rf.HasUsage()
+		for i := range ledgerrule.NumUsage {
+			if rf.UsageInvalid&(1<<i) != 0 {
+				f.invalidUsage = append(f.invalidUsage, string(usageKeys[i]))
+				continue
+			}
+			f.usage[i] = rf.Usage[i]
+		}
 	}
 	f.failed = s.Status().Code == codes.Error
 	return f
+}
+
+// countOf converts a count as the reader read it.
+func countOf(c ledgerrule.Count) int {
+	switch c.State {
+	case ledgerrule.CountValid:
+		return int(c.N)
+	case ledgerrule.CountInvalid:
+		return childrenInvalid
+	}
+	return countAbsent
+}
+
+// roleName is the contract's name of a role the rule tells apart, or "".
+func roleName(r ledgerrule.Role) string {
+	switch r {
+	case ledgerrule.RoleRoot:
+		return contract.RoleRoot
+	case ledgerrule.RoleBackground:
+		return contract.RoleBackground
+	case ledgerrule.RoleContinuation:
+		return contract.RoleContinuation
+	case ledgerrule.RoleFollowupClosed:
+		return contract.RoleFollowupClosed
+	}
+	return ""
+}
+
+// ruleValue converts an attribute value for the rule's reader. Slices
+// carry no content: no rule attribute is a slice.
+func ruleValue(v attribute.Value) ledgerrule.Value {
+	switch v.Type() {
+	case attribute.STRING:
+		return ledgerrule.StringValue(v.AsString())
+	case attribute.INT64:
+		return ledgerrule.IntValue(v.AsInt64())
+	case attribute.BOOL:
+		return ledgerrule.BoolValue(v.AsBool())
+	case attribute.FLOAT64:
+		return ledgerrule.DoubleValue(v.AsFloat64())
+	case attribute.INVALID:
+		return ledgerrule.OtherValue(ledgerrule.KindEmpty)
+	}
+	return ledgerrule.OtherValue(ledgerrule.KindSlice)
+}
+
+// linkKind reads a link's invocation.link through the contract's reader:
+// its kind, and whether it is malformed.
+func linkKind(attrs []attribute.KeyValue) (ledgerrule.LinkKind, bool) {
+	var r ledgerrule.LinkReader
+	for _, kv := range attrs {
+		if kv.Key == contract.AttrLink {
+			r.Attr(ruleValue(kv.Value))
+		}
+	}
+	return r.Kind()
 }
 
 // startAttrs is what the SpanProcessor reads from a span's attributes at
@@ -133,24 +198,43 @@ type startAttrs struct {
 
 func readStartAttrs(attrs []attribute.KeyValue) startAttrs {
 	var a startAttrs
+	var r ledgerrule.SpanReader
+	sessionSeen, agentSeen := false, false
 	for _, kv := range attrs {
+		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
+			r.Attr(k, ruleValue(kv.Value))
+			continue
+		}
 		switch kv.Key {
-		case contract.AttrInvocationID:
-			a.id = kv.Value.AsString()
-		case contract.AttrRole:
-			a.role = kv.Value.AsString()
 		case contract.AttrConversationID:
-			a.session = kv.Value.AsString()
+			if !sessionSeen {
+				sessionSeen, a.session = true, kv.Value.AsString()
+			}
 		case contract.AttrAgentName:
-			a.agent = kv.Value.AsString()
-		case contract.AttrUnattributed:
-			a.unattributed = unattributedReason(kv.Value)
-		case contract.AttrLateChild:
-			a.lateChild = kv.Value.Type() != attribute.BOOL || kv.Value.AsBool()
+			if !agentSeen {
+				agentSeen, a.agent = true, kv.Value.AsString()
+			}
 		}
 	}
+	var rf ledgerrule.Facts
+	r.Read(startRule, &rf)
+	if rf.Member {
+		a.id = rf.InvocationID
+	}
+	a.role = roleName(rf.Role)
+	if rf.Unattributed {
+		a.unattributed = rf.UnattributedReason
+		if a.unattributed == "" {
+			a.unattributed = UnattributedUnknown
+		}
+	}
+	a.lateChild = rf.LateChild
 	return a
 }
+
+// startRule configures the reading at a span's start, which reads no
+// counts or usage.
+var startRule = ledgerrule.NewConfig(nil, 0)
 
 // linkFacts is what a span's links say, checked before any of them
 // discharges (rules 2 and 3).
@@ -160,6 +244,9 @@ type linkFacts struct {
 	malformed bool
 	// duplicate: some target is named by more than one followup link.
 	duplicate bool
+	// malformedKind: some link's invocation.link is malformed (v0.6 rule
+	// 1); that link discharges nothing.
+	malformedKind bool
 }
 
 // checkLinks inspects the followup and consumed links of span s.
@@ -168,37 +255,30 @@ func checkLinks(s sdktrace.ReadOnlySpan) linkFacts {
 	links := s.Links()
 	self := s.SpanContext().SpanID()
 	for i, link := range links {
-		kind := attrString(link.Attributes, contract.AttrLink)
-		if kind != contract.LinkFollowup && kind != contract.LinkConsumed {
+		kind, bad := linkKind(link.Attributes)
+		if bad {
+			lf.malformedKind = true
+		}
+		if kind != ledgerrule.LinkFollowup && kind != ledgerrule.LinkConsumed {
 			continue
 		}
 		target := link.SpanContext.SpanID()
-		if kind == contract.LinkFollowup && target == self {
+		if kind == ledgerrule.LinkFollowup && target == self {
 			lf.malformed = true
 		}
 		for _, prev := range links[:i] {
 			if prev.SpanContext.SpanID() != target {
 				continue
 			}
-			switch attrString(prev.Attributes, contract.AttrLink) {
+			switch prevKind, _ := linkKind(prev.Attributes); prevKind {
 			case kind:
-				if kind == contract.LinkFollowup {
+				if kind == ledgerrule.LinkFollowup {
 					lf.duplicate = true
 				}
-			case contract.LinkFollowup, contract.LinkConsumed:
+			case ledgerrule.LinkFollowup, ledgerrule.LinkConsumed:
 				lf.malformed = true
 			}
 		}
 	}
 	return lf
-}
-
-// unattributedReason reads invocation.unattributed: its string, or
-// UnattributedUnknown for a value that is not a non-empty string (the
-// turn is unattributed either way; only the reason is unknown).
-func unattributedReason(v attribute.Value) string {
-	if v.Type() == attribute.STRING && v.AsString() != "" {
-		return v.AsString()
-	}
-	return UnattributedUnknown
 }

@@ -269,7 +269,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 			// or it belongs to a provider without this processor.
 			if ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan); ok &&
 				ps.SpanContext().SpanID() == psc.SpanID() && !ps.EndTime().IsZero() {
-				pid := attrString(ps.Attributes(), contract.AttrInvocationID)
+				pid := readStartAttrs(ps.Attributes()).id
 				if id == "" {
 					id = pid
 					ledgered = id != "" && sc.IsSampled()
@@ -358,7 +358,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 	p.mu.Unlock()
 
-	f := readFacts(s, children, p.ledger.maxSpans)
+	f := readFacts(s, children, p.ledger.rule)
 	out := s
 	if children != countAbsent && !f.stamped {
 		// The count OnStart stamped is not the span's (it has children,
@@ -454,13 +454,4 @@ func (s *countedSpan) Attributes() []attribute.KeyValue {
 		}
 	}
 	return append(out, attribute.Int(contract.AttrChildren, s.children))
-}
-
-func attrString(attrs []attribute.KeyValue, key attribute.Key) string {
-	for _, kv := range attrs {
-		if kv.Key == key {
-			return kv.Value.AsString()
-		}
-	}
-	return ""
 }
