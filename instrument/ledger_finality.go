@@ -21,7 +21,8 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 	if l.settleLater(inv, now, (*Ledger).evaluate) {
 		return
 	}
-	if reasons := inv.closingFailures(); len(reasons) > 0 {
+	reasons := inv.closingFailures()
+	if inv.obligations(now, reasons).Status() != contract.StatusFinal {
 		l.closeLocked(inv, contract.StatusIncomplete, "", reasons, now)
 		return
 	}
@@ -61,7 +62,7 @@ func (l *Ledger) revise(inv *invocationState, now time.Time) {
 	inv.dirty = false
 	inv.revision++
 	failures := inv.closingFailures()
-	if met && len(failures) == 0 {
+	if inv.obligations(now, failures).Status() == contract.StatusFinal {
 		inv.status = contract.StatusFinal
 		inv.emitted = inv.summary(inv.status, inv.revision, nil)
 		return

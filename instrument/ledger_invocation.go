@@ -165,7 +165,24 @@ func (inv *invocationState) anomaly(kind, detail string) {
 // obligationsMet reports conditions 1-3 of the contract, and that no span
 // no count declares still runs.
 func (inv *invocationState) obligationsMet() bool {
-	return inv.rootArrived && inv.open == 0 && !inv.running()
+	return inv.obligations(time.Time{}, nil).Met()
+}
+
+// obligations reduces inv at now to the terms of the finality rule,
+// which internal/ledgerrule decides for both halves; failures are the
+// reasons that forbid final (closingFailures). Spans seen to start and
+// not yet ended count as open obligations.
+func (inv *invocationState) obligations(now time.Time, failures []string) ledgerrule.Obligations {
+	open := inv.open
+	if inv.running() {
+		open++
+	}
+	return ledgerrule.Obligations{
+		RootArrived: inv.rootArrived,
+		Open:        open,
+		Settling:    !now.IsZero() && inv.settleUntil.After(now),
+		Tainted:     len(failures) > 0,
+	}
 }
 
 // summary returns inv's summary with the given status, revision and
