@@ -335,30 +335,40 @@ func FuzzDifferential(f *testing.F) {
 		if !ok {
 			return
 		}
-		plain := (&dfRun{t: t, prog: prog, ignore: ignore}).run()
+		base := &dfRun{t: t, prog: prog, ignore: ignore}
+		plain := base.run()
 		restarted := (&dfRun{t: t, prog: prog, restarts: true, ignore: ignore}).run()
-		dfCompare(t, ignore, plain, restarted)
+		base.compare(plain, restarted)
 	})
 }
 
-func dfCompare(t *testing.T, ignore map[string]bool, plain, restarted map[string]dfView) {
-	if ignore["crash_equivalence"] {
-		return
+// compare checks crash equivalence. A difference is classed with the
+// reason kinds the model finds for the invocation, so that
+// DIFFFUZZ_IGNORE of a known bug also passes over its crash differences.
+func (r *dfRun) compare(plain, restarted map[string]dfView) {
+	ids := map[string]bool{}
+	for id := range plain {
+		ids[id] = true
+	}
+	for id := range restarted {
+		ids[id] = true
 	}
 	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range plain {
+		for id := range ids {
 			if !yield(id) {
 				return
 			}
 		}
 	}) {
-		if got, want := restarted[id], plain[id]; got != want {
-			t.Fatalf("[crash_equivalence] %s: latest summary with restarts %+v, without %+v", id, got, want)
+		got, inRestarted := restarted[id]
+		want, inPlain := plain[id]
+		if got == want && inRestarted == inPlain {
+			continue
 		}
-	}
-	for id := range restarted {
-		if _, ok := plain[id]; !ok {
-			t.Fatalf("[crash_equivalence] %s: a summary only with restarts", id)
+		class := "crash_equivalence"
+		for kind := range refmodel.Evaluate(r.cfg, r.committed, id, r.clk.Now()).Reasons {
+			class += "+" + kind
 		}
+		r.fail(class, "%s: latest summary with restarts %+v (%v), without %+v (%v)", id, got, inRestarted, want, inPlain)
 	}
 }
