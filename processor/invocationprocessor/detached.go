@@ -67,8 +67,10 @@ func (inv *invocation) declareDetached(f *spanFacts, nameIdx int32) {
 }
 
 // applyDetachedLinks discharges one detached span of each span the arrived
-// span links to with detached_from, matched by trace and span ID.
-func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, links []linkFact, now int64) {
+// span links to with detached_from, matched by trace and span ID. A late
+// span (started after the span it links to ended, so not counted in its
+// invocation.detached) discharges nothing.
+func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, links []linkFact, late bool, now int64) {
 	for i, l := range links {
 		if l.kind != ledgerrule.LinkDetachedFrom {
 			continue
@@ -90,6 +92,9 @@ func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, link
 		d := &inv.Detached[inv.detachedSlot(l.spanID, l.traceID)]
 		if d.Trace != l.traceID {
 			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
+			continue
+		}
+		if late {
 			continue
 		}
 		before := d.Arrived

@@ -532,7 +532,7 @@ func compareSpanIDs(a, b pcommon.SpanID) int {
 // arrived span links to (rule 2), none when its links are malformed, and
 // at most one detached span of each span it links to with detached_from
 // (v0.6 rule 4).
-func (inv *invocation) applyLinks(id pcommon.SpanID, traceIdx, nameIdx int32, links []linkFact, now int64) {
+func (inv *invocation) applyLinks(id pcommon.SpanID, traceIdx, nameIdx int32, links []linkFact, late bool, now int64) {
 	if len(links) == 0 {
 		return
 	}
@@ -556,7 +556,7 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, traceIdx, nameIdx int32, li
 			inv.discharge(now)
 		}
 	}
-	inv.applyDetachedLinks(id, nameIdx, links, now)
+	inv.applyDetachedLinks(id, nameIdx, links, late, now)
 }
 
 // compact moves an arrived span that owes nothing from Spans to Closed.

@@ -553,7 +553,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	if !f.parent.IsEmpty() {
 		inv.attachToParent(self, fresh, id, f.parent, traceIdx, nameIdx, late, now)
 	}
-	inv.applyLinks(id, traceIdx, nameIdx, f.links, now)
+	inv.applyLinks(id, traceIdx, nameIdx, f.links, late, now)
 
 	if f.has(factModelCall) {
 		inv.addModelCall(f, cfg)
