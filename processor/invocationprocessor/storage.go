@@ -369,10 +369,17 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 			taintInvocation(inv)
 		}
 	}
+	// An invocation whose obligations are met as loaded is closed now, as
+	// the batch that met them would have closed it (v0.6 rule 7); the
+	// losses above come first, so a lost one closes incomplete. A remote
+	// subtree settles from now on (rearm), like any other arrival.
+	var atLoad stats
+	p.evaluateLoaded(s, now, &atLoad)
 	s.journalEnd(now)
 	// Summaries made before the restart and not delivered go first.
 	s.outbox = append(restoredOutbox, s.outbox...)
 	p.record(ctx, &stats{opened: st2.opened, closed: st2.closed})
+	p.record(ctx, &atLoad)
 }
 
 // deleteLeftovers removes what a compaction interrupted by a crash left:
