@@ -483,6 +483,10 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				if inv, ok := s.invs[ev.id]; ok {
 					s.forget(inv)
 				}
+			case evRemember:
+				if ev.until > now {
+					s.rememberID(ev.id, ev.until)
+				}
 			case evSent:
 				for k := len(outbox) - 1; k >= 0; k-- {
 					o := &outbox[k]
@@ -577,6 +581,17 @@ func (s *shard) journalForget(inv *invocation) {
 	// Outside a journalled section (no such path today): keep the event
 	// for the shard's next record.
 	ps.sent = append(ps.sent, storedEvent{kind: evForget, id: inv.ID})
+}
+
+// journalRemember records that a forgotten invocation's id is remembered
+// until the given time. mu must be held, in a journalled section.
+func (s *shard) journalRemember(id string, until int64) {
+	ps := s.persist
+	if ps == nil || !ps.active {
+		return
+	}
+	observe(s, ps)
+	ps.op.events = append(ps.op.events, storedEvent{kind: evRemember, id: id, until: until})
 }
 
 // observe journals the summaries added to the outbox since the last look.
