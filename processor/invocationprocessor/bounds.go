@@ -13,10 +13,16 @@ import (
 // after the batch's shard locks are released (enforceBounds), so between
 // the two the count may exceed the limit by the invocations one batch
 // opens.
+//
+// closedIDLimit is max_closed_invocations: the ids of invocations
+// forgotten before their retention ended, remembered by the shards
+// (closedIDs) and counted in closedIDs, enforced the same way.
 type bounds struct {
-	limit        int64
-	open, closed atomic.Int64
-	seq          atomic.Uint64
+	limit         int64
+	open, closed  atomic.Int64
+	seq           atomic.Uint64
+	closedIDLimit int64
+	closedIDs     atomic.Int64
 	// mu serialises enforcement, so that concurrent batches evict exactly
 	// the excess between them. Shard locks are taken one at a time under
 	// it, never the other way round.
@@ -25,11 +31,13 @@ type bounds struct {
 
 // enforceBounds evicts the globally oldest open invocations (incomplete,
 // evicted) while more than the limit are open, then forgets the globally
-// earliest closed ones while more than the limit are retained. It returns
-// the shards that have summaries to send.
+// earliest closed ones while more than the limit are retained (each
+// leaving its fingerprint), then drops the oldest fingerprints while more
+// than max_closed_invocations are remembered. It returns the shards that
+// have summaries to send.
 func (p *invocationProcessor) enforceBounds(now int64, stats *stats) []*shard {
 	b := p.bounds
-	if b.open.Load() <= b.limit && b.closed.Load() <= b.limit {
+	if b.open.Load() <= b.limit && b.closed.Load() <= b.limit && b.closedIDs.Load() <= b.closedIDLimit {
 		return nil
 	}
 	b.mu.Lock()
@@ -53,7 +61,35 @@ func (p *invocationProcessor) enforceBounds(now int64, stats *stats) []*shard {
 			touched = appendShard(touched, s)
 		}
 	}
+	dropped := int64(0)
+	for b.closedIDs.Load() > b.closedIDLimit {
+		s := p.oldestClosedID()
+		if s == nil || !s.dropClosedID() {
+			break
+		}
+		dropped++
+	}
+	if dropped > 0 {
+		stats.closedIDsDropped += dropped
+		p.warnClosedIDs.note(p.logger, now, dropped)
+	}
 	return touched
+}
+
+// oldestClosedID returns the shard whose oldest remembered id's retention
+// ends first.
+func (p *invocationProcessor) oldestClosedID() *shard {
+	var best *shard
+	var bestUntil int64
+	for _, s := range p.shards {
+		s.mu.Lock()
+		until, ok := s.closedIDs.oldest()
+		s.mu.Unlock()
+		if ok && (best == nil || until < bestUntil) {
+			best, bestUntil = s, until
+		}
+	}
+	return best
 }
 
 // oldest returns the shard holding the lowest sequence number that head

@@ -33,9 +33,19 @@ type Config struct {
 	// MaxOpenInvocations bounds the invocations held open, across all
 	// shards; when one more opens, the oldest open invocation is summarised
 	// incomplete with reason evicted. The same number bounds the closed
-	// invocations kept for retention (the earliest closed is forgotten).
+	// invocations kept in full for retention (the earliest closed is
+	// forgotten, keeping only its fingerprint: MaxClosedInvocations).
 	// Default 100000; must be positive.
 	MaxOpenInvocations int `mapstructure:"max_open_invocations"`
+
+	// MaxClosedInvocations bounds the closed invocation ids remembered
+	// (as 64-bit fingerprints, about 24 bytes each) whose full record was
+	// forgotten before their retention ended, so that a late or retried
+	// span of one is passed on without opening a second invocation (and a
+	// second revision 1). When one more is remembered, the oldest is
+	// dropped. Independent of MaxOpenInvocations. Default 1000000; must be
+	// positive.
+	MaxClosedInvocations int `mapstructure:"max_closed_invocations"`
 
 	// MaxSpansPerInvocation bounds the spans indexed per invocation; spans
 	// beyond it still pass through but are not indexed, and the invocation
@@ -182,6 +192,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.MaxOpenInvocations <= 0 {
 		errs = append(errs, errors.New("max_open_invocations must be positive"))
+	}
+	if cfg.MaxClosedInvocations <= 0 {
+		errs = append(errs, errors.New("max_closed_invocations must be positive"))
 	}
 	if cfg.MaxSpansPerInvocation <= 0 {
 		errs = append(errs, errors.New("max_spans_per_invocation must be positive"))

@@ -32,6 +32,7 @@ func TestLoadConfig(t *testing.T) {
 				RemoteSettle:          5 * time.Second,
 				Retention:             30 * time.Minute,
 				MaxOpenInvocations:    1000,
+				MaxClosedInvocations:  20000,
 				MaxSpansPerInvocation: 500,
 				EmitPending:           false,
 				UsageOperations:       []string{"chat", "responses"},
@@ -98,6 +99,7 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Equal(t, 2*time.Second, cfg.RemoteSettle)
 	assert.Equal(t, 15*time.Minute, cfg.Retention)
 	assert.Equal(t, 100000, cfg.MaxOpenInvocations)
+	assert.Equal(t, 1000000, cfg.MaxClosedInvocations)
 	assert.Equal(t, 100000, cfg.MaxSpansPerInvocation)
 	assert.True(t, cfg.EmitPending)
 	assert.Zero(t, cfg.PendingDelay)
@@ -118,6 +120,8 @@ func TestValidate(t *testing.T) {
 		{"remote_settle not below open_timeout", func(c *Config) { c.RemoteSettle = c.OpenTimeout }, "remote_settle must be less than open_timeout"},
 		{"negative retention", func(c *Config) { c.Retention = -1 }, "retention must not be negative"},
 		{"zero max_open_invocations", func(c *Config) { c.MaxOpenInvocations = 0 }, "max_open_invocations must be positive"},
+		{"zero max_closed_invocations", func(c *Config) { c.MaxClosedInvocations = 0 }, "max_closed_invocations must be positive"},
+		{"negative max_closed_invocations", func(c *Config) { c.MaxClosedInvocations = -1 }, "max_closed_invocations must be positive"},
 		{"negative max_spans_per_invocation", func(c *Config) { c.MaxSpansPerInvocation = -5 }, "max_spans_per_invocation must be positive"},
 		{"empty usage_operations", func(c *Config) { c.UsageOperations = nil }, "usage_operations must not be empty"},
 		{"empty usage operation name", func(c *Config) { c.UsageOperations = []string{"chat", ""} }, "usage_operations[1] must not be empty"},

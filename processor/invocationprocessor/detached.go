@@ -44,13 +44,16 @@ func (inv *invocation) detachedSlot(id pcommon.SpanID, trace pcommon.TraceID) in
 }
 
 // declareDetached records an arrived span's invocation.detached.
-func (inv *invocation) declareDetached(f *spanFacts, nameIdx int32) {
+func (inv *invocation) declareDetached(f *spanFacts, nameIdx int32, cfg *ledgerConfig) {
 	n, ok := count(f.detached)
 	if !ok {
 		inv.addInvalid(reasonInvalidCount + ":" + f.name)
 		return
 	}
 	if n == 0 && inv.detachedAt(f.spanID) < 0 {
+		return
+	}
+	if inv.detachedAt(f.spanID) < 0 && !inv.room(cfg) {
 		return
 	}
 	d := &inv.Detached[inv.detachedSlot(f.spanID, f.traceID)]
@@ -70,7 +73,7 @@ func (inv *invocation) declareDetached(f *spanFacts, nameIdx int32) {
 // span links to with detached_from, matched by trace and span ID. A late
 // span (started after the span it links to ended, so not counted in its
 // invocation.detached) discharges nothing.
-func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, links []linkFact, late bool, now int64) {
+func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, links []linkFact, late bool, now int64, cfg *ledgerConfig) {
 	for i, l := range links {
 		if l.kind != ledgerrule.LinkDetachedFrom {
 			continue
@@ -88,6 +91,9 @@ func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, link
 		if l.spanID == id {
 			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
 			continue
+		}
+		if inv.detachedAt(l.spanID) < 0 && !inv.room(cfg) {
+			return
 		}
 		d := &inv.Detached[inv.detachedSlot(l.spanID, l.traceID)]
 		if d.Trace != l.traceID {

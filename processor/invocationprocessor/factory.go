@@ -20,6 +20,7 @@ const (
 	defaultRemoteSettle          = 2 * time.Second
 	defaultRetention             = 15 * time.Minute
 	defaultMaxOpenInvocations    = 100000
+	defaultMaxClosedInvocations  = 1000000
 	defaultMaxSpansPerInvocation = 100000
 )
 
@@ -38,6 +39,7 @@ func createDefaultConfig() component.Config {
 		RemoteSettle:          defaultRemoteSettle,
 		Retention:             defaultRetention,
 		MaxOpenInvocations:    defaultMaxOpenInvocations,
+		MaxClosedInvocations:  defaultMaxClosedInvocations,
 		MaxSpansPerInvocation: defaultMaxSpansPerInvocation,
 		EmitPending:           true,
 		UsageOperations:       slices.Clone(contract.DefaultUsageOperations),

@@ -29,8 +29,12 @@ type spanState struct {
 	// representative. A span whose parent is already in its component
 	// closes a cycle.
 	Up pcommon.SpanID `json:"up"`
-	// Trace indexes invocation.Traces: the arrived span's trace or, before
-	// it arrives, the trace of its first child.
+	// Trace is, once the span arrived, its trace (an index into
+	// invocation.Traces); before, the trace of its first reference, a child
+	// or a followup link (an index into Traces, or below noIndex into
+	// invocation.LinkTraces for a trace no span arrived in: linkTraceIndex).
+	// Every later reference and the arrival must be in the same trace
+	// (v0.6 rule 2): sameTrace compares them.
 	Trace int32 `json:"trace"`
 	// Name indexes invocation.Names.
 	Name int32 `json:"name"`
@@ -353,14 +357,18 @@ func (inv *invocation) find(id pcommon.SpanID) pcommon.SpanID {
 // invocation: with no children it is a component of its own, so it is
 // linked to its parent without walking the union-find (find compresses
 // the longer paths this leaves when it next walks them).
-func (inv *invocation) attachToParent(self int, fresh bool, id, pid pcommon.SpanID, traceIdx, nameIdx int32, late bool, now int64) {
+func (inv *invocation) attachToParent(self int, fresh bool, id, pid pcommon.SpanID, traceIdx, nameIdx int32, late bool, now int64, cfg *ledgerConfig) {
 	if pid == id {
 		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(nameIdx))
 		return
 	}
-	if trace, known := inv.knownTrace(pid); known && trace != traceIdx {
+	trace, held := inv.heldTrace(pid)
+	if trace != noIndex && !inv.sameTrace(trace, traceIdx) {
 		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(nameIdx))
 		return
+	}
+	if !held && !inv.room(cfg) {
+		return // v0.6 rule 5: the parent's ID would exceed the bound
 	}
 	if fresh {
 		inv.Spans[self].Up = pid
@@ -375,7 +383,7 @@ func (inv *invocation) attachToParent(self int, fresh bool, id, pid pcommon.Span
 
 	pi := inv.slot(pid)
 	p := &inv.Spans[pi]
-	if p.Trace < 0 {
+	if p.Trace == noIndex {
 		p.Trace = traceIdx
 	}
 	if !p.Arrived && p.childName() < 0 {
@@ -400,16 +408,83 @@ func (inv *invocation) attachToParent(self int, fresh bool, id, pid pcommon.Span
 	inv.Spans[self].Counted = true
 }
 
-// knownTrace returns the trace a span ID is known in: its own once
-// arrived, or its first child's.
-func (inv *invocation) knownTrace(id pcommon.SpanID) (int32, bool) {
+// heldTrace returns the trace a span ID is known in (its own once arrived,
+// or its first reference's; noIndex when none) and whether the invocation
+// holds the ID at all.
+func (inv *invocation) heldTrace(id pcommon.SpanID) (int32, bool) {
 	if i := inv.spanAt(id); i >= 0 {
-		return inv.Spans[i].Trace, inv.Spans[i].Trace >= 0
+		return inv.Spans[i].Trace, true
 	}
 	if i := inv.closedAt(id); i >= 0 {
 		return inv.Closed[i].Trace, true
 	}
 	return noIndex, false
+}
+
+// room reports whether the invocation may hold one more span ID (v0.6
+// rule 5: arrived, or only named as a parent or a link target). When it
+// may not, the span limit is hit: the invocation can no longer be final.
+func (inv *invocation) room(cfg *ledgerConfig) bool {
+	if !inv.SpanLimitHit && len(inv.Spans)+len(inv.Closed)+len(inv.Detached) < cfg.maxSpans {
+		return true
+	}
+	if !inv.SpanLimitHit {
+		inv.SpanLimitHit = true
+		inv.addAnomaly(reasonSpanLimit)
+		inv.Dirty = true
+	}
+	return false
+}
+
+// linkTraceIndex returns the index by which a span state refers to a trace
+// a link names: its index in Traces when a span arrived in it, otherwise
+// noIndex-1-k for LinkTraces[k] (added if new).
+func (inv *invocation) linkTraceIndex(t pcommon.TraceID) int32 {
+	if i := inv.traceIndex(t); i >= 0 {
+		return i
+	}
+	links := inv.index.linkTraces()
+	if links == nil {
+		if i := slices.Index(inv.LinkTraces, t); i >= 0 {
+			return noIndex - 1 - int32(i)
+		}
+		if len(inv.LinkTraces) >= smallIndex {
+			links = make(map[pcommon.TraceID]int32, 2*len(inv.LinkTraces))
+			for i, l := range inv.LinkTraces {
+				links[l] = int32(i)
+			}
+			inv.index.lookup().linkTraces = links
+		}
+	} else if i, ok := links[t]; ok {
+		return noIndex - 1 - i
+	}
+	i := int32(len(inv.LinkTraces))
+	inv.LinkTraces = append(inv.LinkTraces, t)
+	if links != nil {
+		links[t] = i
+	}
+	return noIndex - 1 - i
+}
+
+// traceAt returns the trace ID a span state's Trace refers to (not
+// noIndex).
+func (inv *invocation) traceAt(i int32) pcommon.TraceID {
+	if i >= 0 {
+		return inv.Traces[i]
+	}
+	return inv.LinkTraces[noIndex-1-i]
+}
+
+// sameTrace reports whether two Trace values (neither noIndex) name the
+// same trace.
+func (inv *invocation) sameTrace(a, b int32) bool {
+	if a == b {
+		return true
+	}
+	if a >= 0 && b >= 0 {
+		return false
+	}
+	return inv.traceAt(a) == inv.traceAt(b)
 }
 
 // breakCycle handles span id whose parent pid is already below it: every
@@ -441,77 +516,78 @@ func (inv *invocation) breakCycle(id, pid pcommon.SpanID, nameIdx int32) {
 	}
 }
 
-// linkTargets are a span's followup and consumed link targets, named by
-// span ID with the trace the link gave.
+// linkTargets are a span's followup and consumed link targets, each named
+// by trace ID and span ID (v0.6 rule 2).
 type linkTargets struct {
-	follow, consumed []linkFact
+	follow, consumed []spanRef
 	repeated         bool
 }
 
-// readLinkTargets sorts the span's links by kind, appending to follow and
-// consumed (the caller's stack buffers, so that a few links allocate
-// nothing). A repeated followup target (same trace and span ID) is kept
-// once.
-func readLinkTargets(links []linkFact, follow, consumed []linkFact) linkTargets {
+// readLinkTargets sorts the span's links (read by factReader) by kind,
+// appending to follow and consumed (the caller's stack buffers, so that a
+// few links allocate nothing). A followup repeated with the same trace and
+// span ID is one target (and a duplicate_link).
+func readLinkTargets(links []linkFact, follow, consumed []spanRef) linkTargets {
 	lt := linkTargets{follow: follow, consumed: consumed}
-	var seen map[linkFact]struct{} // only for spans with many links
+	var seen map[spanRef]struct{} // only for spans with many links
 	for _, l := range links {
 		switch l.kind {
 		case ledgerrule.LinkFollowup:
+			t := spanRef{TraceID: l.traceID, SpanID: l.spanID}
 			dup := false
 			if seen != nil {
-				_, dup = seen[l]
+				_, dup = seen[t]
 			} else {
-				dup = slices.Contains(lt.follow, l)
+				dup = slices.Contains(lt.follow, t)
 			}
 			if dup {
 				lt.repeated = true
 				continue
 			}
-			lt.follow = append(lt.follow, l)
+			lt.follow = append(lt.follow, t)
 			if seen == nil && len(lt.follow) > 16 {
-				seen = make(map[linkFact]struct{}, len(links))
+				seen = make(map[spanRef]struct{}, len(links))
 				for _, f := range lt.follow {
 					seen[f] = struct{}{}
 				}
 			} else if seen != nil {
-				seen[l] = struct{}{}
+				seen[t] = struct{}{}
 			}
 		case ledgerrule.LinkConsumed:
-			lt.consumed = append(lt.consumed, l)
+			lt.consumed = append(lt.consumed, spanRef{TraceID: l.traceID, SpanID: l.spanID})
 		}
 	}
 	return lt
 }
 
-// malformed reports a followup link to the span itself, or a target both
-// followed up and consumed (rule 3).
+// malformed reports a followup link to the span's own span ID, or a span
+// ID both followed up and consumed (rule 3; compared by span ID alone,
+// the conservative reading).
 func (lt *linkTargets) malformed(self pcommon.SpanID) bool {
 	for _, f := range lt.follow {
-		if f.spanID == self {
+		if f.SpanID == self {
 			return true
 		}
 	}
 	if len(lt.consumed) == 0 {
 		return false
 	}
-	follow := lt.follow
-	if len(follow) > 16 {
-		ids := make([]pcommon.SpanID, len(follow))
-		for i, f := range follow {
-			ids[i] = f.spanID
+	if len(lt.follow) > 16 {
+		follow := make([]pcommon.SpanID, len(lt.follow))
+		for i, f := range lt.follow {
+			follow[i] = f.SpanID
 		}
-		slices.SortFunc(ids, compareSpanIDs)
+		slices.SortFunc(follow, compareSpanIDs)
 		for _, c := range lt.consumed {
-			if _, found := slices.BinarySearchFunc(ids, c.spanID, compareSpanIDs); found {
+			if _, found := slices.BinarySearchFunc(follow, c.SpanID, compareSpanIDs); found {
 				return true
 			}
 		}
 		return false
 	}
 	for _, c := range lt.consumed {
-		for _, f := range follow {
-			if f.spanID == c.spanID {
+		for _, f := range lt.follow {
+			if f.SpanID == c.SpanID {
 				return true
 			}
 		}
@@ -530,13 +606,16 @@ func compareSpanIDs(a, b pcommon.SpanID) int {
 
 // applyLinks discharges at most one followup of each background span the
 // arrived span links to (rule 2), none when its links are malformed, and
-// at most one detached span of each span it links to with detached_from
-// (v0.6 rule 4).
-func (inv *invocation) applyLinks(id pcommon.SpanID, traceIdx, nameIdx int32, links []linkFact, late bool, now int64) {
+// one detached span of each span it links to with detached_from (v0.6
+// rule 4). A link names its target by trace and span ID (v0.6 rule 2):
+// one whose span ID the invocation holds in another trace discharges
+// nothing and makes the invocation malformed_link; a target's ID counts
+// toward the span bound (v0.6 rule 5).
+func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links []linkFact, late bool, now int64, cfg *ledgerConfig) {
 	if len(links) == 0 {
 		return
 	}
-	var followBuf, consumedBuf [4]linkFact
+	var followBuf, consumedBuf [4]spanRef
 	lt := readLinkTargets(links, followBuf[:0], consumedBuf[:0])
 	if lt.repeated {
 		inv.addAnomaly(contract.AnomalyDuplicateLink + ":" + inv.name(nameIdx))
@@ -545,8 +624,28 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, traceIdx, nameIdx int32, li
 		inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
 		return
 	}
+	for _, c := range lt.consumed {
+		// A consumed link names a span of another invocation; one that
+		// names a span this invocation holds in another trace is
+		// malformed. (Only spans already held are checked: consumed
+		// targets are not remembered.)
+		if trace, _ := inv.heldTrace(c.SpanID); trace != noIndex && inv.traceAt(trace) != c.TraceID {
+			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
+		}
+	}
 	for _, target := range lt.follow {
-		t := &inv.Spans[inv.slot(target.spanID)]
+		trace, held := inv.heldTrace(target.SpanID)
+		if trace != noIndex && inv.traceAt(trace) != target.TraceID {
+			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
+			continue
+		}
+		if !held && !inv.room(cfg) {
+			return
+		}
+		t := &inv.Spans[inv.slot(target.SpanID)]
+		if t.Trace == noIndex {
+			t.Trace = inv.linkTraceIndex(target.TraceID)
+		}
 		before := t.ArrivedFollowups
 		t.ArrivedFollowups++
 		if !t.Arrived && t.linkedBy() < 0 {
@@ -556,7 +655,7 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, traceIdx, nameIdx int32, li
 			inv.discharge(now)
 		}
 	}
-	inv.applyDetachedLinks(id, nameIdx, links, late, now)
+	inv.applyDetachedLinks(id, nameIdx, links, late, now, cfg)
 }
 
 // compact moves an arrived span that owes nothing from Spans to Closed.
@@ -613,7 +712,7 @@ func (inv *invocation) compactAll() {
 	inv.Spans, inv.Closed = left, closed
 	// The name and trace lookups are rebuilt if a late span needs them.
 	if m := inv.index.maps; m != nil {
-		m.names, m.traces = nil, nil
+		m.names, m.traces, m.linkTraces = nil, nil, nil
 	}
 	inv.index.setSpanMaps(buildIndex(inv.Spans), buildIndex(inv.Closed))
 }

@@ -129,7 +129,12 @@ type invocation struct {
 	Names []string `json:"names"`
 	// Traces lists the invocation's trace IDs in arrival order; spans
 	// refer to them by index.
-	Traces            []pcommon.TraceID `json:"traces"`
+	Traces []pcommon.TraceID `json:"traces"`
+	// LinkTraces lists the traces followup links named for targets that
+	// had not arrived, when no span of the invocation arrived in them
+	// (spanState.Trace below noIndex refers to them); not counted in the
+	// summary's traces.
+	LinkTraces        []pcommon.TraceID `json:"link_traces,omitempty"`
 	Early             []earlyCall       `json:"early,omitempty"`
 	ContinuationRoots []spanRef         `json:"continuation_roots,omitempty"`
 
@@ -181,6 +186,8 @@ type lookupMaps struct {
 	// smallIndex entries; nil until then, and after close.
 	names  map[string]int32
 	traces map[pcommon.TraceID]int32
+	// linkTraces looks up LinkTraces the same way.
+	linkTraces map[pcommon.TraceID]int32
 	// spans and closed map span IDs to their index in Spans and Closed
 	// once those hold more than smallSpans entries; nil until then.
 	spans, closed map[pcommon.SpanID]int32
@@ -211,6 +218,13 @@ func (x *invIndex) traces() map[pcommon.TraceID]int32 {
 	return x.maps.traces
 }
 
+func (x *invIndex) linkTraces() map[pcommon.TraceID]int32 {
+	if x.maps == nil {
+		return nil
+	}
+	return x.maps.linkTraces
+}
+
 func (x *invIndex) spans() map[pcommon.SpanID]int32 {
 	if x.maps == nil {
 		return nil
@@ -233,7 +247,7 @@ func (x *invIndex) setSpanMaps(spans, closed map[pcommon.SpanID]int32) {
 	}
 	m := x.lookup()
 	m.spans, m.closed = spans, closed
-	if m.names == nil && m.traces == nil && spans == nil && closed == nil {
+	if m.names == nil && m.traces == nil && m.linkTraces == nil && spans == nil && closed == nil {
 		x.maps = nil
 	}
 }
@@ -415,12 +429,9 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 		}
 		return addDuplicate
 	}
-	if inv.SpanLimitHit || len(inv.Spans)+len(inv.Closed)+len(inv.Detached) >= cfg.maxSpans {
-		if !inv.SpanLimitHit {
-			inv.SpanLimitHit = true
-			inv.addAnomaly(reasonSpanLimit)
-			inv.Dirty = true
-		}
+	// Every span ID held counts toward the bound (v0.6 rule 5): one held
+	// already, as a parent or link target, takes no more room.
+	if inv.SpanLimitHit || (self < 0 && !inv.room(cfg)) {
 		return addSpanLimit
 	}
 	if inv.Phase == phaseClosed {
@@ -455,11 +466,18 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 		self = inv.appendSpan(id, newSpanState())
 	}
 	st := &inv.Spans[self]
-	if st.Trace >= 0 && st.Trace != traceIdx {
-		// Children named this span as parent from another trace before it
-		// arrived: none of them is its child.
-		inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(st.childName()))
-		st.ArrivedChildren, st.LateChildren = 0, 0
+	if st.Trace != noIndex && !inv.sameTrace(st.Trace, traceIdx) {
+		// Children named this span as parent, or followup links named it,
+		// from another trace before it arrived (v0.6 rule 2): none of them
+		// is its child or discharges it.
+		if st.ArrivedChildren > 0 || st.LateChildren > 0 {
+			inv.addTaint(contract.ReasonMalformedParentage + ":" + inv.name(st.childName()))
+			st.ArrivedChildren, st.LateChildren = 0, 0
+		}
+		if st.ArrivedFollowups > 0 {
+			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(st.linkedBy()))
+			st.ArrivedFollowups = 0
+		}
 	}
 	st.arrive(f.parent)
 	st.Name = inv.nameIndex(name)
@@ -547,13 +565,13 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	// Spans.
 	nameIdx := st.Name
 	if f.detached.Declared() {
-		inv.declareDetached(f, nameIdx)
+		inv.declareDetached(f, nameIdx, cfg)
 	}
 	inv.reserveSpans(expected)
 	if !f.parent.IsEmpty() {
-		inv.attachToParent(self, fresh, id, f.parent, traceIdx, nameIdx, late, now)
+		inv.attachToParent(self, fresh, id, f.parent, traceIdx, nameIdx, late, now, cfg)
 	}
-	inv.applyLinks(id, traceIdx, nameIdx, f.links, late, now)
+	inv.applyLinks(id, nameIdx, f.links, late, now, cfg)
 
 	if f.has(factModelCall) {
 		inv.addModelCall(f, cfg)

@@ -532,13 +532,17 @@ func checkIndex(t *testing.T, s *shard) {
 }
 
 func TestRecreatedAfterForgotten(t *testing.T) {
-	h := newHarness(t, 1, func(c *Config) { c.MaxOpenInvocations = 1 })
+	h := newHarness(t, 1, func(c *Config) {
+		c.MaxOpenInvocations = 1
+		c.MaxClosedInvocations = 1
+	})
 	mk := func(inv string, id uint64) sp {
 		return sp{inv: inv, name: "chat", trace: id, id: id, start: 0, end: 1, op: contract.OpChat, usage: tokens(1, 1)}
 	}
-	// One batch opens three: p and q are evicted, p is forgotten (one
-	// closed slot), then p comes back as a new invocation.
-	h.consume(batch(mk("p", 1), mk("q", 2), mk("r", 3)))
+	// One batch opens four: p, q and r are evicted, p and q are forgotten
+	// (one closed slot), p's fingerprint is dropped (one remembered id),
+	// then p comes back as a new invocation.
+	h.consume(batch(mk("p", 1), mk("q", 2), mk("r", 3), mk("s", 5)))
 	checkIndex(t, h.p.shards[0])
 	require.Len(t, h.of("p"), 1)
 	h.consume(batch(mk("p", 4)))

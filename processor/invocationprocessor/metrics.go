@@ -44,6 +44,12 @@ func (p *invocationProcessor) record(ctx context.Context, done *stats) {
 	if done.forgotten > 0 {
 		t.ProcessorInvocationBoundHits.Add(ctx, done.forgotten, boundRetentionAttr)
 	}
+	if done.afterForget > 0 {
+		t.ProcessorInvocationSpansAfterForget.Add(ctx, done.afterForget)
+	}
+	if done.closedIDsDropped > 0 {
+		t.ProcessorInvocationClosedIdsDropped.Add(ctx, done.closedIDsDropped)
+	}
 	if d := done.opened - done.closed; d != 0 {
 		t.ProcessorInvocationOpenInvocations.Add(ctx, d)
 	}

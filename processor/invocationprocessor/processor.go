@@ -74,6 +74,7 @@ type invocationProcessor struct {
 	tenants                   tenants
 	trust                     trust
 	warnSummaries, warnTenant rateLimitedWarning
+	warnClosedIDs             rateLimitedWarning
 
 	// scratch pools batchScratch values (route.go), so that routing a
 	// batch allocates nothing once warm.
@@ -121,7 +122,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		logger: set.Logger,
 		tel:    tel,
 		shards: make([]*shard, numShards),
-		bounds: &bounds{limit: int64(cfg.MaxOpenInvocations)},
+		bounds: &bounds{limit: int64(cfg.MaxOpenInvocations), closedIDLimit: int64(cfg.MaxClosedInvocations)},
 		tickIv: tickInterval(cfg),
 		// A shard's share of the open invocations' summaries, and slack.
 		outboxLimit: (cfg.MaxOpenInvocations+numShards-1)/numShards + outboxSlack,
@@ -135,6 +136,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	p.tenants = newTenants(cfg.Tenant)
 	p.trust = trust
 	p.warnSummaries.msg = "dropped incoming invocation.summary spans: only the invocation processor writes summaries (summaries::accept_from names trusted collectors)"
+	p.warnClosedIDs.msg = "dropped remembered ids of closed invocations (max_closed_invocations): a late span of one opens a new invocation, whose summary may be a second revision 1"
 	p.warnTenant.msg = "spans without a tenant were passed on without being indexed (see the processor's tenant setting)"
 	for _, op := range cfg.UsageOperations {
 		p.cfg.usageOps[op] = struct{}{}

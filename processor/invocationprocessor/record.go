@@ -27,6 +27,7 @@ const (
 	evSent                     // a summary reached the next consumer
 	evTaint                    // the invocation's stored facts were lost
 	evTaintAll                 // the partition lost facts of unknown invocations
+	evRemember                 // the forgotten invocation's id is remembered until a time
 )
 
 // Emission flags.
@@ -59,7 +60,7 @@ type storedEvent struct {
 	forced   string // evEmit: the forced reason of a first summary
 	flags    byte   // evEmit
 	summary  []byte // evEmit: the encoded summary span, unless sent
-	// evTaint, evTaintAll
+	// evTaint, evTaintAll, evRemember
 	until int64
 }
 
@@ -121,7 +122,7 @@ func encodeOps(kind byte, ops []storedOp) []byte {
 			case evSent:
 				e.varint(ev.revision)
 				e.str(ev.status)
-			case evTaint, evTaintAll:
+			case evTaint, evTaintAll, evRemember:
 				e.varint(ev.until)
 			}
 		}
@@ -206,7 +207,7 @@ func decodeOps(kind byte, b []byte) (ops []storedOp, ids []string, err error) {
 			case evSent:
 				ev.revision = d.varint()
 				ev.status = d.str()
-			case evTaint, evTaintAll:
+			case evTaint, evTaintAll, evRemember:
 				ev.until = d.varint()
 			default:
 				d.fail("unknown event kind %d", ev.kind)

@@ -37,6 +37,9 @@ type shard struct {
 	// then leave the retry to the timer goroutine instead of rebuilding
 	// the whole outbox for every batch.
 	sendFailed bool
+	// closedIDs remembers the invocations forgotten before their
+	// retention ended (closedids.go).
+	closedIDs closedIDs
 	// status receives the shard's invocation views (status.go); nil when
 	// the processor has no status extension. Set in Start.
 	status StatusSink
@@ -76,6 +79,11 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 	var inv *invocation
 	for i := range refs {
 		r := &refs[i]
+		if s.closedIDs.n > 0 && s.forgotten(r.id, now) {
+			// v0.6 rule 6: passed on, not indexed, not journalled.
+			stats.afterForget++
+			continue
+		}
 		s.journalFact(r, now, stats)
 		if inv == nil || inv.ID != r.id {
 			inv = s.ensure(r.id, now, stats)
@@ -117,6 +125,7 @@ func (s *shard) trimOutbox() int64 {
 type stats struct {
 	indexed, duplicates           int64
 	spanLimit, evicted, forgotten int64
+	afterForget, closedIDsDropped int64
 	opened, closed                int64
 	outboxDropped                 int64
 	delays                        []float64
@@ -372,8 +381,51 @@ func (s *shard) forget(inv *invocation) {
 	delete(s.invs, inv.ID)
 }
 
+// forgotten reports whether id is of an invocation the shard no longer
+// holds but whose fingerprint it remembers. mu must be held.
+func (s *shard) forgotten(id string, now int64) bool {
+	if _, held := s.invs[id]; held {
+		return false
+	}
+	return s.closedIDs.remembered(fingerprint(id), now)
+}
+
+// rememberClosed remembers the id of a closed invocation whose record is
+// forgotten before its retention ends (journalled). mu must be held.
+func (s *shard) rememberClosed(id string, until, now int64) {
+	if until <= now {
+		return
+	}
+	s.rememberID(id, until)
+	s.journalRemember(id, until)
+}
+
+// rememberID adds a fingerprint, counting it toward the global bound.
+// mu must be held.
+func (s *shard) rememberID(id string, until int64) {
+	if s.closedIDs.add(fingerprint(id), until) {
+		s.bounds.closedIDs.Add(1)
+	}
+}
+
+// dropClosedID drops the shard's oldest remembered id (max_closed_invocations
+// was exceeded).
+func (s *shard) dropClosedID() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closedIDs.n == 0 {
+		return false
+	}
+	s.closedIDs.dropOldest()
+	s.bounds.closedIDs.Add(-1)
+	return true
+}
+
 // tick fires every timer due at now.
 func (s *shard) tick(now int64, stats *stats) {
+	if n := s.closedIDs.expire(now); n > 0 {
+		s.bounds.closedIDs.Add(-int64(n))
+	}
 	for len(s.timers) > 0 && s.timers[0].index.due <= now {
 		inv := heap.Pop(&s.timers).(*invocation)
 		s.evaluate(inv, now, stats)
@@ -448,6 +500,7 @@ func (s *shard) forgetClosed(seq uint64, now int64, stats *stats) bool {
 	}
 	stats.forgotten++
 	s.forget(inv)
+	s.rememberClosed(inv.ID, inv.retentionEnd(s.cfg), now)
 	s.journalEnd(now)
 	stats.outboxDropped += s.trimOutbox()
 	return true

@@ -368,10 +368,17 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 			taintInvocation(inv)
 		}
 	}
+	// An invocation whose obligations are met as loaded is closed now, as
+	// the batch that met them would have closed it (v0.6 rule 7); the
+	// losses above come first, so a lost one closes incomplete. A remote
+	// subtree settles from now on (rearm), like any other arrival.
+	var atLoad stats
+	p.evaluateLoaded(s, now, &atLoad)
 	s.journalEnd(now)
 	// Summaries made before the restart and not delivered go first.
 	s.outbox = append(restoredOutbox, s.outbox...)
 	p.record(ctx, &stats{opened: st2.opened, closed: st2.closed})
+	p.record(ctx, &atLoad)
 }
 
 // deleteLeftovers removes what a compaction interrupted by a crash left:
@@ -472,6 +479,10 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				if inv, ok := s.invs[ev.id]; ok {
 					s.forget(inv)
 				}
+			case evRemember:
+				if ev.until > now {
+					s.rememberID(ev.id, ev.until)
+				}
 			case evSent:
 				for k := len(outbox) - 1; k >= 0; k-- {
 					o := &outbox[k]
@@ -566,6 +577,17 @@ func (s *shard) journalForget(inv *invocation) {
 	// Outside a journalled section (no such path today): keep the event
 	// for the shard's next record.
 	ps.sent = append(ps.sent, storedEvent{kind: evForget, id: inv.ID})
+}
+
+// journalRemember records that a forgotten invocation's id is remembered
+// until the given time. mu must be held, in a journalled section.
+func (s *shard) journalRemember(id string, until int64) {
+	ps := s.persist
+	if ps == nil || !ps.active {
+		return
+	}
+	observe(s, ps)
+	ps.op.events = append(ps.op.events, storedEvent{kind: evRemember, id: id, until: until})
 }
 
 // observe journals the summaries added to the outbox since the last look.

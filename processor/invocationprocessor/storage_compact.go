@@ -71,7 +71,7 @@ func compactOps(ops []storedOp, now int64) []storedOp {
 					}
 					ev.flags |= emitDetached
 				}
-			case evTaint, evTaintAll:
+			case evTaint, evTaintAll, evRemember:
 				if ev.until <= now {
 					continue
 				}

@@ -65,6 +65,19 @@ func (p *invocationProcessor) rearm(s *shard, inv *invocation, now int64) {
 	s.schedule(inv)
 }
 
+// evaluateLoaded decides, for every open invocation just loaded, what a
+// timer firing now would: one whose obligations are met is closed (a
+// remote one once it settled), one past open_timeout closes incomplete.
+// Oldest first, so the summaries are made in a stable order. mu must be
+// held, inside a journalled section.
+func (p *invocationProcessor) evaluateLoaded(s *shard, now int64, st *stats) {
+	for inv := s.open.head; inv != nil; {
+		next := inv.index.next
+		s.evaluate(inv, now, st)
+		inv = next
+	}
+}
+
 // publishRestored hands the status extension (if one is configured) the
 // views of the invocations loaded from storage: open ones as they stand,
 // closed ones as a summary made now would say.

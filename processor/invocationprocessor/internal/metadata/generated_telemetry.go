@@ -27,10 +27,12 @@ type TelemetryBuilder struct {
 	mu                                          sync.Mutex
 	registrations                               []metric.Registration
 	ProcessorInvocationBoundHits                metric.Int64Counter
+	ProcessorInvocationClosedIdsDropped         metric.Int64Counter
 	ProcessorInvocationDuplicateSpans           metric.Int64Counter
 	ProcessorInvocationFinalityDelay            metric.Float64Histogram
 	ProcessorInvocationIncomingSummariesDropped metric.Int64Counter
 	ProcessorInvocationOpenInvocations          metric.Int64UpDownCounter
+	ProcessorInvocationSpansAfterForget         metric.Int64Counter
 	ProcessorInvocationSpansIndexed             metric.Int64Counter
 	ProcessorInvocationSpansWithoutTenant       metric.Int64Counter
 	ProcessorInvocationStorageBytesWritten      metric.Int64Counter
@@ -77,6 +79,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationClosedIdsDropped, err = builder.meter.Int64Counter(
+		"otelcol_processor_invocation_closed_ids_dropped",
+		metric.WithDescription("Number of remembered closed invocation ids (fingerprints of invocations forgotten before their retention ended) dropped because max_closed_invocations was reached; a span of such an invocation opens a new one. [Alpha]"),
+		metric.WithUnit("{invocation}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ProcessorInvocationDuplicateSpans, err = builder.meter.Int64Counter(
 		"otelcol_processor_invocation_duplicate_spans",
 		metric.WithDescription("Number of spans dropped from accounting because their span ID was already seen in the invocation. [Alpha]"),
@@ -100,6 +108,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_invocation_open_invocations",
 		metric.WithDescription("Number of invocations currently open (not yet given a final or incomplete summary). [Alpha]"),
 		metric.WithUnit("{invocation}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationSpansAfterForget, err = builder.meter.Int64Counter(
+		"otelcol_processor_invocation_spans_after_forget",
+		metric.WithDescription("Number of spans passed on without being indexed because their invocation was closed and its full record forgotten before its retention ended (its id is still remembered), so that no second first summary is made. [Alpha]"),
+		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorInvocationSpansIndexed, err = builder.meter.Int64Counter(

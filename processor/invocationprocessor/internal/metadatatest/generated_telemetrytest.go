@@ -37,6 +37,22 @@ func AssertEqualProcessorInvocationBoundHits(t *testing.T, tt *componenttest.Tel
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualProcessorInvocationClosedIdsDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_invocation_closed_ids_dropped",
+		Description: "Number of remembered closed invocation ids (fingerprints of invocations forgotten before their retention ended) dropped because max_closed_invocations was reached; a span of such an invocation opens a new one. [Alpha]",
+		Unit:        "{invocation}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_invocation_closed_ids_dropped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualProcessorInvocationDuplicateSpans(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_invocation_duplicate_spans",
@@ -96,6 +112,22 @@ func AssertEqualProcessorInvocationOpenInvocations(t *testing.T, tt *componentte
 		},
 	}
 	got, err := tt.GetMetric("otelcol_processor_invocation_open_invocations")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualProcessorInvocationSpansAfterForget(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_invocation_spans_after_forget",
+		Description: "Number of spans passed on without being indexed because their invocation was closed and its full record forgotten before its retention ended (its id is still remembered), so that no second first summary is made. [Alpha]",
+		Unit:        "{span}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_invocation_spans_after_forget")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

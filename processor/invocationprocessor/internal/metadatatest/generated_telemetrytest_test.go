@@ -20,10 +20,12 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.ProcessorInvocationBoundHits.Add(context.Background(), 1)
+	tb.ProcessorInvocationClosedIdsDropped.Add(context.Background(), 1)
 	tb.ProcessorInvocationDuplicateSpans.Add(context.Background(), 1)
 	tb.ProcessorInvocationFinalityDelay.Record(context.Background(), 1)
 	tb.ProcessorInvocationIncomingSummariesDropped.Add(context.Background(), 1)
 	tb.ProcessorInvocationOpenInvocations.Add(context.Background(), 1)
+	tb.ProcessorInvocationSpansAfterForget.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansIndexed.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansWithoutTenant.Add(context.Background(), 1)
 	tb.ProcessorInvocationStorageBytesWritten.Add(context.Background(), 1)
@@ -36,6 +38,9 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualProcessorInvocationBoundHits(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationClosedIdsDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationDuplicateSpans(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -46,6 +51,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationOpenInvocations(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationSpansAfterForget(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationSpansIndexed(t, testTel,
