@@ -239,7 +239,7 @@ var startRule = ledgerrule.NewConfig(nil, 0)
 // linkFacts is what a span's links say, checked before any of them
 // discharges (rules 2 and 3).
 type linkFacts struct {
-	// malformed: a followup link to the span itself, or a followup and a
+	// malformed: a followup or consumed link to the span itself, or a followup and a
 	// consumed link to the same target; such links discharge nothing.
 	malformed bool
 	// duplicate: some target is named by more than one followup link.
@@ -263,7 +263,7 @@ func checkLinks(s sdktrace.ReadOnlySpan) linkFacts {
 			continue
 		}
 		target := link.SpanContext.SpanID()
-		if kind == ledgerrule.LinkFollowup && target == self {
+		if target == self {
 			lf.malformed = true
 		}
 		for _, prev := range links[:i] {

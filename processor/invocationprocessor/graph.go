@@ -560,12 +560,17 @@ func readLinkTargets(links []linkFact, follow, consumed []spanRef) linkTargets {
 	return lt
 }
 
-// malformed reports a followup link to the span's own span ID, or a span
-// ID both followed up and consumed (rule 3; compared by span ID alone,
+// malformed reports a followup or consumed link to the span's own span ID,
+// or a span ID both followed up and consumed (rule 3; compared by span ID alone,
 // the conservative reading).
 func (lt *linkTargets) malformed(self pcommon.SpanID) bool {
 	for _, f := range lt.follow {
 		if f.SpanID == self {
+			return true
+		}
+	}
+	for _, c := range lt.consumed {
+		if c.SpanID == self {
 			return true
 		}
 	}
