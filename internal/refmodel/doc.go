@@ -43,9 +43,12 @@
 //     (invalid_count), like a negative invocation.children.
 //   - invocation.unattributed is read on every span of the invocation,
 //     not only on its root.
-//   - Every link of a member counts toward max_spans_per_invocation, of
-//     whatever kind, with its span ID (rule 5: "named by a parent or a
-//     link"); parent IDs count too. A bound equal to the number of span
+//   - The targets of a member's well-formed followup and detached_from
+//     links count toward max_spans_per_invocation with their span IDs
+//     (rule 5: the span IDs an invocation holds, "named by a parent or a
+//     link"), and parent IDs count too. A consumed link names a span of
+//     another invocation and a link of another kind discharges nothing,
+//     so their targets are not held and do not count. A bound equal to the number of span
 //     IDs is not exceeded ("beyond it").
 //   - remote_settle is measured from the first arrival of each span of
 //     the subtree: a duplicate re-delivery does not restart the quiet

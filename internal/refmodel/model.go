@@ -183,7 +183,7 @@ func collect(cfg Config, arrivals []Arrival, id string) *invocation {
 			inv.named[s.ParentSpanID] = true
 		}
 		for _, l := range s.Links {
-			if l.SpanID != (SpanID{}) {
+			if l.SpanID != (SpanID{}) && tracksTarget(l) {
 				inv.named[l.SpanID] = true
 			}
 		}
@@ -305,4 +305,23 @@ func (inv *invocation) modelCall(s Span) {
 	if !s.Error && !present[0] && !present[1] {
 		inv.flag(contract.ReasonUsageMissing, s.Name)
 	}
+}
+
+// tracksTarget reports whether a link names a span the invocation must
+// keep track of: a well-formed followup or detached_from link, whose
+// target's obligation it discharges. A consumed link names a span of
+// another invocation, and a link of another or a malformed kind
+// discharges nothing, so neither is held (v0.6 rule 5 counts the span IDs
+// an invocation holds).
+func tracksTarget(l Link) bool {
+	vs := occurrences(l.Attributes, contract.AttrLink)
+	if len(vs) == 0 || vs[0].Kind != KindStr {
+		return false
+	}
+	for _, v := range vs[1:] {
+		if !v.Equal(vs[0]) {
+			return false
+		}
+	}
+	return vs[0].Str == contract.LinkFollowup || vs[0].Str == contract.LinkDetachedFrom
 }
