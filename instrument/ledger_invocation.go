@@ -79,6 +79,9 @@ type invocationState struct {
 	// runs (contract rule 6). These maps are made when first needed.
 	runningConts map[trace.SpanID]struct{}
 	unended      map[trace.SpanID]string
+	// detached holds, by span, the detached spans declared and arrived
+	// (contract v0.6 rule 4; ledger_detached.go); made when first needed.
+	detached map[spanKey]detachedCount
 
 	// done is closed at the first close; made by the first Wait.
 	done        chan struct{}
@@ -287,6 +290,9 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	if len(inv.unended) > 0 {
 		delete(inv.unended, sid)
 	}
+	if f.unrecorded != 0 || f.detached != 0 {
+		inv.arriveDeclared(spanKey{tid, sid}, n.name, f, maxSpans)
+	}
 
 	switch {
 	case f.children == childrenInvalid:
@@ -315,7 +321,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	if n.parent != (trace.SpanID{}) {
 		inv.breakCycle(sid, n.parent)
 	}
-	inv.applyLinks(s, name)
+	inv.applyLinks(s, name, f.late, maxSpans)
 	if f.op != "" {
 		inv.addUsage(s, f)
 	}
@@ -392,6 +398,7 @@ func (inv *invocationState) openReasons(now time.Time) []string {
 	for _, name := range inv.unended {
 		reasons = append(reasons, reasonOpenSpan+":"+name)
 	}
+	reasons = inv.missingDetached(reasons)
 	if len(inv.runningConts) > 0 {
 		reasons = append(reasons, reasonOpenSpan+":"+contract.SpanNameContinuationPrefix)
 	}

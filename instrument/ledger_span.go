@@ -50,6 +50,16 @@ type spanFacts struct {
 	// stamped: the span itself carries invocation.children equal to the
 	// count the SpanProcessor passed (it stamps 0 at the span's start).
 	stamped bool
+
+	// --- contract v0.6 rules 3 and 4 (kept apart from the reader above,
+	// which a shared reader replaces).
+	// unrecorded: the span's invocation.unrecorded is above 0 (or not a
+	// non-negative int, the reading that fails closed); 0 or 1.
+	unrecorded int
+	// detached is the span's invocation.detached: 0 when absent,
+	// childrenInvalid when it cannot be proven.
+	detached int
+	// --- end v0.6
 }
 
 // readFacts reads a span's facts; children is the invocation.children the
@@ -93,6 +103,12 @@ func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
 			f.unattributed = unattributedReason(kv.Value)
 		case contract.AttrFollowupReason:
 			f.abandoned = kv.Value.AsString() == contract.ReasonAbandoned
+		// --- contract v0.6 rules 3 and 4.
+		case contract.AttrUnrecorded:
+			f.unrecorded = readUnrecorded(kv.Value)
+		case contract.AttrDetached:
+			f.detached = readDetached(kv.Value, maxCount)
+		// --- end v0.6
 		default:
 			for i, k := range usageKeys {
 				if kv.Key != k {
@@ -117,6 +133,30 @@ func readFacts(s sdktrace.ReadOnlySpan, children, maxCount int) spanFacts {
 	f.failed = s.Status().Code == codes.Error
 	return f
 }
+
+// --- contract v0.6 rules 3 and 4: readers of invocation.unrecorded and
+// invocation.detached, used by readFacts.
+
+// readUnrecorded reads invocation.unrecorded: a value that is not a
+// non-negative int reads as 1, so that the invocation fails closed
+// (not_sampled). Any value above 0 means the same.
+func readUnrecorded(v attribute.Value) int {
+	if v.Type() == attribute.INT64 && v.AsInt64() == 0 {
+		return 0
+	}
+	return 1
+}
+
+// readDetached reads invocation.detached: childrenInvalid for a value
+// that is not a non-negative int of at most maxCount.
+func readDetached(v attribute.Value, maxCount int) int {
+	if v.Type() != attribute.INT64 || v.AsInt64() < 0 || v.AsInt64() > int64(maxCount) {
+		return childrenInvalid
+	}
+	return int(v.AsInt64())
+}
+
+// --- end v0.6
 
 // startAttrs is what the SpanProcessor reads from a span's attributes at
 // its start, in one pass.
