@@ -96,6 +96,15 @@ type spanRecord struct {
 	// its start: OnEnd hands it back so that the ledger need not look the
 	// invocation up by id.
 	inv *invocationState
+	// unrecorded and detached count the span's direct children of its
+	// invocation that were not sampled, and the spans started from its
+	// context as roots of new traces (contract v0.6 rules 3 and 4); OnEnd
+	// adds them to the span when not 0.
+	unrecorded, detached int
+	// dropped: the span is not sampled and its parent (or context span)
+	// counts it in invocation.unrecorded; OnEnd tells the ledger when it
+	// is a model call.
+	dropped bool
 	// stamp holds the attributes OnStart adds (invocation.id and a
 	// provisional invocation.children of 0), so that SetAttributes needs
 	// no slice of its own; the SDK copies them.
@@ -206,6 +215,7 @@ func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcesso
 	p.untracked, _ = meter.Int64Counter("agentledger.instrument.untracked_spans",
 		metric.WithDescription("Spans exported without invocation.children because the open-span limit was reached."),
 		metric.WithUnit("{span}"))
+	processors.add(p)
 	return p
 }
 
@@ -242,9 +252,15 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		inv = p.ledger.started(id, s, &attrs, startFacts{})
 	}
 
-	var late, counted bool
+	var late, counted, dropped bool
+	var detachedFrom trace.SpanContext
 	var rec *spanRecord
 	p.mu.Lock()
+	if !local && id != "" && attrs.role == "" && !psc.IsValid() {
+		// A span started with trace.WithNewRoot from the context of a span
+		// (rule 4). Lifecycle spans are declared otherwise.
+		detachedFrom, late, dropped = p.detachedStart(parent, id, sc)
+	}
 	if local {
 		if prec := p.lookupOpen(psc.TraceID(), psc.SpanID()); prec != nil {
 			if id == "" {
@@ -259,6 +275,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 				prec.children++
 				counted = true
 				inv = prec.inv
+			} else if id != "" && id == prec.invocation && prec.span.SpanContext().IsSampled() {
+				// Recorded, never exported (rule 3): the parent declares it.
+				prec.unrecorded++
+				dropped = true
 			}
 		} else {
 			if id == "" {
@@ -282,6 +302,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	if tracked {
 		rec = p.newRecord()
 		rec.invocation, rec.span, rec.inv, rec.trace = id, s, inv, sc.TraceID()
+		rec.dropped = dropped
 		if local {
 			rec.parent = psc.SpanID()
 		}
@@ -329,6 +350,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		s.SetAttributes(attribute.Bool(AttrLateChild, true))
 		p.lateChildren.Add(parent, 1)
 	}
+	if detachedFrom.IsValid() {
+		s.AddLink(trace.Link{SpanContext: detachedFrom,
+			Attributes: []attribute.KeyValue{attribute.String(contract.AttrLink, contract.LinkDetachedFrom)}})
+	}
 	// A span with a local parent that counts it and no role costs the
 	// ledger nothing at its start (Ledger.started).
 	if local && ledgered && (attrs.role != "" || !counted) {
@@ -347,6 +372,8 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	sc := s.SpanContext()
 	children := countAbsent
+	var unrecorded, detached int
+	var dropped bool
 	var known *invocationState
 	p.mu.Lock()
 	if rec := p.removeOpen(sc.TraceID(), sc.SpanID()); rec != nil {
@@ -354,16 +381,25 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
 		}
 		children, known = rec.children, rec.inv
+		unrecorded, detached, dropped = rec.unrecorded, rec.detached, rec.dropped
 		p.release(rec)
 	}
 	p.mu.Unlock()
 
 	f := readFacts(s, children, p.ledger.maxSpans)
 	out := s
-	if children != countAbsent && !f.stamped {
+	if unrecorded != 0 || detached != 0 {
+		// Rules 3 and 4: the counts are the SpanProcessor's, as children.
+		out = p.declared(s, &f, children, unrecorded, detached)
+	} else if children != countAbsent && !f.stamped {
 		// The count OnStart stamped is not the span's (it has children,
 		// or its attributes changed the stamp or dropped it).
 		out = &countedSpan{ReadOnlySpan: s, children: children}
+	}
+	if dropped && usageOperation(f.op) && f.id != "" {
+		// A model call recorded without being sampled inside a recording
+		// span of its invocation (rule 3): its usage is never exported.
+		p.ledger.unrecordedSpan(f.id, s.Name())
 	}
 	// The next processor sees the span before the ledger does, so that when
 	// Ledger.Wait returns final, every span of the invocation has already
@@ -438,22 +474,36 @@ func (p *SpanProcessor) openSpans() int {
 	return p.openCount
 }
 
-// countedSpan is an ended span with invocation.children added.
+// countedSpan is an ended span with invocation.children added, and
+// invocation.unrecorded and invocation.detached when not 0.
 type countedSpan struct {
 	sdktrace.ReadOnlySpan
-	children int
+	children             int
+	unrecorded, detached int
 }
 
-// Attributes returns the span's attributes with invocation.children.
+// Attributes returns the span's attributes with invocation.children (and
+// invocation.unrecorded and invocation.detached when not 0).
 func (s *countedSpan) Attributes() []attribute.KeyValue {
 	base := s.ReadOnlySpan.Attributes()
-	out := make([]attribute.KeyValue, 0, len(base)+1)
+	out := make([]attribute.KeyValue, 0, len(base)+3)
 	for _, kv := range base {
-		if kv.Key != contract.AttrChildren {
+		switch {
+		case kv.Key == contract.AttrChildren:
+		case kv.Key == contract.AttrUnrecorded && s.unrecorded != 0:
+		case kv.Key == contract.AttrDetached && s.detached != 0:
+		default:
 			out = append(out, kv)
 		}
 	}
-	return append(out, attribute.Int(contract.AttrChildren, s.children))
+	out = append(out, attribute.Int(contract.AttrChildren, s.children))
+	if s.unrecorded != 0 {
+		out = append(out, attribute.Int(contract.AttrUnrecorded, s.unrecorded))
+	}
+	if s.detached != 0 {
+		out = append(out, attribute.Int(contract.AttrDetached, s.detached))
+	}
+	return out
 }
 
 func attrString(attrs []attribute.KeyValue, key attribute.Key) string {
