@@ -9,7 +9,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/unrecorded"
 )
+
+// The client wrappers that share instrument/internal/genaicall report
+// through it.
+func init() { unrecorded.Install(NoteUnrecorded) }
 
 // This file is how the instrumentation declares spans the collector will
 // never see (contract v0.6 rules 3 and 4): spans the sampler dropped
