@@ -31,14 +31,18 @@ func init() { unrecorded.Install(NoteUnrecorded) }
 // that is not recording reports it with NoteUnrecorded.
 
 // Sampler returns a sampler that decides as inner does, except that a
-// span inner drops whose parent context holds a recording, sampled span
-// of an invocation (the baggage member invocation.id, or the parent's
-// invocation.id) is recorded without being sampled
-// (sdktrace.RecordOnly): it is still not exported, but the SpanProcessor
-// sees it start and counts it in its parent's invocation.unrecorded
-// (contract v0.6 rule 3), so that neither the Ledger nor the collector
-// says final for an invocation with a span missing. A nil inner is the
-// SDK's default, ParentBased(AlwaysSample()).
+// span of an invocation that inner drops is recorded without being
+// sampled (sdktrace.RecordOnly) when its parent is a recording, sampled
+// span (of the invocation named by the baggage member invocation.id, or
+// by the parent's invocation.id), or when it has no parent and the
+// baggage names an invocation (a root, or a span started with
+// trace.WithNewRoot, whose context span the SDK hides from samplers). It
+// is still not exported, but the SpanProcessor sees it start and counts it
+// in its parent's (or context span's) invocation.unrecorded (contract
+// v0.6 rule 3), so that neither the Ledger nor the collector says final
+// for an invocation with a span missing. A root recorded so is not
+// sampled, as before: Ledger.Wait answers not_sampled. A nil inner is
+// the SDK's default, ParentBased(AlwaysSample()).
 //
 // Install it on every TracerProvider whose pipeline has a SpanProcessor:
 //
@@ -69,10 +73,19 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 		return res
 	}
 	parent := trace.SpanFromContext(p.ParentContext)
-	if !parent.SpanContext().IsSampled() || !parent.IsRecording() {
+	psc := parent.SpanContext()
+	switch {
+	case !psc.IsValid():
+		// A root, or a span started with trace.WithNewRoot (the SDK hides
+		// the context's span from the sampler): the SpanProcessor, which
+		// sees the context, tells whether a span of the invocation
+		// declares it.
+		if baggageInvocationID(p.ParentContext) == "" {
+			return res
+		}
+	case !psc.IsSampled() || !parent.IsRecording():
 		return res
-	}
-	if baggageInvocationID(p.ParentContext) == "" {
+	case baggageInvocationID(p.ParentContext) == "":
 		ro, ok := parent.(sdktrace.ReadOnlySpan)
 		if !ok || attrString(ro.Attributes(), contract.AttrInvocationID) == "" {
 			return res

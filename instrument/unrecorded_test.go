@@ -323,3 +323,39 @@ func TestRuleFollowupLinkNamesTraceAndSpan(t *testing.T) {
 		}
 	})
 }
+
+// TestDroppedDetachedSpanWithSampler (rules 3 and 4): a new-trace span
+// the sampler drops is declared unrecorded by its context span, not
+// detached.
+func TestDroppedDetachedSpanWithSampler(t *testing.T) {
+	p := newPipeline(t, sdktrace.WithSampler(Sampler(dropNamed{"side work"})))
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "a", "s1")
+	_, side := p.tp.Tracer("x").Start(ctx, "side work", trace.WithNewRoot())
+	side.End()
+	inv.End()
+	wantStatus(t, p.summary(t, inv.ID()), contract.StatusIncomplete, "not_sampled:invoke_agent a")
+	root := p.span(t, "invoke_agent a")
+	if n := intAttr(t, root, contract.AttrUnrecorded); n != 1 {
+		t.Errorf("root invocation.unrecorded = %d, want 1", n)
+	}
+	if _, ok := attrOf(root, contract.AttrDetached); ok {
+		t.Errorf("root counts a dropped span as detached")
+	}
+}
+
+// TestSamplerDroppedRootIsNotSampled: a root Sampler records without
+// sampling answers not_sampled at once, as a dropped root does.
+func TestSamplerDroppedRootIsNotSampled(t *testing.T) {
+	p := newPipeline(t, sdktrace.WithSampler(Sampler(sdktrace.NeverSample())))
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "a", "s1")
+	p.chat(ctx, 10, 1)
+	inv.End()
+	s, err := p.sp.Ledger().Wait(context.Background(), inv.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, s, contract.StatusIncomplete, contract.ReasonNotSampled)
+	if n := len(p.exp.GetSpans()); n != 0 {
+		t.Errorf("exported %d spans", n)
+	}
+}
