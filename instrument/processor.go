@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"sync"
 
@@ -92,19 +93,23 @@ type spanRecord struct {
 	bagID  string
 	// turn: the span is registered in turns.
 	turn bool
-	// inv is the ledger's state of the span's invocation, when known at
-	// its start: OnEnd hands it back so that the ledger need not look the
-	// invocation up by id.
-	inv *invocationState
-	// unrecorded and detached count the span's direct children of its
-	// invocation that were not sampled, and the spans started from its
-	// context as roots of new traces (contract v0.6 rules 3 and 4); OnEnd
-	// adds them to the span when not 0.
-	unrecorded, detached int
 	// dropped: the span is not sampled and its parent (or context span)
 	// counts it in invocation.unrecorded; OnEnd tells the ledger when it
 	// is a model call.
 	dropped bool
+	// unrecorded and detached count the span's direct children of its
+	// invocation that were not sampled, and the spans started from its
+	// context as roots of new traces (contract v0.6 rules 3 and 4); OnEnd
+	// adds them to the span when not 0. They fit beside the flags, so
+	// that a record stays in its size class; unrecorded saturates (any
+	// value above 0 means the same), detached is bounded by the spans a
+	// process tracks.
+	unrecorded uint16
+	detached   int32
+	// inv is the ledger's state of the span's invocation, when known at
+	// its start: OnEnd hands it back so that the ledger need not look the
+	// invocation up by id.
+	inv *invocationState
 	// stamp holds the attributes OnStart adds (invocation.id and a
 	// provisional invocation.children of 0), so that SetAttributes needs
 	// no slice of its own; the SDK copies them.
@@ -183,6 +188,14 @@ func (rec *spanRecord) baggageID(ctx context.Context) string {
 // baggageInvocationID returns the invocation id in ctx's baggage, or "".
 func baggageInvocationID(ctx context.Context) string {
 	return baggage.FromContext(ctx).Member(contract.BaggageInvocationID).Value()
+}
+
+// noteUnrecorded counts a child of rec's span that was not recorded.
+// p.mu must be held.
+func (rec *spanRecord) noteUnrecorded() {
+	if rec.unrecorded < math.MaxUint16 {
+		rec.unrecorded++
+	}
 }
 
 // release clears rec and keeps it for reuse. p.mu must be held.
@@ -277,7 +290,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 				inv = prec.inv
 			} else if id != "" && id == prec.invocation && prec.span.SpanContext().IsSampled() {
 				// Recorded, never exported (rule 3): the parent declares it.
-				prec.unrecorded++
+				prec.noteUnrecorded()
 				dropped = true
 			}
 		} else {
@@ -381,7 +394,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
 		}
 		children, known = rec.children, rec.inv
-		unrecorded, detached, dropped = rec.unrecorded, rec.detached, rec.dropped
+		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.dropped
 		p.release(rec)
 	}
 	p.mu.Unlock()

@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"context"
+	"math"
 	"sync"
 	"weak"
 
@@ -154,7 +155,7 @@ func (p *SpanProcessor) noteUnrecorded(psc trace.SpanContext, id, name string) b
 		id = rec.invocation
 	}
 	if id != "" && id == rec.invocation {
-		rec.unrecorded++
+		rec.noteUnrecorded()
 	}
 	p.mu.Unlock()
 	if id != "" {
@@ -180,10 +181,12 @@ func (p *SpanProcessor) detachedStart(parent context.Context, id string, sc trac
 			return trace.SpanContext{}, false, false
 		}
 		if !sc.IsSampled() {
-			crec.unrecorded++
+			crec.noteUnrecorded()
 			return trace.SpanContext{}, false, true
 		}
-		crec.detached++
+		if crec.detached < math.MaxInt32 {
+			crec.detached++
+		}
 		return csc, false, false
 	}
 	ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan)
