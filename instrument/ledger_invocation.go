@@ -89,14 +89,13 @@ type invocationState struct {
 	// status is that of the latest summary; pending until the first
 	// close. emitted is the latest final or incomplete summary, revision
 	// its number, forced the reason that closed it early ("" when its
-	// conditions held), dirty whether a span arrived since (a revision is
-	// owed).
+	// conditions held), dirty (below) whether a span arrived since (a
+	// revision is owed).
 	status  string
 	forced  string
 	emitted Summary
 
 	revision int
-	dirty    bool
 	usage    Usage
 	// open counts unmet obligations: the root (until it arrives), owed
 	// children and owed followups.
@@ -111,6 +110,11 @@ type invocationState struct {
 	// runs (started, not yet ended).
 	unattributedRunning bool
 	inSession           bool
+	// dirty sits with the other flags (see status above): beside revision
+	// it would cost 8 bytes of padding, and the struct must stay within
+	// 760 bytes, which with the allocator's 8-byte header for objects
+	// with pointers above 512 bytes is the 768-byte size class.
+	dirty bool
 }
 
 // newInvocationState returns the state of invocation id, first seen at

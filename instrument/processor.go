@@ -487,17 +487,36 @@ func (p *SpanProcessor) openSpans() int {
 	return p.openCount
 }
 
-// countedSpan is an ended span with invocation.children added, and
-// invocation.unrecorded and invocation.detached when not 0.
+// countedSpan is an ended span with invocation.children added.
 type countedSpan struct {
 	sdktrace.ReadOnlySpan
-	children             int
-	unrecorded, detached int
+	children int
 }
 
-// Attributes returns the span's attributes with invocation.children (and
-// invocation.unrecorded and invocation.detached when not 0).
+// Attributes returns the span's attributes with invocation.children.
 func (s *countedSpan) Attributes() []attribute.KeyValue {
+	base := s.ReadOnlySpan.Attributes()
+	out := make([]attribute.KeyValue, 0, len(base)+1)
+	for _, kv := range base {
+		if kv.Key != contract.AttrChildren {
+			out = append(out, kv)
+		}
+	}
+	return append(out, attribute.Int(contract.AttrChildren, s.children))
+}
+
+// declaredSpan is an ended span with invocation.children added, and
+// invocation.unrecorded and invocation.detached when not 0 (contract
+// v0.6 rules 3 and 4). It is a type of its own so that countedSpan, which
+// most spans with children get, stays 24 bytes.
+type declaredSpan struct {
+	sdktrace.ReadOnlySpan
+	children             int
+	unrecorded, detached int32
+}
+
+// Attributes returns the span's attributes with its counts.
+func (s *declaredSpan) Attributes() []attribute.KeyValue {
 	base := s.ReadOnlySpan.Attributes()
 	out := make([]attribute.KeyValue, 0, len(base)+3)
 	for _, kv := range base {
@@ -511,10 +530,10 @@ func (s *countedSpan) Attributes() []attribute.KeyValue {
 	}
 	out = append(out, attribute.Int(contract.AttrChildren, s.children))
 	if s.unrecorded != 0 {
-		out = append(out, attribute.Int(contract.AttrUnrecorded, s.unrecorded))
+		out = append(out, attribute.Int(contract.AttrUnrecorded, int(s.unrecorded)))
 	}
 	if s.detached != 0 {
-		out = append(out, attribute.Int(contract.AttrDetached, s.detached))
+		out = append(out, attribute.Int(contract.AttrDetached, int(s.detached)))
 	}
 	return out
 }

@@ -210,7 +210,8 @@ func (p *SpanProcessor) declared(s sdktrace.ReadOnlySpan, f *spanFacts, children
 			f.detached = childrenInvalid
 		}
 	}
-	return &countedSpan{ReadOnlySpan: s, children: children, unrecorded: unrecorded, detached: detached}
+	// Both fit in 32 bits: the record keeps them so.
+	return &declaredSpan{ReadOnlySpan: s, children: children, unrecorded: int32(unrecorded), detached: int32(detached)}
 }
 
 // processors lists the live SpanProcessors, for NoteUnrecorded: a client

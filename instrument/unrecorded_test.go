@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -357,5 +358,22 @@ func TestSamplerDroppedRootIsNotSampled(t *testing.T) {
 	wantStatus(t, s, contract.StatusIncomplete, contract.ReasonNotSampled)
 	if n := len(p.exp.GetSpans()); n != 0 {
 		t.Errorf("exported %d spans", n)
+	}
+}
+
+// TestStateSizeClasses guards the common path's memory: the ledger keeps
+// an invocationState per invocation (at most 760 bytes, which with the
+// allocator's 8-byte header for objects with pointers above 512 bytes is
+// the 768-byte size class), and a span with children costs a countedSpan
+// of 24 bytes.
+func TestStateSizeClasses(t *testing.T) {
+	if n := unsafe.Sizeof(invocationState{}); n > 760 {
+		t.Errorf("invocationState is %d bytes, above 760 (the 768-byte size class with its header)", n)
+	}
+	if n := unsafe.Sizeof(countedSpan{}); n > 24 {
+		t.Errorf("countedSpan is %d bytes, above 24", n)
+	}
+	if n := unsafe.Sizeof(spanRecord{}); n > 256 {
+		t.Errorf("spanRecord is %d bytes, above 256", n)
 	}
 }
