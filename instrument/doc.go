@@ -55,6 +55,48 @@
 // from a bounded record of forgotten invocations (WithClosedRecords) or
 // with ErrUnknownInvocation.
 //
+// Spans the collector would never see are declared (contract v0.6 rules
+// 3 and 4). A span started as the root of a new trace
+// (trace.WithNewRoot) from the context of an open span of its invocation
+// is counted in that span's invocation.detached and links back to it
+// with invocation.link=detached_from; the Ledger, like the collector, is
+// final only when every such span arrived (else missing_detached). Started
+// so from a span that has ended, it is marked invocation.late_child and
+// declares nothing; the Ledger still waits for it. The Tracker's own
+// new-trace spans (continuations, followup_closed) are declared otherwise
+// and are not counted.
+//
+// A span the sampler drops inside a recording invocation is never
+// exported, and the SDK does not show it to the SpanProcessor. Two things
+// make it visible, and each makes its invocation incomplete with
+// not_sampled, never final:
+//
+//   - Sampler wraps the provider's sampler: a span the inner sampler drops
+//     below a sampled span of an invocation is recorded without being
+//     sampled (not exported), and its parent counts it in
+//     invocation.unrecorded. Every span is covered, from any library.
+//     A span recorded without being sampled is counted the same way,
+//     with or without Sampler.
+//   - The client wrappers (otelopenai, otelanthropic, otelopencode,
+//     otelclaudecode) report a model call whose span is not recording
+//     with NoteUnrecorded: the nearest recording span counts it, and the
+//     Ledger reports not_sampled:<call span name>. This covers the model
+//     calls, whose usage is the invocation's, without Sampler.
+//
+// What neither sees: without Sampler, a dropped span that is not a model
+// call of a wrapper (a tool span, a model call of a client the wrappers do
+// not cover), and the spans below it (sampled children of a dropped span
+// still arrive and are summed; dropped ones are lost); with or without
+// it, a span dropped under a remote parent (another process's span, which
+// this process cannot declare), or on a TracerProvider whose pipeline has
+// no SpanProcessor. A dropped model call whose context span has already
+// ended, or that the SpanProcessor does not track (beyond
+// WithMaxOpenSpans), is reported to the Ledger that holds its invocation
+// but declared to no span, so only the in-process answer is incomplete.
+// With a ParentBased sampler (the SDK's default) a sampled root samples
+// every span below it and nothing is dropped inside a recording
+// invocation: install Sampler when the inner sampler decides per span.
+//
 // Shutdown and ForceFlush of the SpanProcessor first end the model calls
 // the client wrappers (otelopenai, otelanthropic) hold open for an SDK
 // retry, so that a process exiting within the retry window exports them.

@@ -142,3 +142,13 @@ func strAttr(s tracetest.SpanStub, key string) string {
 	v, _ := attrOf(s, key)
 	return v.AsString()
 }
+
+// attrString returns the first value of key as a string, "" when absent.
+func attrString(attrs []attribute.KeyValue, key attribute.Key) string {
+	for _, kv := range attrs {
+		if kv.Key == key {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
+}

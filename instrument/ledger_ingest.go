@@ -164,3 +164,33 @@ func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationS
 	}
 	l.evaluate(inv, now)
 }
+
+// unrecordedSpan records that a span of invocation id named name was not
+// recorded though it started inside a recording span of the invocation
+// (a model call a client wrapper saw dropped, NoteUnrecorded; or one
+// recorded without being sampled): the invocation is never final
+// (contract v0.6 rule 3, not_sampled:<name>). An invocation that closed
+// already is revised, incomplete.
+func (l *Ledger) unrecordedSpan(id, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down {
+		return
+	}
+	now := l.clock.Now()
+	l.sweep(now)
+	inv := l.lookup(id, now)
+	inv.fail(contract.ReasonNotSampled, name)
+	if inv.status != contract.StatusPending {
+		inv.dirty = true
+		l.revise(inv, now)
+	}
+}
+
+// holds reports whether the ledger holds state for invocation id.
+func (l *Ledger) holds(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.held.get(id)
+	return ok
+}

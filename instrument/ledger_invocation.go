@@ -80,6 +80,9 @@ type invocationState struct {
 	// runs (contract rule 6). These maps are made when first needed.
 	runningConts map[trace.SpanID]struct{}
 	unended      map[trace.SpanID]string
+	// detached holds, by span, the detached spans declared and arrived
+	// (contract v0.6 rule 4; ledger_detached.go); made when first needed.
+	detached map[spanKey]detachedCount
 
 	// done is closed at the first close; made by the first Wait.
 	done        chan struct{}
@@ -87,14 +90,13 @@ type invocationState struct {
 	// status is that of the latest summary; pending until the first
 	// close. emitted is the latest final or incomplete summary, revision
 	// its number, forced the reason that closed it early ("" when its
-	// conditions held), dirty whether a span arrived since (a revision is
-	// owed).
+	// conditions held), dirty (below) whether a span arrived since (a
+	// revision is owed).
 	status  string
 	forced  string
 	emitted Summary
 
 	revision int
-	dirty    bool
 	usage    Usage
 	// open counts unmet obligations: the root (until it arrives), owed
 	// children and owed followups.
@@ -109,6 +111,11 @@ type invocationState struct {
 	// runs (started, not yet ended).
 	unattributedRunning bool
 	inSession           bool
+	// dirty sits with the other flags (see status above): beside revision
+	// it would cost 8 bytes of padding, and the struct must stay within
+	// 760 bytes, which with the allocator's 8-byte header for objects
+	// with pointers above 512 bytes is the 768-byte size class.
+	dirty bool
 }
 
 // newInvocationState returns the state of invocation id, first seen at
@@ -318,6 +325,9 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	if len(inv.unended) > 0 {
 		delete(inv.unended, sid)
 	}
+	if f.unrecorded != 0 || f.detached != 0 {
+		inv.arriveDeclared(spanKey{tid, sid}, n.name, f, maxSpans)
+	}
 
 	switch {
 	case f.children == childrenInvalid:
@@ -346,7 +356,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	if n.parent != (trace.SpanID{}) {
 		inv.breakCycle(sid, n.parent)
 	}
-	inv.applyLinks(s, name)
+	inv.applyLinks(s, name, f.late, maxSpans)
 	if f.modelCall {
 		inv.addUsage(s, f)
 	}
@@ -410,6 +420,7 @@ func (inv *invocationState) openReasons(now time.Time) []string {
 	for _, name := range inv.unended {
 		reasons = append(reasons, reasonOpenSpan+":"+name)
 	}
+	reasons = inv.missingDetached(reasons)
 	if len(inv.runningConts) > 0 {
 		reasons = append(reasons, reasonOpenSpan+":"+contract.SpanNameContinuationPrefix)
 	}

@@ -83,8 +83,9 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 // applyLinks discharges the followups the arrived span's links name: at
 // most one per target (rule 2), none when the links are malformed (rule
 // 3), none for a target of another invocation (foreign_followup, told by
-// the ledger's background index before this is called).
-func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string) {
+// the ledger's background index before this is called); then its
+// detached_from links (v0.6 rule 4), unless late.
+func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string, late bool, maxSpans int) {
 	links := s.Links()
 	if len(links) == 0 {
 		return
@@ -118,6 +119,7 @@ func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string) {
 		t.arrivedFollowups++
 		inv.nodes.set(t)
 	}
+	inv.applyDetachedLinks(s, name, late, maxSpans)
 }
 
 // repeatsFollowup reports whether links already hold a followup link to

@@ -50,14 +50,18 @@ type spanFacts struct {
 	invalidUsage []string
 	// failed: the span's status is Error.
 	failed bool
-	// unrecorded and detached are the declared counts of v0.6 rules 3
-	// and 4, countAbsent or childrenInvalid.
-	unrecorded, detached int
 	// malformed has a bit per ledgerrule.Key whose value is malformed.
 	malformed uint32
 	// stamped: the span itself carries invocation.children equal to the
 	// count the SpanProcessor passed (it stamps 0 at the span's start).
 	stamped bool
+
+	// unrecorded: the span's invocation.unrecorded is above 0 (or not a
+	// non-negative int, the reading that fails closed); 0 or 1.
+	unrecorded int
+	// detached is the span's invocation.detached: 0 when absent,
+	// childrenInvalid when it cannot be proven.
+	detached int
 }
 
 // readFacts reads a span's facts through the contract's one reader
@@ -102,8 +106,15 @@ func readFacts(s sdktrace.ReadOnlySpan, children int, rule *ledgerrule.Config) s
 	f.modelCall = rf.ModelCall
 	f.children = countOf(rf.Children)
 	f.followups = countOf(rf.Followups)
-	f.unrecorded = countOf(rf.Unrecorded)
-	f.detached = countOf(rf.Detached)
+	// v0.6 rules 3 and 4: unrecorded is 1 when the span declares any
+	// unrecorded child or an unprovable count (failing closed), detached
+	// 0 when absent.
+	if rf.Unrecorded.State == ledgerrule.CountInvalid || rf.Unrecorded.N > 0 {
+		f.unrecorded = 1
+	}
+	if rf.Detached.Declared() {
+		f.detached = countOf(rf.Detached)
+	}
 	f.remote, f.late = rf.Remote, rf.LateChild
 	if rf.Unattributed {
 		f.unattributed = rf.UnattributedReason

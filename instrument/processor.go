@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"sync"
 
@@ -92,6 +93,19 @@ type spanRecord struct {
 	bagID  string
 	// turn: the span is registered in turns.
 	turn bool
+	// dropped: the span is not sampled and its parent (or context span)
+	// counts it in invocation.unrecorded; OnEnd tells the ledger when it
+	// is a model call.
+	dropped bool
+	// unrecorded and detached count the span's direct children of its
+	// invocation that were not sampled, and the spans started from its
+	// context as roots of new traces (contract v0.6 rules 3 and 4); OnEnd
+	// adds them to the span when not 0. They fit beside the flags, so
+	// that a record stays in its size class; unrecorded saturates (any
+	// value above 0 means the same), detached is bounded by the spans a
+	// process tracks.
+	unrecorded uint16
+	detached   int32
 	// inv is the ledger's state of the span's invocation, when known at
 	// its start: OnEnd hands it back so that the ledger need not look the
 	// invocation up by id.
@@ -176,6 +190,14 @@ func baggageInvocationID(ctx context.Context) string {
 	return baggage.FromContext(ctx).Member(contract.BaggageInvocationID).Value()
 }
 
+// noteUnrecorded counts a child of rec's span that was not recorded.
+// p.mu must be held.
+func (rec *spanRecord) noteUnrecorded() {
+	if rec.unrecorded < math.MaxUint16 {
+		rec.unrecorded++
+	}
+}
+
 // release clears rec and keeps it for reuse. p.mu must be held.
 func (p *SpanProcessor) release(rec *spanRecord) {
 	*rec = spanRecord{}
@@ -206,6 +228,7 @@ func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcesso
 	p.untracked, _ = meter.Int64Counter("agentledger.instrument.untracked_spans",
 		metric.WithDescription("Spans exported without invocation.children because the open-span limit was reached."),
 		metric.WithUnit("{span}"))
+	processors.add(p)
 	return p
 }
 
@@ -242,9 +265,15 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		inv = p.ledger.started(id, s, &attrs, startFacts{})
 	}
 
-	var late, counted bool
+	var late, counted, dropped bool
+	var detachedFrom trace.SpanContext
 	var rec *spanRecord
 	p.mu.Lock()
+	if !local && id != "" && attrs.role == "" && !psc.IsValid() {
+		// A span started with trace.WithNewRoot from the context of a span
+		// (rule 4). Lifecycle spans are declared otherwise.
+		detachedFrom, late, dropped = p.detachedStart(parent, id, sc)
+	}
 	if local {
 		if prec := p.lookupOpen(psc.TraceID(), psc.SpanID()); prec != nil {
 			if id == "" {
@@ -259,6 +288,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 				prec.children++
 				counted = true
 				inv = prec.inv
+			} else if id != "" && id == prec.invocation && prec.span.SpanContext().IsSampled() {
+				// Recorded, never exported (rule 3): the parent declares it.
+				prec.noteUnrecorded()
+				dropped = true
 			}
 		} else {
 			if id == "" {
@@ -282,6 +315,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	if tracked {
 		rec = p.newRecord()
 		rec.invocation, rec.span, rec.inv, rec.trace = id, s, inv, sc.TraceID()
+		rec.dropped = dropped
 		if local {
 			rec.parent = psc.SpanID()
 		}
@@ -329,6 +363,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		s.SetAttributes(attribute.Bool(AttrLateChild, true))
 		p.lateChildren.Add(parent, 1)
 	}
+	if detachedFrom.IsValid() {
+		s.AddLink(trace.Link{SpanContext: detachedFrom,
+			Attributes: []attribute.KeyValue{attribute.String(contract.AttrLink, contract.LinkDetachedFrom)}})
+	}
 	// A span with a local parent that counts it and no role costs the
 	// ledger nothing at its start (Ledger.started).
 	if local && ledgered && (attrs.role != "" || !counted) {
@@ -347,6 +385,8 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	sc := s.SpanContext()
 	children := countAbsent
+	var unrecorded, detached int
+	var dropped bool
 	var known *invocationState
 	p.mu.Lock()
 	if rec := p.removeOpen(sc.TraceID(), sc.SpanID()); rec != nil {
@@ -354,16 +394,25 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
 		}
 		children, known = rec.children, rec.inv
+		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.dropped
 		p.release(rec)
 	}
 	p.mu.Unlock()
 
 	f := readFacts(s, children, p.ledger.rule)
 	out := s
-	if children != countAbsent && !f.stamped {
+	if unrecorded != 0 || detached != 0 {
+		// Rules 3 and 4: the counts are the SpanProcessor's, as children.
+		out = p.declared(s, &f, children, unrecorded, detached)
+	} else if children != countAbsent && !f.stamped {
 		// The count OnStart stamped is not the span's (it has children,
 		// or its attributes changed the stamp or dropped it).
 		out = &countedSpan{ReadOnlySpan: s, children: children}
+	}
+	if dropped && f.modelCall && f.id != "" {
+		// A model call recorded without being sampled inside a recording
+		// span of its invocation (rule 3): its usage is never exported.
+		p.ledger.unrecordedSpan(f.id, s.Name())
 	}
 	// The next processor sees the span before the ledger does, so that when
 	// Ledger.Wait returns final, every span of the invocation has already
@@ -454,4 +503,37 @@ func (s *countedSpan) Attributes() []attribute.KeyValue {
 		}
 	}
 	return append(out, attribute.Int(contract.AttrChildren, s.children))
+}
+
+// declaredSpan is an ended span with invocation.children added, and
+// invocation.unrecorded and invocation.detached when not 0 (contract
+// v0.6 rules 3 and 4). It is a type of its own so that countedSpan, which
+// most spans with children get, stays 24 bytes.
+type declaredSpan struct {
+	sdktrace.ReadOnlySpan
+	children             int
+	unrecorded, detached int32
+}
+
+// Attributes returns the span's attributes with its counts.
+func (s *declaredSpan) Attributes() []attribute.KeyValue {
+	base := s.ReadOnlySpan.Attributes()
+	out := make([]attribute.KeyValue, 0, len(base)+3)
+	for _, kv := range base {
+		switch {
+		case kv.Key == contract.AttrChildren:
+		case kv.Key == contract.AttrUnrecorded && s.unrecorded != 0:
+		case kv.Key == contract.AttrDetached && s.detached != 0:
+		default:
+			out = append(out, kv)
+		}
+	}
+	out = append(out, attribute.Int(contract.AttrChildren, s.children))
+	if s.unrecorded != 0 {
+		out = append(out, attribute.Int(contract.AttrUnrecorded, int(s.unrecorded)))
+	}
+	if s.detached != 0 {
+		out = append(out, attribute.Int(contract.AttrDetached, int(s.detached)))
+	}
+	return out
 }

@@ -64,6 +64,11 @@ func (dropSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.Sampling
 
 func (dropSampler) Description() string { return "dropSampler" }
 
+// TestUnsampledChildrenAreNotCounted: unsampled children are not in
+// invocation.children; the one recorded without being sampled is the
+// root's invocation.unrecorded (contract v0.6 rule 3), so the invocation
+// is incomplete, not final. (The dropped ones the SDK never shows the
+// SpanProcessor: without Sampler, nothing declares them.)
 func TestUnsampledChildrenAreNotCounted(t *testing.T) {
 	p := newPipeline(t, sdktrace.WithSampler(dropSampler{}))
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
@@ -79,9 +84,10 @@ func TestUnsampledChildrenAreNotCounted(t *testing.T) {
 	if got := len(p.exp.GetSpans()); got != 3 {
 		t.Errorf("exported %d spans, want 3", got)
 	}
-	if s, _ := p.sp.Ledger().Summary(inv.ID()); s.Status != contract.StatusFinal {
-		t.Errorf("status = %s, want final: %+v", s.Status, s)
+	if got := intAttr(t, p.span(t, "invoke_agent coder"), contract.AttrUnrecorded); got != 1 {
+		t.Errorf("root invocation.unrecorded = %d, want 1 (the span recorded without being sampled)", got)
 	}
+	wantStatus(t, p.summary(t, inv.ID()), contract.StatusIncomplete, "not_sampled:invoke_agent coder")
 	if n := p.sp.openSpans(); n != 0 {
 		t.Errorf("processor still tracks %d spans", n)
 	}

@@ -141,6 +141,9 @@ func newPipeline(ctx context.Context, cfg config) (*sdktrace.TracerProvider, *in
 	sp := instrument.NewSpanProcessor(next)
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSpanProcessor(sp),
+		// Sampler declares any span the sampler drops inside an
+		// invocation, so that nothing says final without it.
+		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.AlwaysSample()))),
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("claudecode-example"))),
 	)
 	return tp, sp.Ledger(), nil

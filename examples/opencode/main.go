@@ -105,6 +105,9 @@ func run(ctx context.Context, cfg config, out io.Writer, log *slog.Logger) (err 
 	sp := instrument.NewSpanProcessor(next)
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSpanProcessor(sp),
+		// Sampler declares any span the sampler drops inside an
+		// invocation, so that nothing says final without it.
+		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.AlwaysSample()))),
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("opencode-example"))),
 	)
 	defer func() {

@@ -56,7 +56,11 @@ func run(ctx context.Context, w io.Writer, otlp, baseURL string) error {
 		next = sdktrace.NewBatchSpanProcessor(exp)
 	}
 	sp := instrument.NewSpanProcessor(next)
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
+	// Sampler declares any span the sampler drops inside an invocation
+	// (here none: ParentBased samples what its sampled parent does), so
+	// that a sampler that decides per span never makes a wrong final.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp),
+		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.AlwaysSample()))))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	tracker := instrument.NewTracker(instrument.WithTracerProvider(tp))
 	ledger := sp.Ledger()

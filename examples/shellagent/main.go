@@ -143,6 +143,9 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (*app, error) {
 	sp := instrument.NewSpanProcessor(next, instrument.WithRemoteSettle(cfg.remoteSettle))
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSpanProcessor(sp),
+		// Sampler declares any span the sampler drops inside an
+		// invocation, so that nothing says final without it.
+		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.AlwaysSample()))),
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("shellagent"))),
 	)
 	a := &app{tp: tp, ledger: sp.Ledger()}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument"
 )
 
 // providerName is gen_ai.provider.name of the CLI's model calls and of
@@ -119,7 +120,9 @@ func (m *mapper) startCall(parent string) *modelCall {
 	if model == "" {
 		model = "unknown"
 	}
-	_, span := m.tracer.Start(m.parentCtx(parent), contract.OpChat+" "+model,
+	pctx := m.parentCtx(parent)
+	name := contract.OpChat + " " + model
+	_, span := m.tracer.Start(pctx, name,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String(contract.AttrOperationName, contract.OpChat),
@@ -127,6 +130,8 @@ func (m *mapper) startCall(parent string) *modelCall {
 			attribute.String(contract.AttrRequestModel, model),
 			attribute.String(contract.AttrConversationID, m.session),
 		))
+	// A call the sampler dropped is declared (contract v0.6 rule 3).
+	instrument.NoteUnrecorded(pctx, span, name)
 	c := &modelCall{span: span}
 	m.calls[parent] = c
 	return c
@@ -290,5 +295,6 @@ func (m *mapper) reconcile(reported *rawUsage) {
 			attribute.Int64(AttrUnexplainedPrefix+".cache_creation_input_tokens", diff.CacheCreation),
 			attribute.Int64(AttrUnexplainedPrefix+".output_tokens", diff.Output),
 		))
+	instrument.NoteUnrecorded(m.turn.ctx, span, contract.OpChat+" unreported")
 	span.End()
 }

@@ -10,7 +10,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
@@ -402,5 +406,46 @@ func TestUnreportedUsage(t *testing.T) {
 	s4 := scriptedUsage(4)
 	if got := attr(spans[0], AttrUnexplainedPrefix+".output_tokens").AsInt64(); got != int64(s4.OutputTokens) {
 		t.Errorf("unexplained output %d, want request 4's %d", got, s4.OutputTokens)
+	}
+}
+
+// dropSecondChat decides per span (not by the parent): it drops the
+// second model-call span and samples the rest.
+type dropSecondChat struct{ calls atomic.Int32 }
+
+func (d *dropSecondChat) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	res := sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+	if strings.HasPrefix(p.Name, contract.OpChat+" ") && d.calls.Add(1) == 2 {
+		res.Decision = sdktrace.Drop
+	}
+	return res
+}
+
+func (d *dropSecondChat) Description() string { return "dropSecondChat" }
+
+// TestReplayDroppedCall (contract v0.6 rule 3): a sampler that drops one
+// of the foreground fixture's two model calls leaves the invocation
+// incomplete with not_sampled, never final with half its usage.
+func TestReplayDroppedCall(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	sp := instrument.NewSpanProcessor(rec)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithSampler(&dropSecondChat{}))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p := &pipeline{tp: tp, rec: rec, sp: sp}
+	r := replay(t, p, readFixture(t, "foreground.jsonl"), true, false)
+	ids, _ := r.invocations(p)
+	if len(ids) != 1 {
+		t.Fatalf("%d prompts, want 1", len(ids))
+	}
+	s, ok := p.ledger().Summary(ids[0])
+	if !ok {
+		t.Fatal("invocation unknown to the ledger")
+	}
+	var call bool
+	for _, reason := range s.Reasons {
+		call = call || strings.HasPrefix(reason, contract.ReasonNotSampled+":"+contract.OpChat+" ")
+	}
+	if s.Status != contract.StatusIncomplete || !call {
+		t.Errorf("summary %+v, want incomplete with not_sampled for the dropped call", s)
 	}
 }

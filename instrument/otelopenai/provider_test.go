@@ -2,6 +2,8 @@ package otelopenai_test
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -91,5 +93,67 @@ func TestParkedCallExportedAtShutdown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// dropSecondCall is a sampler that decides per span (not by the parent):
+// it drops the second span named "chat gpt-test" and samples the rest.
+type dropSecondCall struct{ calls atomic.Int32 }
+
+func (d *dropSecondCall) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	res := sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+	if p.Name == "chat gpt-test" && d.calls.Add(1) == 2 {
+		res.Decision = sdktrace.Drop
+	}
+	return res
+}
+
+func (d *dropSecondCall) Description() string { return "dropSecondCall" }
+
+// TestDroppedCallIsDeclared (contract v0.6 rule 3): with a sampler that
+// decides per span and is not wrapped in instrument.Sampler, the second
+// of two model calls is dropped; the wrapper reports it, so the ledger
+// says incomplete (not_sampled), never final with half the usage, and the
+// root declares it in invocation.unrecorded.
+func TestDroppedCallIsDeclared(t *testing.T) {
+	srv := scriptedmodel.New(scriptedmodel.Options{Steps: []scriptedmodel.Step{
+		{Text: "one", Usage: fullUsage}, {Text: "two", Usage: fullUsage}}}).Start()
+	defer srv.Close()
+	rec := tracetest.NewSpanRecorder()
+	sp := instrument.NewSpanProcessor(rec)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithSampler(&dropSecondCall{}))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tracker := instrument.NewTracker(instrument.WithTracerProvider(tp))
+	client := openai.NewClient(option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("test"), option.WithMaxRetries(0),
+		option.WithMiddleware(otelopenai.Middleware(otelopenai.WithTracerProvider(tp))))
+
+	ctx, inv := tracker.StartInvocation(context.Background(), "coder", "s1")
+	for _, text := range []string{"one", "two"} {
+		if _, err := client.Chat.Completions.New(ctx, params(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv.End()
+	s, err := sp.Ledger().Wait(context.Background(), inv.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != contract.StatusIncomplete || !slices.Contains(s.Reasons, "not_sampled:chat gpt-test") ||
+		!slices.Contains(s.Reasons, "not_sampled:invoke_agent coder") {
+		t.Errorf("summary %+v, want incomplete with not_sampled for the call and the root", s)
+	}
+	for _, ro := range rec.Ended() {
+		if ro.Name() != "invoke_agent coder" {
+			continue
+		}
+		var n int64 = -1
+		for _, kv := range ro.Attributes() {
+			if kv.Key == contract.AttrUnrecorded {
+				n = kv.Value.AsInt64()
+			}
+		}
+		if n != 1 {
+			t.Errorf("root invocation.unrecorded = %d, want 1", n)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument"
 )
 
 // Attributes this package adds besides the contract's and GenAI's.
@@ -94,6 +95,8 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 			opts = append(opts, trace.WithTimestamp(t))
 		}
 		_, span := m.tracer.Start(ctx, contract.OpChat+" "+model, opts...)
+		// A call the sampler dropped is declared (contract v0.6 rule 3).
+		instrument.NoteUnrecorded(ctx, span, contract.OpChat+" "+model)
 		a = &assistantMsg{turn: ctx, span: span}
 		s.assistants[info.ID] = a
 	}

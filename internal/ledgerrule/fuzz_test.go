@@ -103,4 +103,3 @@ func FuzzSpanReader(f *testing.F) {
 		}
 	})
 }
-

@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/parked"
+	"github.com/agentledger/agentledger/instrument/internal/unrecorded"
 )
 
 // Attribute keys recorded beyond the contract's: the registry's from the
@@ -340,6 +341,8 @@ func (m *Middleware) start(req *http.Request, info Request) *call {
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(start),
 		trace.WithAttributes(attrs...))
+	// A call the sampler dropped is declared (contract v0.6 rule 3).
+	unrecorded.Note(ctx, span, name)
 	return &call{m: m, span: span, operation: info.Operation, start: start, requestModel: info.Model, server: host, port: p}
 }
 

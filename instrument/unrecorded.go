@@ -1,0 +1,258 @@
+package instrument
+
+import (
+	"context"
+	"math"
+	"sync"
+	"weak"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument/internal/unrecorded"
+)
+
+// The client wrappers that share instrument/internal/genaicall report
+// through it.
+func init() { unrecorded.Install(NoteUnrecorded) }
+
+// This file is how the instrumentation declares spans the collector will
+// never see (contract v0.6 rules 3 and 4): spans the sampler dropped
+// inside a recording invocation (invocation.unrecorded on the nearest
+// recording ancestor), and spans started as roots of new traces from the
+// context of a span of the invocation (invocation.detached on that span,
+// and a detached_from link back to it).
+//
+// The SDK does not call SpanProcessor.OnStart for a span its sampler
+// drops, so the SpanProcessor learns of a dropped span in one of two
+// ways: the provider's sampler is wrapped in Sampler, which records such
+// a span without sampling it (the SpanProcessor sees it start and its
+// exporters do not), or a client wrapper that started a model-call span
+// that is not recording reports it with NoteUnrecorded.
+
+// Sampler returns a sampler that decides as inner does, except that a
+// span of an invocation that inner drops is recorded without being
+// sampled (sdktrace.RecordOnly) when its parent is a recording, sampled
+// span (of the invocation named by the baggage member invocation.id, or
+// by the parent's invocation.id), or when it has no parent and the
+// baggage names an invocation (a root, or a span started with
+// trace.WithNewRoot, whose context span the SDK hides from samplers). It
+// is still not exported, but the SpanProcessor sees it start and counts it
+// in its parent's (or context span's) invocation.unrecorded (contract
+// v0.6 rule 3), so that neither the Ledger nor the collector says final
+// for an invocation with a span missing. A root recorded so is not
+// sampled, as before: Ledger.Wait answers not_sampled. A nil inner is
+// the SDK's default, ParentBased(AlwaysSample()).
+//
+// Install it on every TracerProvider whose pipeline has a SpanProcessor:
+//
+//	sdktrace.NewTracerProvider(
+//		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1)))),
+//		sdktrace.WithSpanProcessor(sp))
+//
+// A span inner drops below a span that is not sampled is dropped as
+// inner says: its nearest sampled ancestor already declares the subtree.
+// Processors registered beside the SpanProcessor see the recorded spans
+// (with IsSampled false); the SDK's batching and simple processors do not
+// export them.
+func Sampler(inner sdktrace.Sampler) sdktrace.Sampler {
+	if inner == nil {
+		inner = sdktrace.ParentBased(sdktrace.AlwaysSample())
+	}
+	return sampler{inner: inner}
+}
+
+type sampler struct {
+	inner sdktrace.Sampler
+}
+
+// ShouldSample implements sdktrace.Sampler.
+func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	res := s.inner.ShouldSample(p)
+	if res.Decision != sdktrace.Drop || p.ParentContext == nil {
+		return res
+	}
+	parent := trace.SpanFromContext(p.ParentContext)
+	psc := parent.SpanContext()
+	switch {
+	case !psc.IsValid():
+		// A root, or a span started with trace.WithNewRoot (the SDK hides
+		// the context's span from the sampler): the SpanProcessor, which
+		// sees the context, tells whether a span of the invocation
+		// declares it.
+		if baggageInvocationID(p.ParentContext) == "" {
+			return res
+		}
+	case !psc.IsSampled() || !parent.IsRecording():
+		return res
+	case baggageInvocationID(p.ParentContext) == "":
+		ro, ok := parent.(sdktrace.ReadOnlySpan)
+		if !ok || readStartAttrs(ro.Attributes()).id == "" {
+			return res
+		}
+	}
+	res.Decision = sdktrace.RecordOnly
+	return res
+}
+
+// Description implements sdktrace.Sampler.
+func (s sampler) Description() string { return "agentledger.Sampler{" + s.inner.Description() + "}" }
+
+// NoteUnrecorded reports that span, started from parent under name, was
+// dropped by the sampler (it is not recording). When parent's span is a
+// recording, sampled span of an invocation that a SpanProcessor tracks,
+// that span counts it in its invocation.unrecorded (contract v0.6 rule 3)
+// and the SpanProcessor's Ledger makes the invocation incomplete with
+// not_sampled:<name>; when the parent's span has already ended, only the
+// Ledger that holds the invocation is told (the collector then cannot
+// tell). A recording span, or a parent outside any invocation, is
+// ignored.
+//
+// The client wrappers (otelopenai, otelanthropic, otelopencode,
+// otelclaudecode) call it for every model call they start, so that a
+// dropped model call never leaves a final invocation with its usage
+// missing, with or without Sampler.
+func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
+	if parent == nil || span == nil || span.IsRecording() {
+		return
+	}
+	ps := trace.SpanFromContext(parent)
+	psc := ps.SpanContext()
+	if !psc.IsValid() || !psc.IsSampled() || psc.IsRemote() {
+		return
+	}
+	id := baggageInvocationID(parent)
+	live := processors.list()
+	for _, p := range live {
+		if p.noteUnrecorded(psc, id, name) {
+			return
+		}
+	}
+	if id == "" {
+		return
+	}
+	for _, p := range live {
+		if p.ledger.holds(id) {
+			p.ledger.unrecordedSpan(id, name)
+			return
+		}
+	}
+}
+
+// noteUnrecorded counts a dropped child of invocation id (or, when id is
+// "", of the parent's invocation) named name in the open span psc's
+// invocation.unrecorded, and tells the ledger. It reports false when
+// this processor does not track psc.
+func (p *SpanProcessor) noteUnrecorded(psc trace.SpanContext, id, name string) bool {
+	p.mu.Lock()
+	rec := p.lookupOpen(psc.TraceID(), psc.SpanID())
+	if rec == nil {
+		p.mu.Unlock()
+		return false
+	}
+	if id == "" {
+		id = rec.invocation
+	}
+	if id != "" && id == rec.invocation {
+		rec.noteUnrecorded()
+	}
+	p.mu.Unlock()
+	if id != "" {
+		p.ledger.unrecordedSpan(id, name)
+	}
+	return true
+}
+
+// detachedStart handles the start of a span of invocation id (context sc)
+// started as the root of a new trace from parent (rule 4). When parent's
+// span is an open, sampled span of the same invocation, it counts the new
+// span there (in invocation.detached when sampled, in
+// invocation.unrecorded when not, then dropped is true) and returns that
+// span's context for the new span's detached_from link. When parent's span
+// ended already, late is true. p.mu must be held.
+func (p *SpanProcessor) detachedStart(parent context.Context, id string, sc trace.SpanContext) (from trace.SpanContext, late, dropped bool) {
+	csc := trace.SpanContextFromContext(parent)
+	if !csc.IsValid() || csc.IsRemote() {
+		return trace.SpanContext{}, false, false
+	}
+	if crec := p.lookupOpen(csc.TraceID(), csc.SpanID()); crec != nil {
+		if crec.invocation != id || !csc.IsSampled() {
+			return trace.SpanContext{}, false, false
+		}
+		if !sc.IsSampled() {
+			crec.noteUnrecorded()
+			return trace.SpanContext{}, false, true
+		}
+		if crec.detached < math.MaxInt32 {
+			crec.detached++
+		}
+		return csc, false, false
+	}
+	ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan)
+	if ok && ps.SpanContext().Equal(csc) && !ps.EndTime().IsZero() &&
+		readStartAttrs(ps.Attributes()).id == id {
+		return trace.SpanContext{}, true, false
+	}
+	return trace.SpanContext{}, false, false
+}
+
+// declared returns the ended span s with the counts of rules 3 and 4 (and
+// its children), and puts them in its facts f. maxSpans bounds a provable
+// detached count, as it does children.
+func (p *SpanProcessor) declared(s sdktrace.ReadOnlySpan, f *spanFacts, children, unrecorded, detached int) sdktrace.ReadOnlySpan {
+	if unrecorded != 0 {
+		f.unrecorded = 1
+	}
+	if detached != 0 {
+		f.detached = detached
+		if detached > p.ledger.maxSpans {
+			f.detached = childrenInvalid
+		}
+	}
+	// Both fit in 32 bits: the record keeps them so.
+	return &declaredSpan{ReadOnlySpan: s, children: children, unrecorded: int32(unrecorded), detached: int32(detached)}
+}
+
+// processors lists the live SpanProcessors, for NoteUnrecorded: a client
+// wrapper knows the span in its context, not the processor that tracks
+// it. It holds them weakly, so that a processor nobody uses is collected.
+var processors processorList
+
+type processorList struct {
+	// mu guards all.
+	mu  sync.Mutex
+	all []weak.Pointer[SpanProcessor]
+}
+
+// add lists p, dropping the processors collected since.
+func (l *processorList) add(p *SpanProcessor) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.prune(), weak.Make(p))
+}
+
+// list returns the live processors.
+func (l *processorList) list() []*SpanProcessor {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = l.prune()
+	out := make([]*SpanProcessor, 0, len(l.all))
+	for _, w := range l.all {
+		if p := w.Value(); p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// prune returns all without the collected processors. l.mu must be held.
+func (l *processorList) prune() []weak.Pointer[SpanProcessor] {
+	kept := l.all[:0]
+	for _, w := range l.all {
+		if w.Value() != nil {
+			kept = append(kept, w)
+		}
+	}
+	clear(l.all[len(kept):])
+	return kept
+}
