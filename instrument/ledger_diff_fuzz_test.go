@@ -107,8 +107,17 @@ func (r *ldRun) check(when string) {
 		}
 		v := refmodel.Evaluate(r.cfg, r.arrivals, id, now)
 		if !v.Final {
+			w := refmodel.Evaluate(r.cfg, ldWithoutRules34(r.arrivals), id, now)
+			if w.Final && w.Totals == ldTotals(s.Usage) {
+				// Final for a reading of the contract without v0.6 rules 3
+				// and 4: the ledger does not read them (yet).
+				r.fail(ldClassRules34, "%s: %s final (revision %d) although the model finds %v, and final without invocation.unrecorded and invocation.detached",
+					when, id, s.Revision, v.Reasons)
+				continue
+			}
+			// Classed by what forbids final without rules 3 and 4.
 			kinds := slices.Sorted(func(yield func(string) bool) {
-				for k := range v.Reasons {
+				for k := range w.Reasons {
 					if !yield(k) {
 						return
 					}
@@ -124,8 +133,41 @@ func (r *ldRun) check(when string) {
 	}
 }
 
+// ldClassRules34 is the class of a final that only v0.6 rules 3 and 4
+// (invocation.unrecorded, invocation.detached and its detached_from links)
+// forbid.
+const ldClassRules34 = "rules34"
+
+// ldWithoutRules34 returns the arrivals with invocation.unrecorded and
+// invocation.detached removed from every span and every detached_from
+// link made a plain one: the input as a reading without v0.6 rules 3 and
+// 4 would see it.
+func ldWithoutRules34(arrivals []refmodel.Arrival) []refmodel.Arrival {
+	out := make([]refmodel.Arrival, len(arrivals))
+	for i, a := range arrivals {
+		s := a.Span
+		s.Attributes = slices.DeleteFunc(slices.Clone(s.Attributes), func(kv refmodel.KeyValue) bool {
+			return kv.Key == contract.AttrUnrecorded || kv.Key == contract.AttrDetached
+		})
+		s.Links = slices.Clone(s.Links)
+		for j, l := range s.Links {
+			l.Attributes = slices.DeleteFunc(slices.Clone(l.Attributes), func(kv refmodel.KeyValue) bool {
+				return kv.Key == contract.AttrLink && kv.Value.Kind == refmodel.KindStr && kv.Value.Str == contract.LinkDetachedFrom
+			})
+			s.Links[j] = l
+		}
+		out[i] = refmodel.Arrival{Span: s, At: a.At}
+	}
+	return out
+}
+
 func (r *ldRun) deliver(b ldBuilt, when string) {
 	r.t.Helper()
+	if ldTrace {
+		r.t.Logf("%s at %s: trace %d span %d parent %d attrs %v links %v status %v",
+			when, r.sl.clock.Now().Format("15:04:05.000"), b.stub.SpanContext.TraceID()[1], b.stub.SpanContext.SpanID()[1],
+			b.stub.Parent.SpanID()[1], b.stub.Attributes, b.stub.Links, b.stub.Status.Code)
+	}
 	r.arrivals = append(r.arrivals, refmodel.Arrival{Span: b.ref, At: r.sl.clock.Now()})
 	r.sl.feed(b.stub)
 	r.check(when)
@@ -163,6 +205,9 @@ func (r *ldRun) run() {
 	r.check("end")
 }
 
+// ldTrace (LEDGERFUZZ_TRACE=1) logs every delivery, to read a reproducer.
+var ldTrace = os.Getenv("LEDGERFUZZ_TRACE") != ""
+
 func ldIgnored() map[string]bool {
 	out := map[string]bool{}
 	for _, c := range strings.Split(os.Getenv("LEDGERFUZZ_IGNORE"), ",") {
@@ -187,8 +232,8 @@ func ldIgnored() map[string]bool {
 // invocation gets one revision-1 summary, that a closed invocation never
 // reopens, and that a summary changes only with a higher revision.
 // The byte format is in ledger_diff_fuzz_format_test.go.
-// LEDGERFUZZ_IGNORE (comma-separated failure classes: reason kinds of the
-// model, totals, second_revision1, reopened, first_revision,
+// LEDGERFUZZ_IGNORE (comma-separated failure classes: rules34 for a final
+// that only v0.6 rules 3 and 4 forbid, reason kinds of the model, totals, second_revision1, reopened, first_revision,
 // revision_decrease, changed_without_revision, forgotten) lets a fuzz run
 // look past known bugs; a final is ignored only when every reason kind
 // the model finds is ignored.
@@ -249,8 +294,9 @@ func (s ldSeed) bytes() []byte { return s.s.bytes() }
 
 // ldSeeds are the seed scenarios. "detached span never arrives" and
 // "unrecorded=1" fail on a ledger that does not read v0.6 rules 3 and 4
-// (invocation.unrecorded, invocation.detached): LEDGERFUZZ_IGNORE=
-// not_sampled,missing_detached passes over them.
+// (invocation.unrecorded, invocation.detached): LEDGERFUZZ_IGNORE=rules34
+// passes over them (as over seed 6, "detached span arrives", which such a
+// ledger closes final before the detached span arrives).
 func ldSeeds() []ldSeed {
 	c := ldCanonical(0)
 	root := ldRoot(0, 1, 1, 1)
