@@ -256,6 +256,11 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		if n.refChild != 0 {
 			inv.fail(contract.ReasonMalformedParentage, inv.nameOf(n.refChild))
 		}
+		if n.arrivedFollowups > 0 {
+			// Followup links named this span ID in another trace (v0.6
+			// rule 2): none of them discharges it.
+			inv.fail(contract.ReasonMalformedLink, name)
+		}
 		n = newNode(sid, tid)
 	case !seen && inv.nodes.len() >= maxSpans:
 		if !slices.Contains(inv.failures, reasonSpanLimit) {
@@ -275,6 +280,10 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		inv.latestEnd = end
 	}
 
+	if f.unattributed != "" {
+		// Read on any span of the invocation, as the collector reads it.
+		inv.fail(contract.ReasonUnattributedWakeup, f.unattributed)
+	}
 	if f.malformed != 0 {
 		// CONTRACT.md v0.6 rule 1: malformed, never absent.
 		for _, r := range ledgerrule.MalformedReasons(nil, f.malformed, name) {
@@ -288,9 +297,6 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	}
 	switch f.role {
 	case contract.RoleRoot:
-		if f.unattributed != "" {
-			inv.fail(contract.ReasonUnattributedWakeup, f.unattributed)
-		}
 		if inv.rootArrived {
 			inv.anomaly(anomalyExtraRoot, name)
 		} else {
@@ -346,7 +352,11 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 
 	psc := s.Parent()
 	if psc.IsValid() {
-		inv.arriveUnder(&n, sid, psc, tid, f.late)
+		pending := 0
+		if at < 0 {
+			pending = 1 // n is stored below
+		}
+		inv.arriveUnder(&n, sid, psc, tid, f.late, maxSpans, pending)
 	} else if f.late && f.role == contract.RoleBackground {
 		// Rule 6: a job started when no span of its invocation was open;
 		// no count declares it.

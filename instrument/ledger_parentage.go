@@ -26,11 +26,23 @@ func (inv *invocationState) linkRef(target trace.SpanContext) (node, bool) {
 	return t, t.trace == target.TraceID()
 }
 
+// room reports whether the invocation may hold one more span ID (v0.6
+// rule 5: parents and link targets count toward the bound too); when it
+// may not, the invocation can never be final (span_limit).
+// pending is 1 while the arriving span's own new node is not yet stored.
+func (inv *invocationState) room(maxSpans, pending int) bool {
+	if inv.nodes.len()+pending < maxSpans {
+		return true
+	}
+	inv.failReason(reasonSpanLimit)
+	return false
+}
+
 // arriveUnder counts the arrived span (node n, not yet stored) toward its
 // parent psc (rule 1 for late children, rule 3 for malformed parentage).
 // A parent that has not arrived gets a node that remembers what was
 // counted toward it; a known parent's node is updated in place.
-func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.SpanContext, tid trace.TraceID, late bool) {
+func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.SpanContext, tid trace.TraceID, late bool, maxSpans, pending int) {
 	pid := psc.SpanID()
 	if pid == sid || psc.TraceID() != tid {
 		// Such a span is nobody's child.
@@ -39,6 +51,12 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 	}
 	at := inv.nodes.find(pid)
 	if at < 0 {
+		if !inv.room(maxSpans, pending) {
+			// The parent's ID would be one more than the bound (v0.6
+			// rule 5): the span is nobody's child, and the invocation
+			// can never be final.
+			return
+		}
 		p := newNode(pid, tid)
 		p.refChild = n.name
 		n.parent = pid
@@ -111,7 +129,12 @@ func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string, lat
 		}
 		t, ok := inv.linkRef(link.SpanContext)
 		if !ok {
+			// The span ID names a span of another trace (v0.6 rule 2).
+			inv.fail(contract.ReasonMalformedLink, name)
 			continue
+		}
+		if inv.nodes.find(target) < 0 && !inv.room(maxSpans, 0) {
+			return
 		}
 		if t.arrived && t.declaredFollowups >= 0 && t.arrivedFollowups < t.declaredFollowups {
 			inv.open--

@@ -84,8 +84,11 @@ func (inv *invocation) linkShapes() {
 			if l.span == m.span.SpanID {
 				m.badLinks = true // a link to itself, in any trace
 			}
-			if target, ok := inv.byID[l.span]; ok && target.span.TraceID != l.trace {
-				m.badLinks = true // the span ID names a member of another trace
+			if target, ok := inv.byID[l.span]; ok && target.span.TraceID != l.trace && l.kind != contract.LinkConsumed {
+				// The span ID names a member of another trace. A consumed
+				// link names a span of another invocation and discharges
+				// nothing here, so its trace is not checked (v0.6 rule 2).
+				m.badLinks = true
 			}
 			if kinds[l.span] == nil {
 				kinds[l.span] = map[string]bool{}

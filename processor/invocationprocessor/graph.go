@@ -629,15 +629,6 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links []link
 		inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
 		return
 	}
-	for _, c := range lt.consumed {
-		// A consumed link names a span of another invocation; one that
-		// names a span this invocation holds in another trace is
-		// malformed. (Only spans already held are checked: consumed
-		// targets are not remembered.)
-		if trace, _ := inv.heldTrace(c.SpanID); trace != noIndex && inv.traceAt(trace) != c.TraceID {
-			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
-		}
-	}
 	for _, target := range lt.follow {
 		trace, held := inv.heldTrace(target.SpanID)
 		if trace != noIndex && inv.traceAt(trace) != target.TraceID {
