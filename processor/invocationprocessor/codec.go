@@ -369,33 +369,62 @@ func (e *encoder) span(sp ptrace.Span, keep, linkKeep func(string) bool) {
 	}
 }
 
-// span decodes a stored span into sp, which must be empty.
-func (d *decoder) span(sp ptrace.Span) {
-	sp.SetTraceID(d.traceID())
-	sp.SetSpanID(d.spanID())
+// spanHeader is a stored span's identity, name, kind, status and times.
+type spanHeader struct {
+	traceID    pcommon.TraceID
+	spanID     pcommon.SpanID
+	parent     pcommon.SpanID
+	name       string
+	kind       ptrace.SpanKind
+	code       ptrace.StatusCode
+	start, end uint64
+}
+
+// header decodes what precedes a stored span's attributes.
+func (d *decoder) header() (h spanHeader, ok bool) {
+	h.traceID = d.traceID()
+	h.spanID = d.spanID()
 	flags := d.byte1()
 	if flags&^spanHasParent != 0 {
 		d.fail("bad span flags %#x", flags)
-		return
+		return h, false
 	}
 	if flags&spanHasParent != 0 {
-		sp.SetParentSpanID(d.spanID())
+		h.parent = d.spanID()
 	}
-	sp.SetName(d.str())
+	h.name = d.str()
 	kind := d.byte1()
 	if kind > byte(ptrace.SpanKindConsumer) {
 		d.fail("bad span kind %d", kind)
-		return
+		return h, false
 	}
-	sp.SetKind(ptrace.SpanKind(kind))
+	h.kind = ptrace.SpanKind(kind)
 	code := d.byte1()
 	if code > byte(ptrace.StatusCodeError) {
 		d.fail("bad status code %d", code)
+		return h, false
+	}
+	h.code = ptrace.StatusCode(code)
+	h.start, h.end = d.uvarint(), d.uvarint()
+	return h, d.err == nil
+}
+
+// span decodes a stored span into sp, which must be empty.
+func (d *decoder) span(sp ptrace.Span) {
+	h, ok := d.header()
+	if !ok {
 		return
 	}
-	sp.Status().SetCode(ptrace.StatusCode(code))
-	sp.SetStartTimestamp(pcommon.Timestamp(d.uvarint()))
-	sp.SetEndTimestamp(pcommon.Timestamp(d.uvarint()))
+	sp.SetTraceID(h.traceID)
+	sp.SetSpanID(h.spanID)
+	if !h.parent.IsEmpty() {
+		sp.SetParentSpanID(h.parent)
+	}
+	sp.SetName(h.name)
+	sp.SetKind(h.kind)
+	sp.Status().SetCode(h.code)
+	sp.SetStartTimestamp(pcommon.Timestamp(h.start))
+	sp.SetEndTimestamp(pcommon.Timestamp(h.end))
 	d.attrs(sp.Attributes(), 0)
 	n := d.count(25)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -411,30 +440,12 @@ func (d *decoder) span(sp ptrace.Span) {
 // in stored order, so that replay reads the same facts as the live path
 // did (CONTRACT.md v0.6 rule 7).
 func (d *decoder) facts(f *spanFacts, cfg *ledgerConfig) {
-	traceID := pcommon.TraceID(d.traceID())
-	spanID := pcommon.SpanID(d.spanID())
-	flags := d.byte1()
-	if flags&^spanHasParent != 0 {
-		d.fail("bad span flags %#x", flags)
+	h, ok := d.header()
+	if !ok {
 		return
 	}
-	var parent pcommon.SpanID
-	if flags&spanHasParent != 0 {
-		parent = d.spanID()
-	}
-	name := d.str()
-	if kind := d.byte1(); kind > byte(ptrace.SpanKindConsumer) {
-		d.fail("bad span kind %d", kind)
-		return
-	}
-	code := d.byte1()
-	if code > byte(ptrace.StatusCodeError) {
-		d.fail("bad status code %d", code)
-		return
-	}
-	start, end := d.uvarint(), d.uvarint()
 	var r factReader
-	r.begin(f, name, traceID, spanID, parent, start, end, ptrace.StatusCode(code) == ptrace.StatusCodeError)
+	r.begin(f, h.name, h.traceID, h.spanID, h.parent, h.start, h.end, h.code == ptrace.StatusCodeError)
 	n := d.count(2)
 	for i := 0; i < n && d.err == nil; i++ {
 		k := d.key()
