@@ -1,12 +1,9 @@
 package otelanthropic
 
 import (
-	"encoding/json"
-	"math"
 	"net/http"
-	"strings"
 
-	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/anthropicwire"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 )
 
@@ -18,177 +15,13 @@ const opMessages operation = 1
 // classify tells whether req creates a message (POST /v1/messages, not its
 // count_tokens or batches sub-resources).
 func classify(req *http.Request) (operation, bool) {
-	if req.Method != http.MethodPost || !strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/v1/messages") {
+	if !anthropicwire.IsMessages(req) {
 		return 0, false
 	}
 	return opMessages, true
 }
 
-func (op operation) name() string { return contract.OpChat }
-
-// anthropicUsage is the usage object of a message or a message_delta event.
-type anthropicUsage struct {
-	InputTokens              *int64 `json:"input_tokens"`
-	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
-	OutputTokens             *int64 `json:"output_tokens"`
-	OutputTokensDetails      *struct {
-		ThinkingTokens *int64 `json:"thinking_tokens"`
-	} `json:"output_tokens_details"`
-}
-
-// parser reads the responses of one Messages call.
-type parser struct {
-	// rawInput is Anthropic's input_tokens, without cache tokens.
-	rawInput *int64
-}
-
-// merge sets in r what u carries. Later events carry cumulative counts, so
-// a count present in u replaces the one in r. A negative count is no count
-// and is ignored.
-func (p *parser) merge(u *anthropicUsage, r *genaicall.Result) {
-	if u == nil {
-		return
-	}
-	if v := count(u.InputTokens); v != nil {
-		p.rawInput = v
-	}
-	if v := count(u.CacheCreationInputTokens); v != nil {
-		r.Usage.CacheCreation = v
-	}
-	if v := count(u.CacheReadInputTokens); v != nil {
-		r.Usage.CacheRead = v
-	}
-	if v := count(u.OutputTokens); v != nil {
-		r.Usage.Output = v
-	}
-	if d := u.OutputTokensDetails; d != nil {
-		if v := count(d.ThinkingTokens); v != nil {
-			r.Usage.Reasoning = v
-		}
-	}
-	// The GenAI conventions count cache reads and writes as input. A sum
-	// beyond int64 is no count either: input is then left out.
-	if p.rawInput != nil {
-		sum := *p.rawInput
-		for _, v := range []*int64{r.Usage.CacheRead, r.Usage.CacheCreation} {
-			if v == nil {
-				continue
-			}
-			if *v > math.MaxInt64-sum {
-				r.Usage.Input = nil
-				return
-			}
-			sum += *v
-		}
-		r.Usage.Input = &sum
-	}
-}
-
-// count returns v when it is a token count, nil when absent or negative.
-func count(v *int64) *int64 {
-	if v == nil || *v < 0 {
-		return nil
-	}
-	return v
-}
-
-type contentBlock struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
-	Name string `json:"name"`
-	Text string `json:"text"`
-}
-
-type message struct {
-	ID         string          `json:"id"`
-	Model      string          `json:"model"`
-	StopReason string          `json:"stop_reason"`
-	Content    []contentBlock  `json:"content"`
-	Usage      *anthropicUsage `json:"usage"`
-}
-
-type apiError struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
-}
-
-type streamEvent struct {
-	Type         string        `json:"type"`
-	Message      *message      `json:"message"`
-	ContentBlock *contentBlock `json:"content_block"`
-	Delta        *struct {
-		Type       string `json:"type"`
-		Text       string `json:"text"`
-		StopReason string `json:"stop_reason"`
-	} `json:"delta"`
-	Usage *anthropicUsage `json:"usage"`
-	Error *apiError       `json:"error"`
-}
-
-func addBlock(r *genaicall.Result, b contentBlock, capture bool) {
-	switch b.Type {
-	case "tool_use", "server_tool_use":
-		r.AddToolCall(b.Name, b.ID)
-	case "text":
-		if capture {
-			r.Text.WriteString(b.Text)
-		}
-	}
-}
-
-// ParseResponse reads a message body into r.
-func (p *parser) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
-	var m message
-	if json.Unmarshal(b, &m) != nil {
-		return
-	}
-	r.Parsed = true
-	r.ID, r.Model = m.ID, m.Model
-	r.AddFinish(m.StopReason)
-	for _, blk := range m.Content {
-		addBlock(r, blk, capture)
-	}
-	p.merge(m.Usage, r)
-}
-
-// ParseEvent reads one stream event's data into r. It reports whether the
-// caller gets the event (always) and whether it ends the stream.
-func (p *parser) ParseEvent(data []byte, r *genaicall.Result, capture bool) (keep, terminal bool) {
-	var ev streamEvent
-	if json.Unmarshal(data, &ev) != nil {
-		return true, false
-	}
-	r.Parsed = true
-	switch ev.Type {
-	case "message_start":
-		if m := ev.Message; m != nil {
-			r.ID, r.Model = m.ID, m.Model
-			p.merge(m.Usage, r)
-		}
-	case "content_block_start":
-		if ev.ContentBlock != nil {
-			addBlock(r, *ev.ContentBlock, capture)
-		}
-	case "content_block_delta":
-		if capture && ev.Delta != nil && ev.Delta.Type == "text_delta" {
-			r.Text.WriteString(ev.Delta.Text)
-		}
-	case "message_delta":
-		if ev.Delta != nil {
-			r.AddFinish(ev.Delta.StopReason)
-		}
-		p.merge(ev.Usage, r)
-	case "message_stop":
-		return true, true
-	case "error":
-		if e := ev.Error; e != nil {
-			r.ErrType, r.ErrMsg = e.Type, e.Message
-		}
-		if r.ErrType == "" {
-			r.ErrType = "api_error"
-		}
-		return true, true
-	}
-	return true, false
+// describe reads a request body for op (anthropicwire.Describe).
+func (op operation) describe(body []byte) genaicall.Request {
+	return anthropicwire.Describe(body, int(op))
 }

@@ -2,7 +2,6 @@ package otelanthropic
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -55,64 +54,6 @@ func (m *middleware) handle(req *http.Request, next option.MiddlewareNext) (*htt
 	}
 	m.checkSDKSpan(req.Context())
 	return m.Handle(req, next, op.describe)
-}
-
-// requestInfo is what the middleware reads from a request body.
-type requestInfo struct {
-	Model       string
-	Stream      bool
-	Messages    json.RawMessage
-	MaxTokens   *int64
-	Temperature *float64
-	TopP        *float64
-}
-
-// read sets info from the top-level members of a request body as
-// json.Unmarshal would: names matched case-insensitively, the last of
-// duplicates kept, a value of the wrong type left out. Messages is a
-// slice of the body, not a copy.
-func (info *requestInfo) read(fields []genaicall.Field) {
-	for _, f := range fields {
-		var dst any
-		switch {
-		case f.Is("model", true):
-			dst = &info.Model
-		case f.Is("stream", true):
-			dst = &info.Stream
-		case f.Is("messages", true):
-			info.Messages = f.Value
-		case f.Is("max_tokens", true):
-			dst = &info.MaxTokens
-		case f.Is("temperature", true):
-			dst = &info.Temperature
-		case f.Is("top_p", true):
-			dst = &info.TopP
-		}
-		if dst != nil {
-			_ = json.Unmarshal(f.Value, dst)
-		}
-	}
-}
-
-// describe reads a request body for op: only its top-level members; the
-// messages are neither decoded nor copied.
-func (op operation) describe(body []byte) genaicall.Request {
-	var buf [16]genaicall.Field
-	var info requestInfo
-	if fields, ok := genaicall.ObjectFields(body, buf[:0]); ok {
-		info.read(fields)
-	}
-	return genaicall.Request{
-		Endpoint:    int(op),
-		Operation:   op.name(),
-		Model:       info.Model,
-		Stream:      info.Stream,
-		MaxTokens:   info.MaxTokens,
-		Temperature: info.Temperature,
-		TopP:        info.TopP,
-		Input:       info.Messages,
-		Parser:      &parser{},
-	}
 }
 
 // sdkScopePrefix starts the instrumentation scope of the SDK's own spans

@@ -5,17 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
+	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
 // ErrNoLedger is returned by Wait and State of a Client made without
@@ -42,12 +49,19 @@ type Result struct {
 // invocation. A Client is safe for concurrent use; it holds no process
 // itself.
 type Client struct {
-	bin     string
-	cfg     config
-	tracker *instrument.Tracker
-	tracer  trace.Tracer
+	bin      string
+	cfg      config
+	tracker  *instrument.Tracker
+	tracer   trace.Tracer
+	upstream *url.URL
+	// wire makes the model-call spans of every process's proxy.
+	wire *genaicall.Middleware
 
 	lines, malformed, mismatches metric.Int64Counter
+
+	// mu guards procs: the processes running, whose spans Wait settles.
+	mu    sync.Mutex
+	procs map[*Process]struct{}
 }
 
 // New returns a Client that runs the CLI at bin (for example the path
@@ -67,11 +81,25 @@ func New(bin string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("otelclaudecode: CLI %w", err)
 	}
 	cfg := newConfig(opts)
+	up, err := resolveUpstream(cfg)
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
-		bin:     bin,
-		cfg:     cfg,
-		tracker: instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators)),
-		tracer:  cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
+		bin:      bin,
+		cfg:      cfg,
+		tracker:  instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators)),
+		tracer:   cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
+		upstream: up,
+		procs:    make(map[*Process]struct{}),
+		// The proxy adds no header of its own to the requests: no
+		// propagation.
+		wire: genaicall.New(genaicall.Config{
+			TracerProvider:  cfg.tracerProvider,
+			MeterProvider:   cfg.meterProvider,
+			Propagators:     propagation.NewCompositeTextMapPropagator(),
+			CutUsageUnknown: true,
+		}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerName}),
 	}
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	// Errors from instrument creation leave a usable no-op instrument.
@@ -119,8 +147,10 @@ func (c *Client) Run(ctx context.Context, text string) (*Run, error) {
 	session := newUUID()
 	m := newMapper(c.tracer, c.tracker, c.cfg.agent, session)
 	id := newUUID()
-	pr := m.register(ctx, id)
-	pr.inv.Span().SetAttributes(attribute.Bool(contract.AttrRemote, true))
+	pr := m.register(ctx, id, text)
+	if c.remote() {
+		pr.inv.Span().SetAttributes(attribute.Bool(contract.AttrRemote, true))
+	}
 	p, err := c.launch(ctx, m, session, c.traceEnv(pr.ctx))
 	if err != nil {
 		m.fail(pr, err)
@@ -138,6 +168,47 @@ func (c *Client) Run(ctx context.Context, text string) (*Run, error) {
 	return &Run{Process: p, Result: res}, nil
 }
 
+// Wait waits until the invocation id (of any of the Client's processes)
+// is final or incomplete in the ledger, or ctx is done, and returns its
+// summary; every span the Client's running processes ended has then
+// passed the whole pipeline. It is Process.Wait without the process, as
+// in otelopencode.
+func (c *Client) Wait(ctx context.Context, id string) (instrument.Summary, error) {
+	if c.cfg.ledger == nil {
+		return instrument.Summary{}, ErrNoLedger
+	}
+	sum, err := c.cfg.ledger.Wait(ctx, id)
+	c.mu.Lock()
+	procs := make([]*Process, 0, len(c.procs))
+	for p := range c.procs {
+		procs = append(procs, p)
+	}
+	c.mu.Unlock()
+	for _, p := range procs {
+		p.m.settled()
+	}
+	return sum, err
+}
+
+// Session returns what the CLI session id (Process.SessionID, the
+// Result's SessionID) still owes its invocations, as Process.State does.
+func (c *Client) Session(session string) (instrument.SessionState, error) {
+	if c.cfg.ledger == nil {
+		return instrument.SessionState{}, ErrNoLedger
+	}
+	return c.cfg.ledger.Session(session), nil
+}
+
+// remote reports whether a one-shot root is marked invocation.remote
+// (WithRemote).
+func (c *Client) remote() bool {
+	if c.cfg.remote != nil {
+		return *c.cfg.remote
+	}
+	v, _ := lookupEnv(c.cfg.env, "CLAUDE_CODE_ENABLE_TELEMETRY")
+	return v != "" && v != "0"
+}
+
 // Wait waits until the process has exited and then until the invocation is
 // final or incomplete in the ledger.
 func (r *Run) Wait(ctx context.Context) (instrument.Summary, error) {
@@ -153,12 +224,26 @@ func (c *Client) launch(ctx context.Context, m *mapper, session string, traceEnv
 		"--verbose", "--include-partial-messages", "--replay-user-messages",
 		"--session-id", session}
 	args = append(args, c.cfg.args...)
+	p := &Process{c: c, m: m, session: session, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	proxy, err := wireproxy.Start(wireproxy.Config{
+		Upstream:   c.upstream,
+		Middleware: c.wire,
+		Describe:   describe,
+		Attribute:  m.attribute,
+		Oversized:  func(*http.Request) { m.oversized() },
+	})
+	if err != nil {
+		m.exit(false)
+		return nil, fmt.Errorf("otelclaudecode: model-wire proxy: %w", err)
+	}
+	p.proxy = proxy
 	cmd := exec.CommandContext(ctx, c.bin, args...)
 	cmd.Dir = c.cfg.dir
-	cmd.Env = append(append(inherited(), c.cfg.env...), traceEnv...)
+	// The CLI's model endpoint is the proxy; later entries win.
+	cmd.Env = append(append(append(inherited(), c.cfg.env...), traceEnv...), "ANTHROPIC_BASE_URL="+proxy.URL())
 	// Its own process group, so that Kill also reaches the shells it runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &Process{c: c, cmd: cmd, m: m, session: session, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	p.cmd = cmd
 	m.onMismatch = func() { c.mismatches.Add(context.Background(), 1) }
 	cmd.Cancel = func() error {
 		p.interrupted.Store(true)
@@ -172,17 +257,56 @@ func (c *Client) launch(ctx context.Context, m *mapper, session string, traceEnv
 	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		p.closeProxy()
 		return nil, fmt.Errorf("otelclaudecode: stdin: %w", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		p.closeProxy()
 		return nil, fmt.Errorf("otelclaudecode: stdout: %w", err)
 	}
 	p.stdin = stdin
+	p.sync = newStreamSync(stdout)
+	m.syncStream = func() bool { return p.sync.wait(DefaultStreamSync, p.exited) }
 	if err := cmd.Start(); err != nil {
 		m.exit(false)
+		p.closeProxy()
 		return nil, fmt.Errorf("otelclaudecode: start %s: %w", c.bin, err)
 	}
+	c.mu.Lock()
+	c.procs[p] = struct{}{}
+	c.mu.Unlock()
 	go p.read(stdout)
 	return p, nil
+}
+
+// resolveUpstream returns the model endpoint of cfg: WithUpstream, else
+// the last ANTHROPIC_BASE_URL of WithEnv, else the environment's, else
+// DefaultUpstream.
+func resolveUpstream(cfg config) (*url.URL, error) {
+	raw, from := cfg.upstream, "WithUpstream"
+	if raw == "" {
+		if v, ok := lookupEnv(cfg.env, "ANTHROPIC_BASE_URL"); ok && v != "" {
+			raw, from = v, "ANTHROPIC_BASE_URL in WithEnv"
+		} else if v := os.Getenv("ANTHROPIC_BASE_URL"); v != "" {
+			raw, from = v, "ANTHROPIC_BASE_URL"
+		} else {
+			raw, from = DefaultUpstream, "DefaultUpstream"
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("otelclaudecode: model endpoint %q (%s) is not an http or https URL with a host", raw, from)
+	}
+	return u, nil
+}
+
+// lookupEnv returns the value of the last KEY=value entry of env for key.
+func lookupEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
 }

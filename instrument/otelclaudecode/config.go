@@ -23,6 +23,13 @@ const (
 	// DefaultMaxLine bounds one line of the CLI's output; a longer line
 	// (a huge tool result) is skipped and counted as malformed.
 	DefaultMaxLine = 16 << 20
+	// DefaultUpstream is the model endpoint when neither WithUpstream nor
+	// ANTHROPIC_BASE_URL (in WithEnv or the environment) names one.
+	DefaultUpstream = "https://api.anthropic.com"
+	// DefaultStreamSync bounds how long the model-wire proxy waits for the
+	// Client to read what the CLI printed before a request, when the
+	// request's owner is only known from the stream.
+	DefaultStreamSync = 5 * time.Second
 )
 
 // config holds the settings of a Client.
@@ -39,6 +46,11 @@ type config struct {
 	maxLine        int
 	transcript     io.Writer
 	stderr         io.Writer
+	// upstream is the model endpoint the proxy forwards to ("" until
+	// resolved: WithUpstream, else ANTHROPIC_BASE_URL, else
+	// DefaultUpstream); remote marks one-shot roots invocation.remote.
+	upstream string
+	remote   *bool
 }
 
 func newConfig(opts []Option) config {
@@ -104,8 +116,9 @@ func WithPropagators(p propagation.TextMapPropagator) Option {
 }
 
 // WithLedger gives the Client the ledger of the instrument.SpanProcessor in
-// its TracerProvider's pipeline, so that Client.Wait, Run.Wait and
-// Process.State can answer. Without it they return ErrNoLedger.
+// its TracerProvider's pipeline, so that Client.Wait, Process.Wait,
+// Run.Wait and Process.State can answer. Without it they return
+// ErrNoLedger.
 func WithLedger(l *instrument.Ledger) Option {
 	return optionFunc(func(c *config) {
 		if l != nil {
@@ -152,6 +165,28 @@ func WithKillDelay(d time.Duration) Option {
 			c.killDelay = d
 		}
 	})
+}
+
+// WithUpstream sets the model endpoint the Client's model-wire proxy
+// forwards the CLI's requests to: the provider's base URL
+// (https://api.anthropic.com) or a gateway's (https://gateway.example/anthropic;
+// the request path, /v1/messages, is joined to it). By default it is
+// ANTHROPIC_BASE_URL as WithEnv or the environment sets it, else
+// DefaultUpstream. The CLI itself is given the proxy's loopback URL as
+// ANTHROPIC_BASE_URL; its API key or OAuth token passes through.
+func WithUpstream(url string) Option {
+	return optionFunc(func(c *config) { c.upstream = url })
+}
+
+// WithRemote sets whether a one-shot Run's root is marked invocation.remote:
+// spans of its invocation may come from other processes (the CLI's own
+// telemetry, an instrumented program a shell runs), so the ledger and the
+// collector wait remote_settle after the last span before final. By
+// default it is on exactly when CLAUDE_CODE_ENABLE_TELEMETRY is set (in
+// WithEnv or the environment) to anything but "" or "0". A warm session's
+// prompts are never remote: the CLI takes its trace parent once per process.
+func WithRemote(on bool) Option {
+	return optionFunc(func(c *config) { c.remote = &on })
 }
 
 // WithTranscript copies every line the CLI prints on stdout to w, as read

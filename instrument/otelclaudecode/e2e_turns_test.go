@@ -1,25 +1,22 @@
 package otelclaudecode
 
 import (
-	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel/codes"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // testRetried: the model fails a request (HTTP 500), then cuts the
-// retried stream after a few events; the CLI retries (api_retry) and the
-// third attempt succeeds. The failed attempt is a span with an error
-// status and no usage (nothing was billed). Whether the CLI prints the
-// cut response's beginning depends on timing: when it does, that call's
-// usage is unknown (the provider may have billed it; the CLI counts an
-// estimate of its own), so the invocation closes incomplete, never final;
-// when it does not, the cut attempt is a failed one like the first.
+// retried stream after a few events; the CLI retries and the third
+// attempt succeeds. The proxy sees all three attempts. The invocation is
+// final with exactly the usage of the answer that completed, or, when a
+// cut attempt's usage is unknown (it began: the provider may have billed
+// it), incomplete with usage_missing; never final with other totals.
 func testRetried(t *testing.T, h *harness) {
 	attempt := 0
 	h.router.SetRules(
@@ -43,31 +40,21 @@ func testRetried(t *testing.T, h *harness) {
 	if len(answered) != 3 {
 		t.Fatalf("requests %v", h.router.Labels())
 	}
-	w := want{status: contract.StatusFinal, calls: []int{answered[2].Seq}, failedCalls: 1}
-	cutShown := strings.Contains(h.transcriptText(t), fmt.Sprintf(`"id":"msg_scripted_%d"`, answered[1].Seq))
-	if cutShown {
-		w.status, w.cut = contract.StatusIncomplete, []int{answered[1].Seq}
-		w.reasons = []string{contract.ReasonUsageMissing + ":chat claude-opus-5-5"}
-	} else {
-		w.failedCalls++
-	}
-	checkSummary(t, fmt.Sprintf("invocation (cut response shown: %v)", cutShown), sum, w)
-	var failed, cut int
-	for _, s := range h.p.spans("", r.Result.InvocationID) {
-		switch {
-		case !strings.HasPrefix(s.Name(), "chat "):
-		case s.Status().Code == codes.Error:
-			failed++
-		case attr(s, AttrCut).AsBool():
-			cut++
-			if attr(s, contract.AttrUsageInputTokens).Type() != 0 || attr(s, AttrPartialPrefix+".input_tokens").AsInt64() == 0 {
-				t.Errorf("cut call %s: %v", s.Name(), s.Attributes())
-			}
+	switch sum.Status {
+	case contract.StatusFinal:
+		u := sum.Usage
+		a := answered[2].Usage
+		if u.InputTokens != int64(a.InputTokens) || u.OutputTokens != int64(a.OutputTokens) {
+			t.Errorf("final with %d/%d tokens, want the completed answer's %d/%d", u.InputTokens, u.OutputTokens, a.InputTokens, a.OutputTokens)
 		}
+	case contract.StatusIncomplete:
+		if !slices.ContainsFunc(sum.Reasons, func(r string) bool { return strings.HasPrefix(r, contract.ReasonUsageMissing) }) {
+			t.Errorf("incomplete without usage_missing: %v", sum.Reasons)
+		}
+	default:
+		t.Errorf("status %s", sum.Status)
 	}
-	if failed+cut != 2 || (cut == 1) != cutShown {
-		t.Errorf("%d failed and %d cut attempts recorded", failed, cut)
-	}
+	t.Logf("retried: %s %v", sum.Status, sum.Reasons)
 }
 
 // testPromptDuringTurn: a prompt written while the first prompt's turn

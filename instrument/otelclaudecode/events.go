@@ -17,6 +17,9 @@ const (
 	typeAssistant   = "assistant"
 	typeUser        = "user"
 	typeResult      = "result"
+	// typeCommandLifecycle lines say when the CLI queues, starts and
+	// completes a prompt (command_uuid, state).
+	typeCommandLifecycle = "command_lifecycle"
 
 	subInit             = "init"
 	subStatus           = "status"
@@ -172,6 +175,8 @@ type envelope struct {
 	NumTurns        json.RawMessage `json:"num_turns"`
 	ResultIndex     json.RawMessage `json:"result_index"`
 	SinceLast       json.RawMessage `json:"model_usage_since_last_result"`
+	CommandUUID     json.RawMessage `json:"command_uuid"`
+	State           json.RawMessage `json:"state"`
 }
 
 // decodeEvent decodes one line of the stream.
@@ -188,6 +193,9 @@ func decodeEvent(line []byte) (event, error) {
 		UUID:      str(env.UUID),
 	}
 	switch ev.Type {
+	case typeCommandLifecycle:
+		// UUID is the prompt's, Status its state.
+		ev.UUID, ev.Status = str(env.CommandUUID), str(env.State)
 	case typeSystem:
 		ev.Model = str(env.Model)
 		ev.Status = str(env.Status)

@@ -1,10 +1,14 @@
 package otelclaudecode
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/agentledger/agentledger/contract"
@@ -15,7 +19,7 @@ import (
 // "type" (a stream_event also needs a decodable event), and what it
 // returns is well formed.
 func FuzzDecodeEvent(f *testing.F) {
-	for _, fx := range fixtures {
+	for _, fx := range fixtureFiles(f) {
 		for _, l := range readFixture(f, fx.name) {
 			f.Add(l)
 		}
@@ -82,7 +86,7 @@ func FuzzDecodeEvent(f *testing.F) {
 // uuids the recorded callers wrote.
 func eventPool(tb testing.TB) (pool [][]byte, prompts []string) {
 	seen := map[string]bool{}
-	for _, fx := range fixtures {
+	for _, fx := range fixtureFiles(tb) {
 		for _, l := range readFixture(tb, fx.name) {
 			if u := queued(l); u != "" {
 				prompts = append(prompts, u)
@@ -113,14 +117,14 @@ func FuzzMapper(f *testing.F) {
 	for i, l := range pool {
 		index[string(l)] = i
 	}
-	for _, fx := range fixtures {
+	for _, fx := range fixtureFiles(f) {
 		var seed []byte
 		for _, l := range readFixture(f, fx.name) {
 			if i, ok := index[string(l)]; ok {
 				seed = append(seed, byte(i>>8), byte(i))
 			}
 		}
-		f.Add(seed, fx.interrupted)
+		f.Add(seed, strings.HasPrefix(fx.name, "interrupted") || strings.HasPrefix(fx.name, "timed_out") || strings.HasPrefix(fx.name, "killed"))
 	}
 	f.Fuzz(func(t *testing.T, picks []byte, interrupted bool) {
 		if len(picks) > 4000 {
@@ -130,7 +134,7 @@ func FuzzMapper(f *testing.F) {
 		m := p.mapper("fuzz-session")
 		var registered []*prompt
 		for _, u := range prompts {
-			registered = append(registered, m.register(context.Background(), u))
+			registered = append(registered, m.register(context.Background(), u, "prompt "+u))
 		}
 		for i := 0; i+1 < len(picks); i += 2 {
 			ev, err := decodeEvent(pool[(int(picks[i])<<8|int(picks[i+1]))%len(pool)])
@@ -172,4 +176,53 @@ func FuzzMapper(f *testing.F) {
 			t.Fatalf("session owes work after exit: %+v", st)
 		}
 	})
+}
+
+// readFixture returns the lines of a recorded stream (testdata/README.md).
+func readFixture(t testing.TB, name string) [][]byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 1<<20), DefaultMaxLine)
+	for sc.Scan() {
+		lines = append(lines, append([]byte(nil), sc.Bytes()...))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+type fixture struct{ name string }
+
+// fixtureFiles returns the recorded streams of testdata.
+func fixtureFiles(t testing.TB) []fixture {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join("testdata", "*.jsonl"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no recorded streams in testdata: %v", err)
+	}
+	var out []fixture
+	for _, n := range names {
+		out = append(out, fixture{filepath.Base(n)})
+	}
+	return out
+}
+
+// queued returns the uuid of a prompt the CLI says it read
+// (command_lifecycle, state queued), else "".
+func queued(line []byte) string {
+	var c struct {
+		Type  string `json:"type"`
+		State string `json:"state"`
+		UUID  string `json:"command_uuid"`
+	}
+	if json.Unmarshal(line, &c) != nil || c.Type != "command_lifecycle" || c.State != "queued" {
+		return ""
+	}
+	return c.UUID
 }

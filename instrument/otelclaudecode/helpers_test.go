@@ -2,6 +2,8 @@ package otelclaudecode
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -12,6 +14,7 @@ import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/genaireg"
+	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
 // pipeline is an SDK provider whose spans go through the core
@@ -169,5 +172,96 @@ func checkDischargedOnce(t testing.TB, p *pipeline) {
 		if n := len(p.linksTo(s.SpanContext(), contract.LinkFollowup, inv)); n != 1 {
 			t.Errorf("%s %s of %s: %d followup spans, want exactly 1", s.Name(), attr(s, AttrTaskID).AsString(), inv, n)
 		}
+	}
+}
+
+// want is what one invocation amounts to: the scripted model's request
+// numbers it owns, those after its result, and its counts.
+type want struct {
+	status       string
+	calls, after []int
+	// cut are requests whose response broke off after message_start:
+	// calls of unknown usage; failedCalls calls without usage.
+	cut         []int
+	failedCalls int64
+	jobs, continuations     int64
+	reasons                 []string
+	unattributed, reason    string
+}
+
+func (w want) usage() instrument.Usage {
+	var u instrument.Usage
+	for _, seq := range w.calls {
+		s := scriptedUsage(seq)
+		u.InputTokens += int64(s.InputTokens)
+		u.OutputTokens += int64(s.OutputTokens)
+		u.CacheReadInputTokens += int64(s.CacheReadTokens)
+		u.CacheCreationInputTokens += int64(s.CacheCreationTokens)
+		u.ReasoningOutputTokens += int64(s.ReasoningTokens)
+		if slices.Contains(w.after, seq) {
+			u.AfterResultInputTokens += int64(s.InputTokens)
+			u.AfterResultOutputTokens += int64(s.OutputTokens)
+		}
+	}
+	u.ModelCalls = int64(len(w.calls)+len(w.cut)) + w.failedCalls
+	u.BackgroundJobs, u.Continuations = w.jobs, w.continuations
+	return u
+}
+
+func checkSummary(t *testing.T, what string, got instrument.Summary, w want) {
+	t.Helper()
+	wu := w.usage()
+	checkUsage(t, what, got, wu)
+	if got.Status != w.status || got.Usage.BackgroundJobs != wu.BackgroundJobs || got.Usage.Continuations != wu.Continuations ||
+		fmt.Sprint(nonNil(got.Reasons)) != fmt.Sprint(nonNil(w.reasons)) {
+		t.Errorf("%s: status %s reasons %v jobs %d continuations %d, want %s %v %d %d",
+			what, got.Status, got.Reasons, got.Usage.BackgroundJobs, got.Usage.Continuations, w.status, w.reasons, wu.BackgroundJobs, wu.Continuations)
+	}
+}
+
+
+// balance checks that nothing was lost and nothing counted twice: the
+// usage of every request the scripted model answered since its rules
+// were last set equals the sum over every invocation of the sessions
+// (prompts, continuations' invocations, unattributed turns) in the
+// ledger, each of them closed. The ids join the collector comparison.
+func (h *harness) balance(t *testing.T, sessions ...string) {
+	t.Helper()
+	var model scriptedmodel.Usage
+	for _, a := range h.router.Answered() {
+		model.InputTokens += a.Usage.InputTokens
+		model.OutputTokens += a.Usage.OutputTokens
+		model.CacheReadTokens += a.Usage.CacheReadTokens
+		model.CacheCreationTokens += a.Usage.CacheCreationTokens
+		model.ReasoningTokens += a.Usage.ReasoningTokens
+	}
+	ids := map[string]bool{}
+	for _, s := range h.p.rec.Ended() {
+		if slices.Contains(sessions, attr(s, contract.AttrConversationID).AsString()) {
+			if id := attr(s, contract.AttrInvocationID).AsString(); id != "" {
+				ids[id] = true
+			}
+		}
+	}
+	var got instrument.Usage
+	for id := range ids {
+		h.track(id)
+		sum, err := h.p.ledger().Wait(testCtx(t), id)
+		if err != nil {
+			t.Errorf("balance: %s not closed: %v (%+v)", id, err, sum)
+			continue
+		}
+		u := sum.Usage
+		got.InputTokens += u.InputTokens
+		got.OutputTokens += u.OutputTokens
+		got.CacheReadInputTokens += u.CacheReadInputTokens
+		got.CacheCreationInputTokens += u.CacheCreationInputTokens
+		got.ReasoningOutputTokens += u.ReasoningOutputTokens
+	}
+	g := []int64{got.InputTokens, got.OutputTokens, got.CacheReadInputTokens, got.CacheCreationInputTokens, got.ReasoningOutputTokens}
+	w := []int64{int64(model.InputTokens), int64(model.OutputTokens), int64(model.CacheReadTokens), int64(model.CacheCreationTokens), int64(model.ReasoningTokens)}
+	if fmt.Sprint(g) != fmt.Sprint(w) {
+		t.Errorf("balance over %d invocations [in out cache_read cache_creation reasoning]: ledger %v, model answered %v (requests %v, seed %d)",
+			len(ids), g, w, h.router.Labels(), usageSeed)
 	}
 }

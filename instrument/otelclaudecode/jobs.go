@@ -16,15 +16,15 @@ import (
 // task's end, whose notification the CLI posts into the session.
 type job struct {
 	taskID, runID string
-	// j is nil for a notification of a task this mapper never saw start.
+	// j is nil for a notification of a task this mapper never saw start;
+	// ctx is the context of its background span (a subagent's model calls
+	// start in it).
 	j       *instrument.Job
+	ctx     context.Context
 	carrier instrument.Carrier
 	ended   bool
 	// notified is set once the CLI posted the task's notification.
 	notified bool
-	// claimed is set when a replayed notification says the next turn reads
-	// it before that turn is known.
-	claimed bool
 	// settled is set once the followup is discharged (a continuation, a
 	// consuming turn) or closed.
 	settled bool
@@ -67,8 +67,8 @@ func (m *mapper) startJob(t task) {
 			Attributes:  []attribute.KeyValue{attribute.String(contract.AttrLink, contract.LinkLaunchedBy)},
 		}))
 	}
-	_, j := m.tracker.StartBackground(ctx, jobKind(t.Type), opts...)
-	jb := &job{taskID: t.ID, runID: t.RunID, j: j, carrier: j.Carrier()}
+	jctx, j := m.tracker.StartBackground(ctx, jobKind(t.Type), opts...)
+	jb := &job{taskID: t.ID, runID: t.RunID, j: j, ctx: jctx, carrier: j.Carrier()}
 	m.jobs[t.ID] = jb
 	if t.RunID != "" {
 		m.runs[t.RunID] = jb
@@ -132,7 +132,8 @@ func (m *mapper) endJob(j *job, status string, cause error) {
 }
 
 // replayedNotification handles the CLI's replay of a notification it put
-// into a request of the running turn: that turn reads it.
+// into a request of the running turn: the task has ended. Who read it is
+// what that request carries (the proxy's attribution).
 func (m *mapper) replayedNotification(runID string) {
 	j, ok := m.runs[runID]
 	if !ok || j.settled {
@@ -145,33 +146,6 @@ func (m *mapper) replayedNotification(runID string) {
 		j.notified = true
 		m.pending = append(m.pending, j)
 	}
-	if m.turn == nil {
-		j.claimed = true
-		return
-	}
-	m.dropPending(j)
-	m.consume(j)
-}
-
-// consumeClaimed lets the running turn read the notifications a replay
-// claimed before the turn was known.
-func (m *mapper) consumeClaimed() {
-	var keep []*job
-	for _, j := range m.pending {
-		if j.claimed && j.j != nil {
-			m.consume(j)
-			continue
-		}
-		keep = append(keep, j)
-	}
-	m.pending = keep
-}
-
-// consume records that the running turn read j's notification: a followup
-// link when the turn is j's invocation's, else consumed_by.
-func (m *mapper) consume(j *job) {
-	j.settled = true
-	_ = m.tracker.ConsumeFollowup(m.turn.ctx, j.carrier)
 }
 
 func (m *mapper) dropPending(j *job) {
@@ -183,62 +157,17 @@ func (m *mapper) dropPending(j *job) {
 	}
 }
 
-// wake starts the turn the CLI started by itself: for the notifications
-// pending, a continuation of the invocation whose job's notification is
-// the oldest, which also reads (consumes) the others. A turn with no
-// notification of a job we know is unattributed.
-func (m *mapper) wake() {
-	var known []*job
-	unknown := false
-	for _, j := range m.pending {
-		if j.j == nil {
-			unknown = true
-		} else {
-			known = append(known, j)
-		}
-	}
-	m.pending = nil
-	if len(known) == 0 {
-		reason := UnattributedSelfStarted
-		if unknown {
-			reason = UnattributedUnknownTask
-		}
-		m.startUnattributed(reason)
-		return
-	}
-	inv := known[0].j.InvocationID()
-	var carriers []instrument.Carrier
-	var others []*job
-	for _, j := range known {
-		if j.j.InvocationID() == inv {
-			carriers = append(carriers, j.carrier)
-			j.settled = true
-		} else {
-			others = append(others, j)
-		}
-	}
-	ctx, cont, err := m.tracker.StartContinuation(context.Background(), m.agent, m.session, carriers...)
-	if err != nil {
-		// Carriers of our own jobs always parse; keep the turn visible.
-		m.startUnattributed(UnattributedUnknownTask)
-		return
-	}
-	cont.Span().SetAttributes(providerAttr)
-	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(cont.Span(), err) }})
-	for _, j := range others {
-		m.consume(j)
-	}
-}
-
-// emptyWake handles a result for a notification when no turn ran: the CLI
-// answered it without a model request. While other notifications wait it
-// is left pending, since the CLI then reads them all in the next request;
-// alone, its turn is a continuation without model calls.
+// emptyWake handles a result for a notification when no turn ran and no
+// request delivered it: the CLI answered it without a model request.
+// While other notifications wait it is left pending, since the CLI then
+// reads them all in its next request; alone, its turn is a continuation
+// without model calls.
 func (m *mapper) emptyWake(runID string) {
 	j, ok := m.runs[runID]
-	if !ok || j.settled || len(m.pending) != 1 || m.pending[0] != j {
+	if !ok || j.settled || j.j == nil || len(m.pending) != 1 || m.pending[0] != j || m.calls > 0 {
 		return
 	}
-	m.wake()
-	m.switchTurn(nil)
+	if _, ok := m.continuation([]*job{j}); ok {
+		m.switchTurn(nil)
+	}
 }

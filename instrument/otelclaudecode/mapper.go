@@ -21,22 +21,14 @@ const (
 	// AttrTaskStatus is the task's final status ("completed", "failed",
 	// "stopped", "killed"), on background spans.
 	AttrTaskStatus = "claude_code.task.status"
-	// AttrAttempt is the attempt number of a model request the CLI retried
-	// (system/api_retry), on the failed attempts' spans.
-	AttrAttempt = "claude_code.request.attempt"
-	// AttrUnexplainedPrefix prefixes the attributes of a usage-less model
-	// call span recorded when the usage the CLI reports for a turn
-	// (model_usage_since_last_result) differs from the sum of the calls
-	// seen: ".input_tokens", ".cache_read_input_tokens",
-	// ".cache_creation_input_tokens", ".output_tokens", each the CLI's count
-	// minus ours, in the Anthropic sense (input without cache tokens).
-	AttrUnexplainedPrefix = "claude_code.usage.unexplained"
-	// AttrCut (bool) marks a model call whose response began and broke
-	// off: its usage is unknown (no gen_ai.usage), and AttrPartialPrefix
-	// attributes hold what its message_start reported (".input_tokens",
-	// ".output_tokens", ...).
-	AttrCut           = "claude_code.response.cut"
-	AttrPartialPrefix = "claude_code.usage.partial"
+	// AttrReportedPrefix prefixes the attributes an invoke_agent span
+	// gets when the usage the CLI reported for a turn
+	// (model_usage_since_last_result) differs from what the model-wire
+	// proxy counted: ".input_tokens", ".cache_read_input_tokens",
+	// ".cache_creation_input_tokens", ".output_tokens", the CLI's counts
+	// in the Anthropic sense (input without cache tokens). The proxy's
+	// counts are the ones the invocation totals; this is a cross-check.
+	AttrReportedPrefix = "claude_code.usage.reported"
 )
 
 // Reasons of unattributed turns (contract rule 7, the value of
@@ -51,15 +43,11 @@ const (
 	// UnattributedSelfStarted: a turn the CLI started with no prompt and no
 	// notification pending (a scheduled wakeup, a cron job).
 	UnattributedSelfStarted = "self_started"
-	// UnattributedUnreportedUsage: a result reported usage for model calls
-	// no turn was running for.
-	UnattributedUnreportedUsage = "unreported_usage"
 )
 
 var (
 	errExited      = errors.New("claude code: process exited")
 	errInterrupted = errors.New("claude code: process interrupted")
-	errNoResponse  = errors.New("claude code: model request got no response")
 )
 
 // mapper turns the CLI's events into spans. All its state is guarded by
@@ -80,9 +68,19 @@ type mapper struct {
 	prompts map[string]*prompt
 	// turn is the turn running now, nil between results.
 	turn *turn
-	// calls are the model requests in flight, by the tool use id of the
-	// subagent that makes them ("" for the main conversation).
-	calls map[string]*modelCall
+	// calls counts the model requests in flight through the proxy.
+	calls int
+	// toolOwner is the context of the model call whose response asked for
+	// each tool use (by id), toolOrder the ids oldest first (bounded by
+	// maxToolOwners): the request returning a tool's result is that
+	// call's owner's.
+	toolOwner map[string]context.Context
+	toolOrder []string
+	// syncStream, when set, waits until every line the CLI printed so far
+	// has been handled; false when it could not tell.
+	syncStream func() bool
+	// seq numbers the prompts in the order they were registered.
+	seq int
 	// tools are the tool uses of the turns since the last result, and the
 	// open ones of earlier turns, by tool use id.
 	tools map[string]*tool
@@ -93,17 +91,20 @@ type mapper struct {
 	// pending are notifications posted that no turn has read yet; an
 	// entry without a job is a task this mapper never saw start.
 	pending []*job
-	// window is the usage of the model calls since the last result;
-	// windowUnknown is set when one of them was cut off.
-	window        rawUsage
-	windowUnknown bool
-	exited        bool
+	// wire is the usage of the model calls the proxy saw end since the
+	// last result, for the cross-check with the result's report.
+	wire   wireSum
+	exited bool
 }
 
 // prompt is one prompt written to the CLI: an invocation whose root ends
 // at the result that answers it.
 type prompt struct {
 	uuid string
+	// text is the prompt as written: the evidence a request answers it;
+	// seq its registration order.
+	text string
+	seq  int
 	ctx  context.Context
 	inv  *instrument.Invocation
 	// done is closed once res or err is set.
@@ -119,6 +120,8 @@ type turn struct {
 	ctx   context.Context
 	owner *prompt
 	end   func(error)
+	// jobs are the jobs a continuation follows up.
+	jobs []*job
 }
 
 func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session string) *mapper {
@@ -128,7 +131,7 @@ func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session 
 		agent:      agent,
 		session:    session,
 		prompts:    make(map[string]*prompt),
-		calls:      make(map[string]*modelCall),
+		toolOwner:  make(map[string]context.Context),
 		tools:      make(map[string]*tool),
 		jobs:       make(map[string]*job),
 		runs:       make(map[string]*job),
@@ -137,13 +140,14 @@ func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session 
 }
 
 // register starts the invocation of a prompt the caller is about to write
-// with id uuid: its root span, a child of ctx's span.
-func (m *mapper) register(ctx context.Context, uuid string) *prompt {
+// with id uuid and text: its root span, a child of ctx's span.
+func (m *mapper) register(ctx context.Context, uuid, text string) *prompt {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ctx, inv := m.tracker.StartInvocation(ctx, m.agent, m.session)
 	inv.Span().SetAttributes(providerAttr)
-	p := &prompt{uuid: uuid, ctx: ctx, inv: inv, done: make(chan struct{})}
+	m.seq++
+	p := &prompt{uuid: uuid, text: text, seq: m.seq, ctx: ctx, inv: inv, done: make(chan struct{})}
 	if m.exited {
 		m.finish(p, Result{}, errExited)
 		return p
@@ -194,8 +198,8 @@ func (m *mapper) handle(ev event) {
 	switch ev.Type {
 	case typeSystem:
 		m.system(ev)
-	case typeStreamEvent:
-		m.stream(ev.ParentToolUseID, ev.Stream)
+	case typeCommandLifecycle:
+		m.commandStarted(ev)
 	case typeAssistant:
 		for _, b := range ev.Blocks {
 			if b.Type == "tool_use" && b.ID != "" {
@@ -228,10 +232,7 @@ func (m *mapper) system(ev event) {
 	case subStatus:
 		if ev.Status == statusRequesting {
 			m.beginTurn(ev.UserMessageUUIDs)
-			m.startCall("")
 		}
-	case subAPIRetry:
-		m.retried(ev.Retry)
 	case subTaskStarted:
 		m.taskStarted(ev.Task)
 	case subTaskUpdated:
@@ -252,25 +253,21 @@ func (m *mapper) beginTurn(uuids []string) {
 			owner = p
 		}
 	}
-	switch {
-	case owner != nil:
-		if m.turn == nil || m.turn.owner != owner {
-			m.switchTurn(&turn{ctx: owner.ctx, owner: owner})
-			m.consumeClaimed()
-		}
-	case m.turn != nil:
-	case len(uuids) > 0:
-		m.startUnattributed(UnattributedUnknownPrompt)
-	default:
-		m.wake()
+	// A turn the CLI starts by itself (no prompt) is what its request
+	// carries: the proxy starts the continuation it is, when it is one.
+	if owner != nil && (m.turn == nil || m.turn.owner != owner) {
+		m.switchTurn(&turn{ctx: owner.ctx, owner: owner})
 	}
 }
 
-// ensureTurn is beginTurn for an event that needs a turn but came without
-// a status line announcing its request.
-func (m *mapper) ensureTurn() {
-	if m.turn == nil {
-		m.beginTurn(nil)
+// commandStarted makes the prompt the CLI started processing the running
+// turn when none runs: a /compact, whose requests carry no prompt.
+func (m *mapper) commandStarted(ev event) {
+	if ev.Status != "started" || m.turn != nil {
+		return
+	}
+	if p, ok := m.prompts[ev.UUID]; ok {
+		m.switchTurn(&turn{ctx: p.ctx, owner: p})
 	}
 }
 
@@ -283,18 +280,9 @@ func (m *mapper) switchTurn(t *turn) {
 	m.turn = t
 }
 
-func (m *mapper) startUnattributed(reason string) {
-	ctx, inv := m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
-	inv.Span().SetAttributes(providerAttr)
-	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(inv.Span(), err) }})
-}
-
 // result ends the running turn: the prompts it answered get their result,
 // a continuation or unattributed turn ends.
 func (m *mapper) result(r *result, o origin) {
-	for parent, c := range m.calls {
-		m.endCall(parent, c, errNoResponse)
-	}
 	m.reconcile(r.SinceLast)
 	for _, u := range r.UserUUIDs {
 		if p, ok := m.prompts[u]; ok {
@@ -307,7 +295,7 @@ func (m *mapper) result(r *result, o origin) {
 	} else if o.Kind == originTask {
 		m.emptyWake(o.RunID)
 	}
-	m.window, m.windowUnknown = rawUsage{}, false
+	m.wire = wireSum{}
 	m.prune()
 }
 
@@ -345,9 +333,6 @@ func (m *mapper) exit(interrupted bool) {
 	if interrupted {
 		reason, cause = contract.ReasonInterrupted, errInterrupted
 	}
-	for parent, c := range m.calls {
-		m.endCall(parent, c, cause)
-	}
 	for _, t := range m.tools {
 		if !t.ended {
 			t.ended = true
@@ -379,4 +364,15 @@ func endSpan(s trace.Span, err error) {
 		s.SetStatus(codes.Error, err.Error())
 	}
 	s.End()
+}
+
+// oversized records a request the proxy could not read: it may have been
+// any running turn's, so none of them can be final.
+func (m *mapper) oversized() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ambiguous("request too large to read", func(*prompt) bool { return true })
+	if m.turn != nil && m.turn.owner == nil {
+		m.taint(m.turn.ctx, "request too large to read")
+	}
 }

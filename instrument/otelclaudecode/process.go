@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
 // Process is one running CLI: `claude -p` reading prompts as stream-json
@@ -29,6 +30,11 @@ type Process struct {
 	stdin       io.WriteCloser
 	inputClosed bool
 
+	// proxy is the model-wire proxy the CLI's requests go through; sync
+	// tells it when the stream has been read up to a request.
+	proxy *wireproxy.Proxy
+	sync  *streamSync
+
 	interrupted atomic.Bool
 	exited      chan struct{}
 	// exitErr is the result of cmd.Wait, written before exited is closed.
@@ -41,7 +47,7 @@ type Process struct {
 // read applies the CLI's output until it ends, then ends what is still
 // open.
 func (p *Process) read(stdout io.Reader) {
-	r := bufio.NewReaderSize(stdout, 64<<10)
+	r := bufio.NewReaderSize(p.sync.reader(stdout), 64<<10)
 	for {
 		line, err := readLine(r, p.c.cfg.maxLine)
 		if len(line) > 0 || errors.Is(err, errLineTooLong) {
@@ -58,13 +64,26 @@ func (p *Process) read(stdout io.Reader) {
 				p.m.handle(ev)
 			}
 		}
+		p.sync.handled(r.Buffered())
 		if err != nil && !errors.Is(err, errLineTooLong) {
 			break
 		}
 	}
 	p.exitErr = p.cmd.Wait()
+	p.closeProxy()
 	p.m.exit(p.interrupted.Load())
+	p.c.mu.Lock()
+	delete(p.c.procs, p)
+	p.c.mu.Unlock()
 	close(p.exited)
+}
+
+// closeProxy stops the model-wire proxy: the CLI has exited (or never
+// started), and with it every request it had in flight.
+func (p *Process) closeProxy() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.killDelay)
+	defer cancel()
+	_ = p.proxy.Close(ctx)
 }
 
 // userLine is a prompt as the CLI reads it from stdin.
@@ -123,7 +142,7 @@ func (p *Process) Prompt(ctx context.Context, text string) (Result, error) {
 	default:
 	}
 	id := newUUID()
-	pr := p.m.register(ctx, id)
+	pr := p.m.register(ctx, id, text)
 	if pr.err != nil {
 		return Result{}, pr.err
 	}

@@ -176,6 +176,12 @@ func (c *call) end(at time.Time, err error, early bool) {
 		attrs = append(attrs, attribute.StringSlice(attrResponseToolCalls, r.ToolCalls))
 	}
 	u := r.Usage.valid()
+	if err != nil && r.Parsed && c.m.cfg.CutUsageUnknown {
+		// The response began and broke off: what it would have cost is
+		// unknown. No usage and no error status: the invocation closes
+		// incomplete (usage_missing), never final with a partial count.
+		u, errType, callErr, early = Usage{}, "", nil, true
+	}
 	for _, f := range []struct {
 		key string
 		v   *int64

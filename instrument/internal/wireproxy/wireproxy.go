@@ -1,0 +1,297 @@
+// Package wireproxy is the model-wire proxy of the runtime adapters
+// (otelclaudecode, otelopencode): a reverse proxy on loopback between a
+// runtime and its model endpoint. Every request passes through unchanged
+// (streaming, headers, API keys and OAuth bearers) but for its
+// Accept-Encoding, which the proxy leaves to its own transport so that it
+// can read the responses. Each request the adapter's Describe says is a
+// model call becomes one model-call span (genaicall), with the usage of
+// its own response, under the context the adapter's Attribute chooses for
+// it from what the request carries.
+package wireproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
+)
+
+// DefaultMaxBody bounds the request body the proxy reads to attribute a
+// request (a long conversation is a few megabytes). A longer body is sent
+// upstream untraced and counted in Stats.Oversized, and Config.Oversized
+// is told, so that the adapter keeps its invocations from final.
+const DefaultMaxBody = 64 << 20
+
+// Decision is what the adapter decided about one request.
+type Decision struct {
+	// Ctx is the context the model-call span starts in: its parent and
+	// invocation. A nil Ctx sends the request upstream untraced.
+	Ctx context.Context
+	// OnTool, when set, is told the id of every tool use the response
+	// asks for, as the proxy reads it: before the runtime has it, so that
+	// the request that returns the tool's result finds its owner.
+	OnTool func(id string)
+	// Done, when set, is called once, when the runtime is done with the
+	// response (its span has ended then), with the usage the response
+	// reported (GenAI sense; nil counts absent), or with an empty Usage
+	// when the request failed or was not traced.
+	Done func(genaicall.Usage)
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// Upstream is the model endpoint: the provider's base URL or a
+	// gateway's; the request's path is joined to it.
+	Upstream *url.URL
+	// Transport sends the requests upstream (default: a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Middleware makes the model-call spans.
+	Middleware *genaicall.Middleware
+	// Describe reads a request: ok false passes it through untraced
+	// (count_tokens, model lists, health checks).
+	Describe func(req *http.Request, body []byte) (info genaicall.Request, ok bool)
+	// Attribute chooses the owner of a model call from its request.
+	Attribute func(req *http.Request, body []byte) Decision
+	// MaxBody bounds the body read to attribute a request (default
+	// DefaultMaxBody).
+	MaxBody int64
+	// Oversized, when set, is told of a request whose body was over
+	// MaxBody: it went upstream untraced, so the adapter must keep the
+	// invocations it may belong to from final.
+	Oversized func(req *http.Request)
+	// Listen is the address to listen on (default 127.0.0.1:0).
+	Listen string
+}
+
+// Proxy is a running model-wire proxy.
+type Proxy struct {
+	cfg Config
+	ln  net.Listener
+	srv *http.Server
+	url string
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// Stats are counts of the requests the proxy relayed.
+type Stats struct {
+	// Calls are the model calls traced; Passed the requests passed
+	// through untraced; Oversized the model calls whose body was over
+	// MaxBody (passed through, the adapter told); Failed the requests whose
+	// upstream could not be reached.
+	Calls, Passed, Oversized, Failed int64
+}
+
+// Start listens and serves until Close.
+func Start(cfg Config) (*Proxy, error) {
+	if cfg.Upstream == nil || cfg.Upstream.Scheme == "" || cfg.Upstream.Host == "" {
+		return nil, errors.New("wireproxy: upstream must be an absolute URL (scheme and host)")
+	}
+	if cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https" {
+		return nil, fmt.Errorf("wireproxy: upstream scheme %q is not http or https", cfg.Upstream.Scheme)
+	}
+	if cfg.Middleware == nil || cfg.Describe == nil || cfg.Attribute == nil {
+		return nil, errors.New("wireproxy: Middleware, Describe and Attribute are required")
+	}
+	if cfg.Transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// The proxy decompresses what it asked to be compressed, and the
+		// runtime gets the plain body.
+		t.DisableCompression = false
+		cfg.Transport = t
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("wireproxy: listen: %w", err)
+	}
+	p := &Proxy{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String()}
+	up := cfg.Upstream
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(up)
+			// The request's own Host goes upstream as the upstream's host
+			// (SetURL); no X-Forwarded-* headers are added.
+			// Accept-Encoding is left to the transport, which then
+			// decompresses: the proxy must read the response.
+			r.Out.Header.Del("Accept-Encoding")
+		},
+		Transport:     roundTripper{p},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.count(func(s *Stats) { s.Failed++ })
+			http.Error(w, "agentledger model-wire proxy: upstream: "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	p.srv = &http.Server{Handler: rp, ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// URL is the proxy's base URL (http://127.0.0.1:port), to give the runtime
+// as its model endpoint.
+func (p *Proxy) URL() string { return p.url }
+
+// Stats returns the counts so far.
+func (p *Proxy) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+func (p *Proxy) count(f func(*Stats)) {
+	p.mu.Lock()
+	f(&p.stats)
+	p.mu.Unlock()
+}
+
+// Close stops listening and waits, until ctx is done, for the requests in
+// flight (a stream the runtime is still reading).
+func (p *Proxy) Close(ctx context.Context) error {
+	err := p.srv.Shutdown(ctx)
+	if err != nil {
+		_ = p.srv.Close()
+	}
+	return err
+}
+
+type roundTripper struct{ p *Proxy }
+
+func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	p := rt.p
+	next := p.cfg.Transport.RoundTrip
+	if req.Body == nil || req.Body == http.NoBody {
+		p.count(func(s *Stats) { s.Passed++ })
+		return next(req)
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, p.cfg.MaxBody+1))
+	if err != nil {
+		_ = req.Body.Close()
+		return nil, fmt.Errorf("wireproxy: reading request body: %w", err)
+	}
+	if int64(len(body)) > p.cfg.MaxBody {
+		// Too long to read whole: it goes upstream as it comes, and the
+		// adapter learns that a model call went by uncounted.
+		p.count(func(s *Stats) { s.Oversized++ })
+		if p.cfg.Oversized != nil {
+			p.cfg.Oversized(req)
+		}
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), req.Body), req.Body}
+		req.GetBody = nil
+		return next(req)
+	}
+	_ = req.Body.Close()
+	setBody(req, body)
+	info, ok := p.cfg.Describe(req, body)
+	if !ok {
+		p.count(func(s *Stats) { s.Passed++ })
+		return next(req)
+	}
+	d := p.cfg.Attribute(req, body)
+	if d.Ctx == nil {
+		if d.Done != nil {
+			d.Done(genaicall.Usage{})
+		}
+		p.count(func(s *Stats) { s.Passed++ })
+		return next(req)
+	}
+	p.count(func(s *Stats) { s.Calls++ })
+	w := &watch{Parser: info.Parser, onTool: d.OnTool}
+	info.Parser = w
+	req = req.WithContext(d.Ctx)
+	res, err := p.cfg.Middleware.Handle(req, next, func([]byte) genaicall.Request { return info })
+	if d.Done != nil {
+		if err != nil || res == nil {
+			d.Done(genaicall.Usage{})
+		} else {
+			res.Body = &doneBody{ReadCloser: res.Body, done: func() { d.Done(w.usage()) }}
+		}
+	}
+	return res, err
+}
+
+func setBody(req *http.Request, b []byte) {
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	req.ContentLength = int64(len(b))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+}
+
+// watch tells onTool of the tool uses a response asks for, as the wrapped
+// parser reads them.
+type watch struct {
+	genaicall.Parser
+	onTool func(id string)
+
+	// mu guards seen and last: the parser runs under the body watcher's
+	// lock, usage is read when the body is closed.
+	mu   sync.Mutex
+	seen int
+	last genaicall.Usage
+}
+
+func (w *watch) usage() genaicall.Usage {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+func (w *watch) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
+	w.Parser.ParseResponse(b, r, capture)
+	w.tell(r)
+}
+
+func (w *watch) ParseEvent(data []byte, r *genaicall.Result, capture bool) (bool, bool) {
+	keep, terminal := w.Parser.ParseEvent(data, r, capture)
+	w.tell(r)
+	return keep, terminal
+}
+
+func (w *watch) tell(r *genaicall.Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = r.Usage
+	for ; w.seen < len(r.ToolCalls); w.seen++ {
+		if w.onTool == nil {
+			continue
+		}
+		// Entries are "name:id"; ids hold no colon.
+		tc := r.ToolCalls[w.seen]
+		if i := strings.LastIndexByte(tc, ':'); i >= 0 {
+			w.onTool(tc[i+1:])
+		}
+	}
+}
+
+// doneBody calls done once, when the body is closed: the span has ended
+// by then (the middleware's body wrapper ends it on close).
+type doneBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *doneBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.done)
+	return err
+}

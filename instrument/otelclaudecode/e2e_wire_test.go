@@ -1,0 +1,153 @@
+package otelclaudecode
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/scriptedmodel"
+)
+
+// The scenarios the model-wire proxy exists for (issue 20): requests the
+// stream-json does not show, or shows without saying whose they are.
+// Each is exact per invocation and balances: every request the scripted
+// model answered is on exactly one summary.
+
+// notifies matches a request delivering the notification of the task
+// launched by the tool use whose command has word.
+func notifies(word string) func(scriptedmodel.Request) bool {
+	return func(r scriptedmodel.Request) bool {
+		return len(r.TaskNotifications()) > 0 && strings.Contains(r.NewText(), word)
+	}
+}
+
+// testTwoShellsAtOnce: two prompts of one warm session each start a
+// background shell; both shells end at the same moment while the session
+// is idle. The CLI runs one turn per notification, in an order of its
+// own; each turn is the continuation of its own job's invocation. first
+// says which gate opens first (both open before either turn is answered).
+func testTwoShellsAtOnce(t *testing.T, h *harness, first int) {
+	ga, gb := newGate(t, "a"), newGate(t, "b")
+	release := make(chan struct{})
+	hold := func(scriptedmodel.Request) { <-release }
+	h.router.SetRules(
+		rule("launch-A", asks("TWO-A"), calls(scriptedmodel.BashCall(ga.command("alpha", 0), "Job A", true))),
+		rule("launch-B", asks("TWO-B"), calls(scriptedmodel.BashCall(gb.command("bravo", 0), "Job B", true))),
+		rule("after-launch", func(r scriptedmodel.Request) bool {
+			return hasToolResult(r) && strings.Contains(r.NewText(), "running in background")
+		}, says("launched")),
+		scriptedmodel.Rule{Name: "cont-A", Match: notifies("Job A"), Hold: hold,
+			Answer: func(scriptedmodel.Request) scriptedmodel.Step { return says("A noted") }},
+		scriptedmodel.Rule{Name: "cont-B", Match: notifies("Job B"), Hold: hold,
+			Answer: func(scriptedmodel.Request) scriptedmodel.Step { return says("B noted") }},
+	)
+	p := h.start(t, h.client(t, "two_shells_at_once"))
+	a := h.prompt(t, p, "TWO-A: start job A")
+	b := h.prompt(t, p, "TWO-B: start job B")
+	gates := []gate{ga, gb}
+	gates[first].open(t)
+	gates[1-first].open(t)
+	waitUntil(t, "both jobs ended", func() bool {
+		st, _ := p.State()
+		return len(st.OpenJobs) == 0
+	})
+	close(release)
+	sa := h.waitID(t, p, a.InvocationID)
+	sb := h.waitID(t, p, b.InvocationID)
+	// The prompts ran one after the other: the first "after-launch" is
+	// A's, the second B's.
+	seqs := map[string][]int{}
+	for _, x := range h.router.Answered() {
+		seqs[x.Rule] = append(seqs[x.Rule], x.Seq)
+	}
+	if len(seqs["after-launch"]) != 2 || len(seqs["cont-A"]) != 1 || len(seqs["cont-B"]) != 1 {
+		t.Fatalf("requests %v", h.router.Labels())
+	}
+	for i, c := range []struct {
+		name string
+		sum  instrument.Summary
+	}{{"A", sa}, {"B", sb}} {
+		cont := seqs["cont-"+c.name][0]
+		checkSummary(t, c.name, c.sum, want{status: contract.StatusFinal,
+			calls: []int{seqs["launch-"+c.name][0], seqs["after-launch"][i], cont}, after: []int{cont}, jobs: 1, continuations: 1})
+	}
+	closeSession(t, p)
+	checkDischargedOnce(t, h.p)
+	h.balance(t, p.SessionID())
+}
+
+// testSubagentDuringOtherTurn: prompt A's background subagent makes its
+// model request while prompt B's turn runs. The request carries the
+// subagent's task id: it is A's, and B's turn is B's alone.
+func testSubagentDuringOtherTurn(t *testing.T, h *harness) {
+	bRunning, childHeld := make(chan struct{}), make(chan struct{})
+	var bOnce, childOnce sync.Once
+	h.router.SetRules(
+		scriptedmodel.Rule{Name: "child", Match: func(r scriptedmodel.Request) bool {
+			return strings.Contains(r.NewText(), "SUBWORK") && len(r.ToolResults()) == 0
+		}, Hold: func(scriptedmodel.Request) {
+			childOnce.Do(func() { close(childHeld) })
+			<-bRunning
+		}, Answer: func(scriptedmodel.Request) scriptedmodel.Step { return says("sub result") }},
+		rule("launch-A", asks("SUB-A"), calls(agentCall("SUBWORK for A", true))),
+		rule("after-launch-A", func(r scriptedmodel.Request) bool {
+			return len(r.ToolResults()) > 0 && strings.Contains(r.NewText(), "Async agent launched")
+		}, says("A launched")),
+		scriptedmodel.Rule{Name: "B", Match: asks("PLAIN-B"), Hold: func(scriptedmodel.Request) {
+			bOnce.Do(func() { close(bRunning) })
+		}, Answer: func(scriptedmodel.Request) scriptedmodel.Step { return says("B answered") }},
+		rule("cont-A", hasNotification, says("A noted")),
+	)
+	p := h.start(t, h.client(t, "subagent_during_other_turn"))
+	a := h.prompt(t, p, "SUB-A: delegate in the background")
+	recv(t, "the subagent's request", childHeld)
+	b := h.prompt(t, p, "PLAIN-B: just answer")
+	sb := h.waitID(t, p, b.InvocationID)
+	wantStatus(t, "B", sb, contract.StatusFinal)
+	checkUsage(t, "B", sb, h.want([]string{"B"}, nil))
+	sa := h.waitID(t, p, a.InvocationID)
+	wantStatus(t, "A", sa, contract.StatusFinal)
+	answered := map[string]bool{}
+	for _, x := range h.router.Answered() {
+		answered[x.Rule] = true
+	}
+	rules := []string{"launch-A", "after-launch-A", "child"}
+	if answered["cont-A"] {
+		rules = append(rules, "cont-A")
+	}
+	// The subagent's request began before A's result (the model held its
+	// answer): only the notification's turn is after it.
+	u := h.want(rules, []string{"cont-A"})
+	checkUsage(t, "A", sa, u)
+	closeSession(t, p)
+	checkDischargedOnce(t, h.p)
+	h.balance(t, p.SessionID())
+}
+
+// testCompact: /compact makes compaction requests that carry no prompt,
+// tool result or notification. They are the /compact prompt's, whose
+// invocation is final with exactly their usage.
+func testCompact(t *testing.T, h *harness) {
+	h.router.SetRules(
+		rule("first", asks("PLAIN-BEFORE"), says("before compaction")),
+		rule("compaction", func(r scriptedmodel.Request) bool {
+			return strings.Contains(r.NewText(), "Respond with TEXT ONLY")
+		}, says("<summary>the conversation so far</summary>")),
+	)
+	p := h.start(t, h.client(t, "compact"))
+	first := h.prompt(t, p, "PLAIN-BEFORE: say something")
+	res := h.prompt(t, p, "/compact")
+	s1 := h.waitID(t, p, first.InvocationID)
+	wantStatus(t, "before", s1, contract.StatusFinal)
+	checkUsage(t, "before", s1, h.want([]string{"first"}, nil))
+	sc := h.waitID(t, p, res.InvocationID)
+	if _, n := h.router.Sum("compaction"); n == 0 {
+		t.Fatalf("no compaction request: %v", h.router.Labels())
+	}
+	wantStatus(t, "/compact", sc, contract.StatusFinal)
+	checkUsage(t, "/compact", sc, h.want([]string{"compaction"}, nil))
+	closeSession(t, p)
+	h.balance(t, p.SessionID())
+}
