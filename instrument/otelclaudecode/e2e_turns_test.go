@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/scriptedmodel"
 )

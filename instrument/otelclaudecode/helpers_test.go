@@ -182,11 +182,11 @@ type want struct {
 	calls, after []int
 	// cut are requests whose response broke off after message_start:
 	// calls of unknown usage; failedCalls calls without usage.
-	cut         []int
-	failedCalls int64
-	jobs, continuations     int64
-	reasons                 []string
-	unattributed, reason    string
+	cut                  []int
+	failedCalls          int64
+	jobs, continuations  int64
+	reasons              []string
+	unattributed, reason string
 }
 
 func (w want) usage() instrument.Usage {
@@ -218,7 +218,6 @@ func checkSummary(t *testing.T, what string, got instrument.Summary, w want) {
 			what, got.Status, got.Reasons, got.Usage.BackgroundJobs, got.Usage.Continuations, w.status, w.reasons, wu.BackgroundJobs, wu.Continuations)
 	}
 }
-
 
 // balance checks that nothing was lost and nothing counted twice: the
 // usage of every request the scripted model answered since its rules
