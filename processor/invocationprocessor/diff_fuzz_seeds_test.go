@@ -113,6 +113,16 @@ func dfSeeds() []dfSeed {
 			dfSpan{Inv: 0, Trace: 1, ID: 2, Parent: 1, Children: 1, Start: 1, Fan: 2, Links: [2]dfLink{{Kind: dfLinkFollowup, Target: 5}}},
 		).advance(8)},
 
+		// v0.6 rule 2 (found by FuzzLedgerDifferential): a detached_from
+		// link naming a member's span ID in another trace, the member
+		// declaring no invocation.detached, in either order. Never final.
+		{"detached_from link to an undeclared span in another trace, link first", newDfScenario(0, 0).
+			span(dfSpan{Inv: 0, Trace: 1, ID: 2, Role: 1, Children: 1, Links: [2]dfLink{{Kind: dfLinkDetached, Target: 1, Other: true}}}).flush().
+			span(dfSpan{Inv: 0, Trace: 1, ID: 1, Children: 1, Parent: 6}).flush()},
+		{"detached_from link to an undeclared span in another trace, span first", newDfScenario(0, 0).
+			span(dfSpan{Inv: 0, Trace: 1, ID: 1, Children: 1, Parent: 6}).flush().
+			span(dfSpan{Inv: 0, Trace: 1, ID: 2, Role: 1, Children: 1, Links: [2]dfLink{{Kind: dfLinkDetached, Target: 1, Other: true}}}).flush()},
+
 		// CONTRACT.md v0.7: a job closed interrupted is named on the final
 		// summary, whether its span or the closing span comes first, and
 		// across a restart.

@@ -567,6 +567,9 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	// st is not used below: reserving, attaching and linking may grow
 	// Spans.
 	nameIdx := st.Name
+	if len(inv.Detached) > 0 {
+		inv.arriveDetached(f)
+	}
 	if f.detached.Declared() {
 		inv.declareDetached(f, nameIdx, cfg)
 	}
