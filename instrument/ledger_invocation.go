@@ -332,6 +332,9 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	if len(inv.unended) > 0 {
 		delete(inv.unended, sid)
 	}
+	if len(inv.detached) > 0 {
+		inv.arriveLinked(spanKey{tid, sid})
+	}
 	if f.unrecorded != 0 || f.detached != 0 {
 		inv.arriveDeclared(spanKey{tid, sid}, n.name, f, maxSpans)
 	}
