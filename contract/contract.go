@@ -277,4 +277,10 @@ const (
 	// AnomalyOrphanJob: a background job was started when no span of its
 	// invocation was open, so no count declares it (in-process ledger).
 	AnomalyOrphanJob = "orphan_job"
+	// AnomalyFollowupInterrupted: a span of the invocation with
+	// AttrFollowupReason ReasonInterrupted (a followup_closed span) closed
+	// the followup of a background job of the invocation: the job was
+	// killed ("followup_interrupted:<job name>", the background span's
+	// name; agentledger v0.7). It does not change finality.
+	AnomalyFollowupInterrupted = "followup_interrupted"
 )

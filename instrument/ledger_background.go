@@ -17,7 +17,7 @@ func (b backgroundIndex) add(sid trace.SpanID, id string) { b[sid] = id }
 // forget drops the background spans of inv, which the ledger forgets.
 func (b backgroundIndex) forget(inv *invocationState) {
 	for i := range inv.nodes.list {
-		if n := &inv.nodes.list[i]; n.background {
+		if n := &inv.nodes.list[i]; n.job&jobBackground != 0 {
 			delete(b, n.sid)
 		}
 	}

@@ -26,11 +26,28 @@ type spanKey struct {
 
 // detachedCount is what an invocation knows of one span's detached spans:
 // the count it declared (countAbsent until it arrived with one) and the
-// spans that arrived linking to it with detached_from.
+// spans that arrived linking to it with detached_from. name is the
+// declaring span's; before it arrives, the first linking span's (for
+// malformed_link).
 type detachedCount struct {
 	name     nameRef
 	declared spanCount
 	arrived  spanCount
+}
+
+// arriveLinked checks the arriving span key against the detached_from
+// links that named its span ID before it arrived, whether or not it
+// declares invocation.detached: links naming it in another trace
+// discharge nothing and make the invocation malformed_link (v0.6 rule 2,
+// whichever arrives first). Such links discharged no count (none was
+// declared under their key), so their entries are dropped.
+func (inv *invocationState) arriveLinked(key spanKey) {
+	for k, d := range inv.detached {
+		if k.span == key.span && k.trace != key.trace {
+			inv.fail(contract.ReasonMalformedLink, inv.nameOf(d.name))
+			delete(inv.detached, k)
+		}
+	}
 }
 
 // arriveDeclared applies the arrived span's invocation.unrecorded and
@@ -100,17 +117,23 @@ func (inv *invocationState) applyDetachedLinks(s sdktrace.ReadOnlySpan, name str
 			inv.anomaly(contract.AnomalyDuplicateLink, name)
 			continue
 		}
-		if late {
-			continue
-		}
+		// A late link discharges nothing, but its target is held all the
+		// same, so that the target arriving in another trace is told.
 		d, ok := inv.detachedOf(key, maxSpans)
 		if !ok {
 			return
 		}
-		if d.declared >= 0 && d.arrived < d.declared {
-			inv.open--
+		if d.declared == countAbsent && d.name == 0 {
+			if n, ok := inv.nodes.get(self.span); ok {
+				d.name = n.name
+			}
 		}
-		d.arrived++
+		if !late {
+			if d.declared >= 0 && d.arrived < d.declared {
+				inv.open--
+			}
+			d.arrived++
+		}
 		inv.detached[key] = d
 	}
 }

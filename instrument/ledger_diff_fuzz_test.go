@@ -130,7 +130,24 @@ func (r *ldRun) check(when string) {
 		if got := ldTotals(s.Usage); got != v.Totals {
 			r.fail("totals", "%s: %s final (revision %d) with %+v, model %+v", when, id, s.Revision, got, v.Totals)
 		}
+		// Beyond maxAnomalies entries the ledger keeps no more.
+		if got := ldInterrupted(s.Anomalies); len(s.Anomalies) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
+			r.fail("anomalies", "%s: %s final (revision %d) with anomalies %q, model %q", when, id, s.Revision, got, v.Anomalies)
+		}
 	}
+}
+
+// ldInterrupted returns the followup_interrupted entries of anomalies
+// (CONTRACT.md v0.7), sorted: the one kind of anomaly the model computes.
+func ldInterrupted(anomalies []string) []string {
+	var out []string
+	for _, a := range anomalies {
+		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ldClassRules34 is the class of a final that only v0.6 rules 3 and 4
@@ -228,12 +245,13 @@ func ldIgnored() map[string]bool {
 // SpanProcessor's count) and to internal/refmodel, a reading of
 // docs/CONTRACT.md that shares no code with it. Whenever the ledger emits
 // a final summary, the model must prove final on the spans delivered so
-// far, with the same totals and model calls. It also checks that an
+// far, with the same totals and model calls and the same
+// followup_interrupted anomalies (v0.7). It also checks that an
 // invocation gets one revision-1 summary, that a closed invocation never
 // reopens, and that a summary changes only with a higher revision.
 // The byte format is in ledger_diff_fuzz_format_test.go.
 // LEDGERFUZZ_IGNORE (comma-separated failure classes: rules34 for a final
-// that only v0.6 rules 3 and 4 forbid, reason kinds of the model, totals, second_revision1, reopened, first_revision,
+// that only v0.6 rules 3 and 4 forbid, reason kinds of the model, totals, anomalies, second_revision1, reopened, first_revision,
 // revision_decrease, changed_without_revision, forgotten) lets a fuzz run
 // look past known bugs; a final is ignored only when every reason kind
 // the model finds is ignored.
@@ -267,6 +285,13 @@ func ldTool(inv, tr, id, parent, children byte) ldSpan {
 
 func ldJob(inv, tr, id, parent, followups byte) ldSpan {
 	return ldSpan{Inv: inv, Trace: tr, ID: id, Parent: parent, Role: 2, Children: ldN(0), Followups: ldN(followups)}
+}
+
+// ldClosed is a followup_closed span with reason (1 abandoned, 2
+// interrupted, 3 an int) closing job's followup.
+func ldClosed(inv, tr, id, job, reason byte) ldSpan {
+	return ldSpan{Inv: inv, Trace: tr, ID: id, Role: 4, Children: ldN(0), Reason: reason,
+		Links: [2]ldLink{{Kind: ldLinkFollowup, Target: job}}}
 }
 
 func ldCont(inv, tr, id, children byte, links ...ldLink) ldSpan {
@@ -323,5 +348,10 @@ func ldSeeds() []ldSeed {
 			ldSpan{Inv: 0, Trace: 1, ID: 1, Role: 1, Children: ldN(0), Detached: ldN(1)})},
 		{"unrecorded=1", newLdScenario(false, false).span(
 			ldSpan{Inv: 0, Trace: 1, ID: 1, Role: 1, Children: ldN(0), Unrecorded: ldN(1)})},
+		// CONTRACT.md v0.7: the job is named, whichever of its span and
+		// the interrupted followup_closed span comes first.
+		{"job closed interrupted", newLdScenario(false, false).span(c[:4]...).span(ldClosed(0, 3, 7, 4, 2))},
+		{"job closed interrupted, closer first", newLdScenario(false, false).span(ldClosed(0, 3, 7, 4, 2)).span(c[:4]...)},
+		{"job closed abandoned", newLdScenario(false, false).span(c[:4]...).span(ldClosed(0, 3, 7, 4, 1))},
 	}
 }

@@ -274,7 +274,6 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	n.name = inv.nameRef(name)
 	n.remote = f.remote
 	inv.remoteSeen = inv.remoteSeen || f.remote
-	n.background = f.role == contract.RoleBackground
 	inv.usage.Spans++
 	if end := s.EndTime(); end.After(inv.latestEnd) {
 		inv.latestEnd = end
@@ -319,6 +318,8 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	case contract.RoleBackground:
 		inv.usage.BackgroundJobs++
 		delete(inv.openJobs, sid)
+		n.job |= jobBackground
+		inv.noteInterrupted(&n)
 		if f.followups == childrenInvalid {
 			inv.fail(reasonInvalidCount, name)
 		} else if f.followups >= 0 {
@@ -330,6 +331,9 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	}
 	if len(inv.unended) > 0 {
 		delete(inv.unended, sid)
+	}
+	if len(inv.detached) > 0 {
+		inv.arriveLinked(spanKey{tid, sid})
 	}
 	if f.unrecorded != 0 || f.detached != 0 {
 		inv.arriveDeclared(spanKey{tid, sid}, n.name, f, maxSpans)
@@ -366,7 +370,7 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 	if n.parent != (trace.SpanID{}) {
 		inv.breakCycle(sid, n.parent)
 	}
-	inv.applyLinks(s, name, f.late, maxSpans)
+	inv.applyLinks(s, f, name, maxSpans)
 	if f.modelCall {
 		inv.addUsage(s, f)
 	}

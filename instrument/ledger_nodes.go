@@ -18,10 +18,12 @@ type node struct {
 	// refChild names the first child that referenced this span as its
 	// parent before it arrived: when the span then arrives in another
 	// trace, that child's parentage was malformed.
-	refChild   nameRef
-	arrived    bool
-	remote     bool
-	background bool
+	refChild nameRef
+	arrived  bool
+	remote   bool
+	// job says what the span ID is as a background job, for
+	// followup_interrupted (contract v0.7).
+	job jobFlags
 	// lateEdge: the span is a late child; its parent does not count it.
 	lateEdge          bool
 	declaredChildren  spanCount // countAbsent: not declared
@@ -30,6 +32,14 @@ type node struct {
 	declaredFollowups spanCount // countAbsent: not declared
 	arrivedFollowups  spanCount
 }
+
+// jobFlags say what a node is as a background job.
+type jobFlags uint8
+
+const (
+	jobBackground  jobFlags = 1 << iota // the span arrived as a background span
+	jobInterrupted                      // a span closing it interrupted discharged one of its followups
+)
 
 // spanCount is a count of spans in a node. It is 32 bits wide, so that a
 // node takes 64 bytes: a count never exceeds the ledger's per-invocation

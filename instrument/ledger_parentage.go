@@ -102,8 +102,9 @@ func (inv *invocationState) arriveUnder(n *node, sid trace.SpanID, psc trace.Spa
 // most one per target (rule 2), none when the links are malformed (rule
 // 3), none for a target of another invocation (foreign_followup, told by
 // the ledger's background index before this is called); then its
-// detached_from links (v0.6 rule 4), unless late.
-func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string, late bool, maxSpans int) {
+// detached_from links (v0.6 rule 4), unless late. A followup an
+// interrupted span (f) discharges marks its job (v0.7).
+func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, f *spanFacts, name string, maxSpans int) {
 	links := s.Links()
 	if len(links) == 0 {
 		return
@@ -140,9 +141,22 @@ func (inv *invocationState) applyLinks(s sdktrace.ReadOnlySpan, name string, lat
 			inv.open--
 		}
 		t.arrivedFollowups++
+		if f.interrupted {
+			t.job |= jobInterrupted
+			inv.noteInterrupted(&t)
+		}
 		inv.nodes.set(t)
 	}
-	inv.applyDetachedLinks(s, name, late, maxSpans)
+	inv.applyDetachedLinks(s, name, f.late, maxSpans)
+}
+
+// noteInterrupted reports followup_interrupted:<job name> once the job's
+// background span arrived and an interrupted followup discharged it,
+// whichever came first (contract v0.7).
+func (inv *invocationState) noteInterrupted(n *node) {
+	if n.arrived && n.job == jobBackground|jobInterrupted {
+		inv.anomaly(contract.AnomalyFollowupInterrupted, inv.nameOf(n.name))
+	}
 }
 
 // repeatsFollowup reports whether links already hold a followup link to

@@ -37,6 +37,10 @@ type spanFacts struct {
 	unattributed string
 	// abandoned: the span carries invocation.followup.reason = abandoned.
 	abandoned bool
+	// interrupted: the span carries invocation.followup.reason =
+	// interrupted; the jobs its followup links discharge are named
+	// followup_interrupted (v0.7).
+	interrupted bool
 	// children and followups are the declared counts, countAbsent or
 	// childrenInvalid.
 	children, followups int
@@ -123,6 +127,7 @@ func readFacts(s sdktrace.ReadOnlySpan, children int, rule *ledgerrule.Config) s
 		}
 	}
 	f.abandoned = rf.Abandoned
+	f.interrupted = rf.Interrupted
 	f.malformed = rf.Malformed
 	if rf.ModelCall {
 		f.hasUsage = rf.HasUsage()

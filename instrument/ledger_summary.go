@@ -44,7 +44,9 @@ type Summary struct {
 	Reasons []string
 	// Anomalies lists, each as "kind:detail", what did not block finality
 	// but a reader must know (extra_children, invalid_usage, late_span,
-	// foreign_followup, duplicate_link, orphan_job).
+	// foreign_followup, duplicate_link, orphan_job,
+	// followup_interrupted:<job name> for a job whose followup closed
+	// interrupted).
 	Anomalies []string
 	// Revision is 1 for the first final or incomplete summary and grows
 	// by one for each revision a span arriving later causes (contract

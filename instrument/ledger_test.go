@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -157,13 +158,51 @@ func TestLedgerFollowupClosed(t *testing.T) {
 			if err := p.tracker.CloseFollowup(context.Background(), job.Carrier(), reason, ""); err != nil {
 				t.Fatal(err)
 			}
-			wantStatus(t, p.summary(t, inv.ID()), contract.StatusFinal)
+			s := p.summary(t, inv.ID())
+			wantStatus(t, s, contract.StatusFinal)
+			// CONTRACT.md v0.7: only an interrupted followup names its job.
+			var want []string
+			if reason == contract.ReasonInterrupted {
+				want = []string{contract.AnomalyFollowupInterrupted + ":background shell"}
+			}
+			if !slices.Equal(s.Anomalies, want) {
+				t.Errorf("anomalies = %q, want %q", s.Anomalies, want)
+			}
 			fc := p.span(t, contract.SpanNameFollowupClosed)
 			if fc.Parent.IsValid() || !fc.StartTime.Equal(fc.EndTime) || strAttr(fc, contract.AttrFollowupReason) != reason ||
 				strAttr(fc, contract.AttrInvocationID) != inv.ID() || strAttr(fc, contract.AttrRole) != contract.RoleFollowupClosed {
 				t.Errorf("followup_closed span = %+v", fc)
 			}
 		})
+	}
+}
+
+// TestLedgerFollowupInterruptedWhileJobRuns: the agent is killed while
+// its shell runs, so the followup is closed interrupted before the job's
+// span ends (issue 20). The invocation is final once the job ends, and
+// names it (v0.7).
+func TestLedgerFollowupInterruptedWhileJobRuns(t *testing.T) {
+	p := newPipeline(t)
+	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+	p.chat(ctx, 10, 2)
+	_, job := p.tracker.StartBackground(ctx, "shell")
+	inv.End()
+	if err := p.tracker.CloseFollowup(context.Background(), job.Carrier(), contract.ReasonInterrupted, ""); err != nil {
+		t.Fatal(err)
+	}
+	s := p.summary(t, inv.ID())
+	wantStatus(t, s, contract.StatusPending, "missing_children:invoke_agent coder")
+	if len(s.Anomalies) != 0 {
+		t.Errorf("anomalies before the job's span ended = %q", s.Anomalies)
+	}
+	job.End(errors.New("killed"), true)
+	s = p.summary(t, inv.ID())
+	wantStatus(t, s, contract.StatusFinal)
+	if want := []string{contract.AnomalyFollowupInterrupted + ":background shell"}; !slices.Equal(s.Anomalies, want) {
+		t.Errorf("anomalies = %q, want %q", s.Anomalies, want)
+	}
+	if s.Usage.InputTokens != 10 || s.Usage.BackgroundJobs != 1 {
+		t.Errorf("usage = %+v", s.Usage)
 	}
 }
 

@@ -288,6 +288,33 @@ func TestRuleDetachedNeedsLinkingSpans(t *testing.T) {
 	wantStatus(t, sl.summary("inv"), contract.StatusPending)
 }
 
+// TestRuleDetachedLinkOtherTraceUndeclared (v0.6 rule 2, found by
+// FuzzLedgerDifferential): a detached_from link naming the root's span ID
+// in another trace is malformed_link in any order, though the root
+// declares no invocation.detached and no count waits for the link; a late
+// linking span too.
+func TestRuleDetachedLinkOtherTraceUndeclared(t *testing.T) {
+	root := spanCtx(1, 1)
+	for _, late := range []bool{false, true} {
+		linking := stub("side work", spanCtx(3, 3), trace.SpanContext{}, 120, attribute.Int(contract.AttrChildren, 0))
+		if late {
+			linking.Attributes = append(linking.Attributes, attribute.Bool(contract.AttrLateChild, true))
+		}
+		linking.Links = []sdktrace.Link{linkTo(spanCtx(9, 1), contract.LinkDetachedFrom)}
+		spans := []tracetest.SpanStub{rootStub(root, 0), linking}
+		permutations(len(spans), func(order []int) {
+			sl := newStubLedger(t)
+			for _, i := range order {
+				sl.feed(spans[i])
+			}
+			s := sl.summary("inv")
+			if s.Status == contract.StatusFinal || !slices.Contains(s.Reasons, "malformed_link:side work") {
+				t.Errorf("late %v, order %v: %s %v", late, order, s.Status, s.Reasons)
+			}
+		})
+	}
+}
+
 // TestRuleUnrecordedNeverFinal (rule 3, ledger): a span that declares
 // invocation.unrecorded > 0 makes the invocation incomplete with
 // not_sampled naming it, once its other obligations are met.

@@ -196,6 +196,10 @@ type Facts struct {
 	UnattributedReason string
 	// Abandoned: invocation.followup.reason is abandoned (v0.5).
 	Abandoned bool
+	// Interrupted: invocation.followup.reason is interrupted; the jobs
+	// its followup links discharge are reported followup_interrupted
+	// (v0.7).
+	Interrupted bool
 	// Consumer is invocation.followup.consumer ("" when absent).
 	Consumer string
 
@@ -327,6 +331,7 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 	}
 	if has(KeyFollowupReason) && !bad(KeyFollowupReason) {
 		f.Abandoned = r.vals[KeyFollowupReason].str == contract.ReasonAbandoned
+		f.Interrupted = r.vals[KeyFollowupReason].str == contract.ReasonInterrupted
 	}
 	if has(KeyFollowupConsumer) && !bad(KeyFollowupConsumer) {
 		f.Consumer = r.vals[KeyFollowupConsumer].str

@@ -120,6 +120,32 @@ func TestReadMalformed(t *testing.T) {
 	}
 }
 
+// TestReadFollowupReason: the reasons with a rule of their own
+// (abandoned, v0.5; interrupted, v0.7) are told apart, and a malformed
+// reason is neither.
+func TestReadFollowupReason(t *testing.T) {
+	cfg := testConfig()
+	for _, tc := range []struct {
+		name                   string
+		attrs                  []kv
+		abandoned, interrupted bool
+	}{
+		{"abandoned", []kv{{contract.AttrFollowupReason, StringValue(contract.ReasonAbandoned)}}, true, false},
+		{"interrupted", []kv{{contract.AttrFollowupReason, StringValue(contract.ReasonInterrupted)}}, false, true},
+		{"interrupted twice", []kv{{contract.AttrFollowupReason, StringValue(contract.ReasonInterrupted)},
+			{contract.AttrFollowupReason, StringValue(contract.ReasonInterrupted)}}, false, true},
+		{"session_closed", []kv{{contract.AttrFollowupReason, StringValue(contract.ReasonSessionClosed)}}, false, false},
+		{"interrupted then cancelled", []kv{{contract.AttrFollowupReason, StringValue(contract.ReasonInterrupted)},
+			{contract.AttrFollowupReason, StringValue(contract.ReasonCancelled)}}, false, false},
+		{"absent", nil, false, false},
+	} {
+		f := read(t, cfg, tc.attrs...)
+		if f.Abandoned != tc.abandoned || f.Interrupted != tc.interrupted {
+			t.Errorf("%s: Abandoned %v Interrupted %v, want %v %v", tc.name, f.Abandoned, f.Interrupted, tc.abandoned, tc.interrupted)
+		}
+	}
+}
+
 func TestReadRepeatSameValue(t *testing.T) {
 	f := read(t, testConfig(),
 		kv{contract.AttrChildren, IntValue(2)}, kv{contract.AttrChildren, IntValue(2)},

@@ -1,10 +1,10 @@
 // Package refmodel is an executable reading of the finality rule of
-// docs/CONTRACT.md (up to agentledger v0.6), written from the contract
+// docs/CONTRACT.md (up to agentledger v0.7), written from the contract
 // alone and sharing no code with either half (instrument/, processor/).
 // It exists to be compared against them: a differential fuzz target feeds
 // the same spans to the processor and to Evaluate, and fails when the
 // processor says `final` where the model cannot prove it, or with other
-// totals.
+// totals or other followup_interrupted anomalies.
 //
 // It is quadratic and deliberately naive: every verdict is recomputed
 // from the full list of delivered spans, in delivery order, with no
@@ -16,11 +16,13 @@
 // What it decides, per invocation id: whether `final` is provable at a
 // given moment (conditions 1-4 of "When an invocation is final", the v0.2
 // rules, v0.5's abandoned followups, v0.6's one reading of every span);
-// the exact totals a final summary must carry; and the kinds of reason
-// that forbid final. It knows nothing of open_timeout, eviction,
-// retention, shutdown, pending summaries or tenants: those can only make
-// an invocation incomplete, never final, so they cannot make a wrong
-// `final` right.
+// the exact totals a final summary must carry; the kinds of reason that
+// forbid final; and v0.7's followup_interrupted:<job name> anomalies,
+// which a final summary must list exactly (the one kind of anomaly it
+// computes). It knows nothing of open_timeout, eviction, retention,
+// shutdown, pending summaries or tenants: those can only make an
+// invocation incomplete, never final, so they cannot make a wrong `final`
+// right.
 //
 // # Ambiguities, resolved towards "not final"
 //
@@ -63,4 +65,13 @@
 //   - Dedup is per invocation by (trace ID, span ID); the first arrival
 //     of a (trace, span) wins and later copies are ignored even when
 //     their attributes differ.
+//
+// # followup_interrupted
+//
+// invocation.followup.reason = interrupted is read on every span, as
+// v0.5's abandoned is. A member whose followup, consumed or detached_from
+// links are malformed (v0.2 rule 3, v0.6 rule 2) discharges nothing, so
+// it names no job; the halves may still name one then, but such an
+// invocation is never final, and only final summaries are compared. Two
+// jobs of one name are one entry.
 package refmodel

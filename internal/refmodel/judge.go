@@ -26,6 +26,27 @@ func (inv *invocation) judge(now time.Time) {
 		inv.obligations(m)
 	}
 	inv.settle(now)
+	inv.interruptedJobs()
+}
+
+// interruptedJobs names every background member whose followup a member
+// with invocation.followup.reason = interrupted discharges: a well-formed
+// followup link naming it by trace and span ID (v0.7). A target that is
+// not a member, or not a background span, names no job.
+func (inv *invocation) interruptedJobs() {
+	for _, m := range inv.members {
+		if !m.interrupted || m.badLinks {
+			continue
+		}
+		for _, l := range m.links {
+			if l.kind != contract.LinkFollowup {
+				continue
+			}
+			if job, ok := inv.byID[l.span]; ok && job.span.TraceID == l.trace && job.role == contract.RoleBackground {
+				inv.anomaly(contract.AnomalyFollowupInterrupted, job.span.Name)
+			}
+		}
+	}
 }
 
 // parentage links each member to its parent (same trace, not itself, not

@@ -47,8 +47,9 @@ func Invocations(arrivals []Arrival) []string {
 func Evaluate(cfg Config, arrivals []Arrival, id string, now time.Time) Verdict {
 	inv := collect(cfg, arrivals, id)
 	inv.judge(now)
-	v := Verdict{Reasons: inv.reasons, Totals: inv.totals, Members: len(inv.members)}
+	v := Verdict{Reasons: inv.reasons, Totals: inv.totals, Members: len(inv.members), Anomalies: inv.anomalies}
 	v.Final = len(v.Reasons) == 0
+	sort.Strings(v.Anomalies)
 	return v
 }
 
@@ -73,7 +74,9 @@ type member struct {
 	role   string
 	remote bool
 	late   bool
-	links  []linkFacts
+	// interrupted: invocation.followup.reason is interrupted (v0.7).
+	interrupted bool
+	links       []linkFacts
 
 	children, followups, detached, unrecorded count
 
@@ -85,12 +88,13 @@ type member struct {
 
 // invocation is one invocation's indexed spans and what was found.
 type invocation struct {
-	cfg     Config
-	members []*member
-	byID    map[SpanID]*member
-	named   map[SpanID]bool
-	reasons map[string][]string
-	totals  Totals
+	cfg       Config
+	members   []*member
+	byID      map[SpanID]*member
+	named     map[SpanID]bool
+	reasons   map[string][]string
+	anomalies []string
+	totals    Totals
 }
 
 func (inv *invocation) flag(kind, detail string) {
@@ -103,6 +107,13 @@ func (inv *invocation) flag(kind, detail string) {
 	}
 	if !slices.Contains(inv.reasons[kind], d) {
 		inv.reasons[kind] = append(inv.reasons[kind], d)
+	}
+}
+
+// anomaly records "kind:detail" once.
+func (inv *invocation) anomaly(kind, detail string) {
+	if a := kind + ":" + detail; !slices.Contains(inv.anomalies, a) {
+		inv.anomalies = append(inv.anomalies, a)
 	}
 }
 
@@ -248,8 +259,11 @@ func (inv *invocation) read(s Span) *member {
 	if _, present := inv.readStr(s, contract.AttrUnattributed); present {
 		inv.flag(contract.ReasonUnattributedWakeup, s.Name)
 	}
-	if reason, _ := inv.readStr(s, contract.AttrFollowupReason); reason == contract.ReasonAbandoned {
+	switch reason, _ := inv.readStr(s, contract.AttrFollowupReason); reason {
+	case contract.ReasonAbandoned:
 		inv.flag(contract.ReasonAbandonedFollowup, s.Name)
+	case contract.ReasonInterrupted:
+		m.interrupted = true
 	}
 	inv.readStr(s, contract.AttrFollowupConsumer)
 	op, _ := inv.readStr(s, contract.AttrOperationName)

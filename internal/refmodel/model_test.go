@@ -85,6 +85,9 @@ func TestFixtures(t *testing.T) {
 					now = now.Add(cfg.RemoteSettle)
 				}
 				v := Evaluate(cfg, arrivals, o.Invocation, now)
+				if got, want := v.Anomalies, interruptedOf(o.Anomalies); !slices.Equal(got, want) {
+					t.Errorf("%s at %s: model anomalies %q, case %q", o.Invocation, o.Moment(), got, want)
+				}
 				if got, want := v.Final, o.Status == fixtures.StatusFinal; got != want {
 					t.Fatalf("%s at %s: model final=%v (reasons %v), case wants %s %v", o.Invocation, o.Moment(), got, v.Reasons, o.Status, o.Reasons)
 				}
@@ -114,6 +117,19 @@ func TestFixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// interruptedOf returns the followup_interrupted entries of anomalies,
+// sorted: the one kind the model computes.
+func interruptedOf(anomalies []string) []string {
+	var out []string
+	for _, a := range anomalies {
+		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // A tiny builder for hand-written cases.
@@ -263,6 +279,43 @@ func TestHandWritten(t *testing.T) {
 				if _, ok := v.Reasons[tt.kind]; !ok {
 					t.Fatalf("reasons %v lack %s", v.Reasons, tt.kind)
 				}
+			}
+		})
+	}
+}
+
+// TestFollowupInterrupted: v0.7's anomaly names the background span whose
+// followup a span with reason interrupted discharges, in either order,
+// once per name, and nothing for other reasons or targets.
+func TestFollowupInterrupted(t *testing.T) {
+	closer := func(sid uint64, reason string, links ...Link) Span {
+		s := span(uint64(10+sid), sid, 0, contract.SpanNameFollowupClosed,
+			kv(contract.AttrRole, Str(contract.RoleFollowupClosed)), kv(contract.AttrFollowupReason, Str(reason)))
+		s.Links = links
+		return s
+	}
+	const want = contract.AnomalyFollowupInterrupted + ":background shell"
+	tests := []struct {
+		name  string
+		spans []Arrival
+		want  []string
+	}{
+		{"interrupted", at(root(1), job(2, 1, Int(1)), closer(3, contract.ReasonInterrupted, link(1, 2, contract.LinkFollowup))), []string{want}},
+		{"interrupted before the job", at(closer(3, contract.ReasonInterrupted, link(1, 2, contract.LinkFollowup)), root(1), job(2, 1, Int(1))), []string{want}},
+		{"session_closed", at(root(1), job(2, 1, Int(1)), closer(3, contract.ReasonSessionClosed, link(1, 2, contract.LinkFollowup))), nil},
+		{"two closers, two jobs of one name", at(root(2), job(2, 1, Int(2)), job(4, 1, Int(1)),
+			closer(3, contract.ReasonInterrupted, link(1, 2, contract.LinkFollowup)),
+			closer(5, contract.ReasonInterrupted, link(1, 2, contract.LinkFollowup), link(1, 4, contract.LinkFollowup))), []string{want}},
+		{"the job never arrives", at(root(0), closer(3, contract.ReasonInterrupted, link(1, 2, contract.LinkFollowup))), nil},
+		{"the target is not a job", at(root(1), chat(1, 2, 1, 7), closer(3, contract.ReasonInterrupted, link(1, 2, contract.LinkFollowup))), nil},
+		{"the link names another trace", at(root(1), job(2, 1, Int(1)), closer(3, contract.ReasonInterrupted, link(9, 2, contract.LinkFollowup))), nil},
+		{"a consumed link", at(root(1), job(2, 1, Int(0)), closer(3, contract.ReasonInterrupted, link(1, 2, contract.LinkConsumed))), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(testCfg, tt.spans, "p", epoch)
+			if !slices.Equal(v.Anomalies, tt.want) {
+				t.Errorf("anomalies %q, want %q (reasons %v)", v.Anomalies, tt.want, v.Reasons)
 			}
 		})
 	}

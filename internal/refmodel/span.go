@@ -156,4 +156,7 @@ type Verdict struct {
 	Reasons map[string][]string
 	// Members counts the indexed spans.
 	Members int
+	// Anomalies are the anomalies the model computes, sorted, each once:
+	// only followup_interrupted:<job name> (v0.7), whether final or not.
+	Anomalies []string
 }

@@ -18,8 +18,10 @@ type detachedCount struct {
 	// Trace is the declaring span's trace, or before it arrives the trace
 	// of the first link to it; a link or declaration in another trace is
 	// malformed_link.
-	Trace    pcommon.TraceID
-	Name     int32 // the declaring span's name; noIndex before it arrives
+	Trace pcommon.TraceID
+	// Name is the declaring span's name; before it arrives, the name of
+	// the first span linking to it (for malformed_link).
+	Name     int32
 	Declared int32 // noIndex before the span arrives
 	Arrived  int32
 }
@@ -56,16 +58,27 @@ func (inv *invocation) declareDetached(f *spanFacts, nameIdx int32, cfg *ledgerC
 	if inv.detachedAt(f.spanID) < 0 && !inv.room(cfg) {
 		return
 	}
+	// arriveDetached made an entry's trace the span's own.
 	d := &inv.Detached[inv.detachedSlot(f.spanID, f.traceID)]
-	if d.Trace != f.traceID {
-		// Spans linked to this span ID in another trace: none of them
-		// discharges it.
-		inv.addTaint(contract.ReasonMalformedLink + ":" + f.name)
-		d.Trace, d.Arrived = f.traceID, 0
-	}
 	d.Name, d.Declared = nameIdx, n
 	if n > d.Arrived {
 		inv.Open += int(n - d.Arrived)
+	}
+}
+
+// arriveDetached checks an arriving span against the detached_from links
+// that named its span ID before it arrived, whether or not it declares
+// invocation.detached: links naming it in another trace discharge nothing
+// and make the invocation malformed_link (v0.6 rule 2, whichever arrives
+// first).
+func (inv *invocation) arriveDetached(f *spanFacts) {
+	i := inv.detachedAt(f.spanID)
+	if i < 0 {
+		return
+	}
+	if d := &inv.Detached[i]; d.Trace != f.traceID {
+		inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(d.Name))
+		d.Trace, d.Arrived = f.traceID, 0
 	}
 }
 
@@ -92,6 +105,12 @@ func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, link
 			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
 			continue
 		}
+		if trace, arrived := inv.arrivedTrace(l.spanID, inv.spanAt(l.spanID)); arrived && inv.traceAt(trace) != l.traceID {
+			// The span ID is an arrived member's in another trace (v0.6
+			// rule 2), whether or not it declared invocation.detached.
+			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
+			continue
+		}
 		if inv.detachedAt(l.spanID) < 0 && !inv.room(cfg) {
 			return
 		}
@@ -99,6 +118,9 @@ func (inv *invocation) applyDetachedLinks(id pcommon.SpanID, nameIdx int32, link
 		if d.Trace != l.traceID {
 			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(nameIdx))
 			continue
+		}
+		if d.Name == noIndex {
+			d.Name = nameIdx
 		}
 		if late {
 			continue

@@ -34,6 +34,13 @@ func dfCanonical(inv byte) []dfSpan {
 	}
 }
 
+// dfClosed is a followup_closed span with reason (1 interrupted, 2
+// abandoned, 3 consumed_by) closing job's followup.
+func dfClosed(inv, trace, id, job, reason byte) dfSpan {
+	return dfSpan{Inv: inv, Trace: trace, ID: id, Role: 4, Reason: reason, Children: 1, Start: 6,
+		Links: [2]dfLink{{Kind: dfLinkFollowup, Target: job}}}
+}
+
 // dfSeed is a named seed scenario.
 type dfSeed struct {
 	name string
@@ -105,6 +112,24 @@ func dfSeeds() []dfSeed {
 			dfRoot(0, 1, 1, 1),
 			dfSpan{Inv: 0, Trace: 1, ID: 2, Parent: 1, Children: 1, Start: 1, Fan: 2, Links: [2]dfLink{{Kind: dfLinkFollowup, Target: 5}}},
 		).advance(8)},
+
+		// v0.6 rule 2 (found by FuzzLedgerDifferential): a detached_from
+		// link naming a member's span ID in another trace, the member
+		// declaring no invocation.detached, in either order. Never final.
+		{"detached_from link to an undeclared span in another trace, link first", newDfScenario(0, 0).
+			span(dfSpan{Inv: 0, Trace: 1, ID: 2, Role: 1, Children: 1, Links: [2]dfLink{{Kind: dfLinkDetached, Target: 1, Other: true}}}).flush().
+			span(dfSpan{Inv: 0, Trace: 1, ID: 1, Children: 1, Parent: 6}).flush()},
+		{"detached_from link to an undeclared span in another trace, span first", newDfScenario(0, 0).
+			span(dfSpan{Inv: 0, Trace: 1, ID: 1, Children: 1, Parent: 6}).flush().
+			span(dfSpan{Inv: 0, Trace: 1, ID: 2, Role: 1, Children: 1, Links: [2]dfLink{{Kind: dfLinkDetached, Target: 1, Other: true}}}).flush()},
+
+		// CONTRACT.md v0.7: a job closed interrupted is named on the final
+		// summary, whether its span or the closing span comes first, and
+		// across a restart.
+		{"job closed interrupted", newDfScenario(0, 0).span(c[:4]...).flush().span(dfClosed(0, 3, 12, 4, 1)).flush()},
+		{"job closed interrupted, closer first, crash after ack", newDfScenario(0, 0).
+			span(dfClosed(0, 3, 12, 4, 1), c[0]).restart(dfCrashAcked).span(c[1:4]...).advance(4)},
+		{"job closed consumed_by: no job named", newDfScenario(0, 0).span(c[:4]...).span(dfClosed(0, 3, 12, 4, 3)).flush()},
 	}
 	return seeds
 }

@@ -29,15 +29,30 @@ const (
 // dfView is what crash equivalence compares of an invocation's latest
 // summary.
 type dfView struct {
-	status  string
-	totals  refmodel.Totals
-	reasons string
+	status      string
+	totals      refmodel.Totals
+	reasons     string
+	interrupted string
 }
 
 func dfViewOf(s ptrace.Span) dfView {
 	reasons := strsAttr(s, contract.AttrIncompleteReasons)
 	slices.Sort(reasons)
-	return dfView{status: strAttr(s, contract.AttrStatus), totals: dfTotals(s), reasons: strings.Join(reasons, ",")}
+	return dfView{status: strAttr(s, contract.AttrStatus), totals: dfTotals(s), reasons: strings.Join(reasons, ","),
+		interrupted: strings.Join(dfInterrupted(s), ",")}
+}
+
+// dfInterrupted returns a summary's followup_interrupted anomalies
+// (CONTRACT.md v0.7), sorted: the one kind of anomaly the model computes.
+func dfInterrupted(s ptrace.Span) []string {
+	var out []string
+	for _, a := range strsAttr(s, contract.AttrAnomalies) {
+		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func dfTotals(s ptrace.Span) refmodel.Totals {
@@ -146,6 +161,10 @@ func (r *dfRun) check(arrivals []refmodel.Arrival, when string) {
 		}
 		if got := dfTotals(s); got != v.Totals {
 			r.fail("totals", "%s (%s): %s final with %+v, model %+v", when, r.mode(), id, got, v.Totals)
+		}
+		// Beyond maxAnomalies entries the processor keeps no more.
+		if got := dfInterrupted(s); len(strsAttr(s, contract.AttrAnomalies)) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
+			r.fail("anomalies", "%s (%s): %s final with anomalies %q, model %q", when, r.mode(), id, got, v.Anomalies)
 		}
 	}
 	r.seen = len(sums)
@@ -351,14 +370,14 @@ func dfIgnored() map[string]bool {
 // abruptly at batch boundaries, and to refmodel, a reading of the
 // contract that shares no code with it. It checks that no summary is
 // final unless the model proves it at that moment, with the model's
-// totals; that no invocation gets two revision-1 summaries; that the
+// totals and followup_interrupted anomalies (v0.7); that no invocation gets two revision-1 summaries; that the
 // latest summaries after the restarts equal those of the same input
 // without restarts; and that state stays within max_open_invocations and
 // max_spans_per_invocation. The byte format is in
 // diff_fuzz_format_test.go; seeds are built from scenarios with
 // dfScenario. DIFFFUZZ_IGNORE (comma-separated failure classes: a
-// reason kind, totals, second_revision1, crash_equivalence, bounds_spans,
-// bounds_open) lets a fuzz run look past known bugs.
+// reason kind, totals, anomalies, second_revision1, crash_equivalence,
+// bounds_spans, bounds_open) lets a fuzz run look past known bugs.
 func FuzzDifferential(f *testing.F) {
 	for _, seed := range dfSeeds() {
 		f.Add(seed.bytes())

@@ -33,6 +33,7 @@ const (
 	factModelCall                            // gen_ai.operation.name is a usage operation
 	factStatusError                          // the span's status is Error
 	factAbandoned                            // invocation.followup.reason is abandoned
+	factInterrupted                          // invocation.followup.reason is interrupted
 	factLinkMalformed                        // a link's invocation.link is malformed
 )
 
@@ -239,6 +240,9 @@ func (r *factReader) end(cfg *ledgerConfig) {
 	}
 	if rf.Abandoned {
 		f.flags |= factAbandoned
+	}
+	if rf.Interrupted {
+		f.flags |= factInterrupted
 	}
 	if rf.ModelCall {
 		f.flags |= factModelCall

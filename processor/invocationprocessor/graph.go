@@ -51,6 +51,26 @@ type spanState struct {
 	// Counted is set when the span was counted in its parent's
 	// ArrivedChildren (undone if it turns out to be on a cycle).
 	Counted bool `json:"counted"`
+	// Job says what the span ID is as a background job, for
+	// followup_interrupted (CONTRACT.md v0.7).
+	Job jobFlags `json:"job"`
+}
+
+// jobFlags say what a span ID is as a background job.
+type jobFlags uint8
+
+const (
+	jobBackground  jobFlags = 1 << iota // the span arrived as a background span
+	jobInterrupted                      // a span closing it interrupted discharged one of its followups
+)
+
+// noteInterrupted reports followup_interrupted:<job name> once the job's
+// background span arrived and an interrupted followup discharged it,
+// whichever came first (v0.7).
+func (inv *invocation) noteInterrupted(st *spanEntry) {
+	if st.Arrived && st.Job == jobBackground|jobInterrupted {
+		inv.addAnomaly(contract.AnomalyFollowupInterrupted + ":" + inv.name(st.Name))
+	}
 }
 
 func newSpanState() spanState {
@@ -133,6 +153,7 @@ const (
 	closedRemote            closedFlags = 1 << iota // invocation.remote
 	closedDeclaredChildren                          // declared a count, all arrived
 	closedDeclaredFollowups                         // declared followups, all arrived
+	closedBackground                                // a background span (spanState.Job)
 )
 
 // smallSpans is how many entries of Spans or Closed are searched linearly
@@ -295,6 +316,9 @@ func (inv *invocation) slot(id pcommon.SpanID) int {
 		}
 		if c.Flags&closedDeclaredFollowups != 0 {
 			st.DeclaredFollowups = 0
+		}
+		if c.Flags&closedBackground != 0 {
+			st.Job = jobBackground
 		}
 	}
 	return inv.appendSpan(id, st)
@@ -610,13 +634,15 @@ func compareSpanIDs(a, b pcommon.SpanID) int {
 }
 
 // applyLinks discharges at most one followup of each background span the
-// arrived span links to (rule 2), none when its links are malformed, and
+// arrived span f links to (rule 2), none when its links are malformed, and
 // one detached span of each span it links to with detached_from (v0.6
 // rule 4). A link names its target by trace and span ID (v0.6 rule 2):
 // one whose span ID the invocation holds in another trace discharges
 // nothing and makes the invocation malformed_link; a target's ID counts
-// toward the span bound (v0.6 rule 5).
-func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links []linkFact, late bool, now int64, cfg *ledgerConfig) {
+// toward the span bound (v0.6 rule 5). A followup an interrupted span
+// discharges marks its job (v0.7).
+func (inv *invocation) applyLinks(f *spanFacts, nameIdx int32, now int64, cfg *ledgerConfig) {
+	id, links := f.spanID, f.links
 	if len(links) == 0 {
 		return
 	}
@@ -650,8 +676,12 @@ func (inv *invocation) applyLinks(id pcommon.SpanID, nameIdx int32, links []link
 		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
 			inv.discharge(now)
 		}
+		if f.has(factInterrupted) {
+			t.Job |= jobInterrupted
+			inv.noteInterrupted(t)
+		}
 	}
-	inv.applyDetachedLinks(id, nameIdx, links, late, now, cfg)
+	inv.applyDetachedLinks(id, nameIdx, links, f.has(factLateChild), now, cfg)
 }
 
 // compact moves an arrived span that owes nothing from Spans to Closed.
@@ -675,6 +705,9 @@ func (e *spanEntry) closed() closedSpan {
 	}
 	if e.DeclaredFollowups >= 0 {
 		c.Flags |= closedDeclaredFollowups
+	}
+	if e.Job&jobBackground != 0 {
+		c.Flags |= closedBackground
 	}
 	return c
 }

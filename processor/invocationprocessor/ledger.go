@@ -477,6 +477,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 		if st.ArrivedFollowups > 0 {
 			inv.addTaint(contract.ReasonMalformedLink + ":" + inv.name(st.linkedBy()))
 			st.ArrivedFollowups = 0
+			st.Job &^= jobInterrupted
 		}
 	}
 	st.arrive(f.parent)
@@ -557,6 +558,8 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 			// Rule 6: a job started when nothing of its invocation was open.
 			inv.addAnomaly(contract.AnomalyOrphanJob + ":" + name)
 		}
+		st.Job |= jobBackground
+		inv.noteInterrupted(st)
 	case roleContinuation:
 		inv.Continuations++
 		inv.ContinuationRoots = append(inv.ContinuationRoots, spanRef{TraceID: f.traceID, SpanID: id})
@@ -564,6 +567,9 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	// st is not used below: reserving, attaching and linking may grow
 	// Spans.
 	nameIdx := st.Name
+	if len(inv.Detached) > 0 {
+		inv.arriveDetached(f)
+	}
 	if f.detached.Declared() {
 		inv.declareDetached(f, nameIdx, cfg)
 	}
@@ -571,7 +577,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	if !f.parent.IsEmpty() {
 		inv.attachToParent(self, fresh, id, f.parent, traceIdx, nameIdx, late, now, cfg)
 	}
-	inv.applyLinks(id, nameIdx, f.links, late, now, cfg)
+	inv.applyLinks(f, nameIdx, now, cfg)
 
 	if f.has(factModelCall) {
 		inv.addModelCall(f, cfg)

@@ -246,3 +246,34 @@ func TestDetachedSpansCounted(t *testing.T) {
 		})
 	}
 }
+
+// v0.6 rule 2 for a detached_from link to a span that declares no
+// invocation.detached (found by FuzzLedgerDifferential): naming a member's
+// span ID in another trace is malformed_link, whichever arrives first,
+// though no count waits for the link.
+func TestDetachedLinkOtherTraceUndeclared(t *testing.T) {
+	for _, linkFirst := range []bool{false, true} {
+		h := newHarness(t, 1, nil)
+		s := scenario("inv-1", 0)
+		d := batch(sp{inv: "inv-1", name: "chat detached", trace: 7, id: 70, start: 4, end: 5, children: int64(0),
+			op: contract.OpChat, usage: tokens(7, 1)})
+		forSpans(d, func(_ pcommon.Resource, s ptrace.Span) {
+			l := s.Links().AppendEmpty()
+			l.SetTraceID(tid(9)) // the root is in trace 1
+			l.SetSpanID(sid(1))
+			l.Attributes().PutStr(contract.AttrLink, contract.LinkDetachedFrom)
+		})
+		if linkFirst {
+			h.consume(d)
+			h.consume(batch(s...))
+		} else {
+			h.consume(batch(s...))
+			h.consume(d)
+		}
+		sums := h.of("inv-1")
+		require.NotEmpty(t, sums)
+		last := sums[len(sums)-1]
+		assert.Equal(t, contract.StatusIncomplete, strAttr(last, contract.AttrStatus), "link first: %v", linkFirst)
+		assert.Contains(t, strsAttr(last, contract.AttrIncompleteReasons), "malformed_link:chat detached", "link first: %v", linkFirst)
+	}
+}

@@ -78,6 +78,7 @@ type genInv struct {
 
 type job struct {
 	id, trace uint64
+	name      string
 	end       int64
 	promised  int // the job's invocation.followups
 }
@@ -244,10 +245,11 @@ func (g *graphGen) turn(inv *genInv, trace, parent uint64, start, end int64, all
 				bgSpan.followups = int64(0)
 			case 1: // two followups, by two spans
 				bgSpan.followups = int64(2)
-				inv.jobs = append(inv.jobs, job{id: bg, trace: trace, end: jobEnd, promised: 2}, job{id: bg, trace: trace, end: jobEnd, promised: 2})
+				j := job{id: bg, trace: trace, name: bgSpan.name, end: jobEnd, promised: 2}
+				inv.jobs = append(inv.jobs, j, j)
 			default:
 				bgSpan.followups = int64(1)
-				inv.jobs = append(inv.jobs, job{id: bg, trace: trace, end: jobEnd, promised: 1})
+				inv.jobs = append(inv.jobs, job{id: bg, trace: trace, name: bgSpan.name, end: jobEnd, promised: 1})
 			}
 			inv.exp.backgroundJobs++
 			inv.add(bgSpan)
@@ -364,8 +366,12 @@ func (g *graphGen) followupClosed(inv *genInv, j job) {
 	s := sp{inv: inv.id, name: contract.SpanNameFollowupClosed, trace: id, id: id, start: j.end, end: j.end, role: contract.RoleFollowupClosed,
 		children: int64(0), followupOf: []uint64{j.id}, linkTrace: j.trace,
 		extra: map[string]any{contract.AttrFollowupReason: reason}}
-	if reason == contract.ReasonConsumedBy {
+	switch reason {
+	case contract.ReasonConsumedBy:
 		inv.consumed = append(inv.consumed, j)
+	case contract.ReasonInterrupted:
+		// CONTRACT.md v0.7: the job was killed.
+		inv.exp.anomalies[contract.AnomalyFollowupInterrupted+":"+j.name] = struct{}{}
 	}
 	inv.add(s)
 }
