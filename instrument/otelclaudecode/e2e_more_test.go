@@ -2,6 +2,7 @@ package otelclaudecode
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"os"
 	"strings"
@@ -291,7 +292,12 @@ func testInterrupted(t *testing.T, h *harness, name string, stop func(*Run, cont
 		attr(closed[0], contract.AttrFollowupReason).AsString() != contract.ReasonInterrupted {
 		t.Errorf("followup of the job: %v", closed)
 	}
+	// Final, and the summary says a job was killed (contract v0.7).
+	if want := []string{contract.AnomalyFollowupInterrupted + ":background shell"}; fmt.Sprint(sum.Anomalies) != fmt.Sprint(want) {
+		t.Errorf("anomalies %v, want %v", sum.Anomalies, want)
+	}
 	checkDischargedOnce(t, h.p)
+	h.balance(t, r.Process.SessionID())
 }
 
 // testKilledDuringTurn: the CLI is killed while the prompt's model request

@@ -3,6 +3,7 @@ package otelopencode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -190,8 +191,17 @@ func checkSummary(t *testing.T, p *pipeline, r *replayed, want wantUsage) {
 	if got != want {
 		t.Errorf("prompt %s:\n got %+v\nwant %+v\nsummary %+v", r.msgID, got, want, s)
 	}
-	if len(s.Anomalies) > 0 {
-		t.Errorf("prompt %s: anomalies %v", r.msgID, s.Anomalies)
+	// A job whose followup was closed interrupted (an abort) is the one
+	// anomaly these replays have (contract v0.7).
+	var anomalies []string
+	for _, c := range spansNamed(p, contract.SpanNameFollowupClosed) {
+		if attr(c, contract.AttrInvocationID).AsString() == r.inv.ID() &&
+			attr(c, contract.AttrFollowupReason).AsString() == contract.ReasonInterrupted {
+			anomalies = []string{contract.AnomalyFollowupInterrupted + ":background subagent"}
+		}
+	}
+	if fmt.Sprint(s.Anomalies) != fmt.Sprint(anomalies) {
+		t.Errorf("prompt %s: anomalies %v, want %v", r.msgID, s.Anomalies, anomalies)
 	}
 }
 
