@@ -2,8 +2,8 @@ package otelclaudecode
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
