@@ -118,30 +118,17 @@ type result struct {
 }
 
 // streamEvent is the part of an Anthropic Messages stream event the
-// mapping uses.
+// Client reads: its type and message id. Usage is the model-wire proxy's
+// to read, from the response itself (anthropicwire).
 type streamEvent struct {
-	Type       string
-	MessageID  string
-	Model      string
-	StopReason string
-	Usage      *wireUsage
+	Type      string
+	MessageID string
 }
 
 // rawUsage is usage the Anthropic way: Input excludes the cache reads and
 // cache creations.
 type rawUsage struct {
 	Input, CacheRead, CacheCreation, Output, Thinking int64
-}
-
-// wireUsage is an Anthropic usage object; a nil field was absent.
-type wireUsage struct {
-	InputTokens              *int64 `json:"input_tokens"`
-	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
-	OutputTokens             *int64 `json:"output_tokens"`
-	OutputTokensDetails      *struct {
-		ThinkingTokens *int64 `json:"thinking_tokens"`
-	} `json:"output_tokens_details"`
 }
 
 // envelope holds the fields of every line; the rest is decoded per type
@@ -279,39 +266,17 @@ func decodeStream(raw json.RawMessage) *streamEvent {
 	var w struct {
 		Type    string `json:"type"`
 		Message *struct {
-			ID    json.RawMessage `json:"id"`
-			Model json.RawMessage `json:"model"`
-			Usage json.RawMessage `json:"usage"`
+			ID json.RawMessage `json:"id"`
 		} `json:"message"`
-		Delta *struct {
-			StopReason json.RawMessage `json:"stop_reason"`
-		} `json:"delta"`
-		Usage json.RawMessage `json:"usage"`
 	}
 	if json.Unmarshal(raw, &w) != nil || w.Type == "" {
 		return nil
 	}
 	s := &streamEvent{Type: w.Type}
-	if m := w.Message; m != nil {
-		s.MessageID, s.Model = str(m.ID), str(m.Model)
-		s.Usage = decodeUsage(m.Usage)
-	}
-	if w.Delta != nil {
-		s.StopReason = str(w.Delta.StopReason)
-	}
-	if s.Usage == nil {
-		s.Usage = decodeUsage(w.Usage)
+	if w.Message != nil {
+		s.MessageID = str(w.Message.ID)
 	}
 	return s
-}
-
-func decodeUsage(raw json.RawMessage) *wireUsage {
-	var u wireUsage
-	if len(raw) == 0 || json.Unmarshal(raw, &u) != nil {
-		// A field of another type spoils the whole object: no usage.
-		return nil
-	}
-	return &u
 }
 
 func decodeBlocks(raw json.RawMessage) []block {
