@@ -44,7 +44,8 @@ type Decision struct {
 	// Done, when set, is called once, when the runtime is done with the
 	// response (its span has ended then), with the usage the response
 	// reported (GenAI sense; nil counts absent), or with an empty Usage
-	// when the request failed or was not traced.
+	// when the request failed (no response, or one cut off before its
+	// end: its span has no usage either) or was not traced.
 	Done func(genaicall.Usage)
 }
 
@@ -219,7 +220,14 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	w := &watch{Parser: info.Parser, onTool: d.OnTool}
 	info.Parser = w
 	req = req.WithContext(d.Ctx)
-	res, err := p.cfg.Middleware.Handle(req, next, func([]byte) genaicall.Request { return info })
+	send := func(r *http.Request) (*http.Response, error) {
+		res, err := next(r)
+		if err == nil {
+			res.Body = &upstreamBody{ReadCloser: res.Body, w: w}
+		}
+		return res, err
+	}
+	res, err := p.cfg.Middleware.Handle(req, send, func([]byte) genaicall.Request { return info })
 	if d.Done != nil {
 		if err != nil || res == nil {
 			d.Done(genaicall.Usage{})
@@ -242,16 +250,26 @@ type watch struct {
 	genaicall.Parser
 	onTool func(id string)
 
-	// mu guards seen and last: the parser runs under the body watcher's
-	// lock, usage is read when the body is closed.
+	// mu guards seen, last, terminal and broke: the parser runs under the
+	// body watcher's lock, the upstream body is read outside it, usage is
+	// read when the body is closed.
 	mu   sync.Mutex
 	seen int
 	last genaicall.Usage
+	// terminal is set once the stream's terminal event was read; broke
+	// once reading the upstream body failed.
+	terminal, broke bool
 }
 
+// usage returns the usage the span was ended with: none when the body
+// broke off before its terminal event (the middleware records a cut
+// stream without usage, CutUsageUnknown), the last read otherwise.
 func (w *watch) usage() genaicall.Usage {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.broke && !w.terminal {
+		return genaicall.Usage{}
+	}
 	return w.last
 }
 
@@ -263,7 +281,29 @@ func (w *watch) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
 func (w *watch) ParseEvent(data []byte, r *genaicall.Result, capture bool) (bool, bool) {
 	keep, terminal := w.Parser.ParseEvent(data, r, capture)
 	w.tell(r)
+	if terminal {
+		w.mu.Lock()
+		w.terminal = true
+		w.mu.Unlock()
+	}
 	return keep, terminal
+}
+
+// upstreamBody is the upstream's response body as the middleware reads
+// it: it tells w when reading fails.
+type upstreamBody struct {
+	io.ReadCloser
+	w *watch
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.w.mu.Lock()
+		b.w.broke = true
+		b.w.mu.Unlock()
+	}
+	return n, err
 }
 
 func (w *watch) tell(r *genaicall.Result) {
