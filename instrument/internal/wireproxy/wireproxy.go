@@ -219,9 +219,15 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	p.count(func(s *Stats) { s.Calls++ })
 	w := &watch{Parser: info.Parser, onTool: d.OnTool}
 	info.Parser = w
+	inbound := req.Context()
 	req = req.WithContext(d.Ctx)
 	send := func(r *http.Request) (*http.Response, error) {
-		res, err := next(r)
+		// The span starts in d.Ctx, but the request upstream lives only
+		// as long as the runtime's: it ends when the runtime hangs up or
+		// Close cuts it, and at the latest when the handler returns.
+		ctx, cancel := context.WithCancel(r.Context())
+		context.AfterFunc(inbound, cancel)
+		res, err := next(r.WithContext(ctx))
 		if err == nil {
 			res.Body = &upstreamBody{ReadCloser: res.Body, w: w}
 		}
