@@ -78,6 +78,9 @@ type Config struct {
 // Proxy is a running model-wire proxy.
 type Proxy struct {
 	cfg Config
+	// own is the transport Start made, whose idle connections Close
+	// closes; nil when Config.Transport was given.
+	own *http.Transport
 	ln  net.Listener
 	srv *http.Server
 	url string
@@ -106,12 +109,13 @@ func Start(cfg Config) (*Proxy, error) {
 	if cfg.Middleware == nil || cfg.Describe == nil || cfg.Attribute == nil {
 		return nil, errors.New("wireproxy: Middleware, Describe and Attribute are required")
 	}
+	var own *http.Transport
 	if cfg.Transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
+		own = http.DefaultTransport.(*http.Transport).Clone()
 		// The proxy decompresses what it asked to be compressed, and the
 		// runtime gets the plain body.
-		t.DisableCompression = false
-		cfg.Transport = t
+		own.DisableCompression = false
+		cfg.Transport = own
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -123,7 +127,7 @@ func Start(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wireproxy: listen: %w", err)
 	}
-	p := &Proxy{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String()}
+	p := &Proxy{cfg: cfg, own: own, ln: ln, url: "http://" + ln.Addr().String()}
 	up := cfg.Upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -164,11 +168,16 @@ func (p *Proxy) count(f func(*Stats)) {
 }
 
 // Close stops listening and waits, until ctx is done, for the requests in
-// flight (a stream the runtime is still reading).
+// flight (a stream the runtime is still reading), then cuts those left.
+// The connections upstream of a transport Start made are closed.
 func (p *Proxy) Close(ctx context.Context) error {
 	err := p.srv.Shutdown(ctx)
 	if err != nil {
 		_ = p.srv.Close()
+	}
+	if p.own != nil {
+		// A connection still in use is closed when it comes back.
+		p.own.CloseIdleConnections()
 	}
 	return err
 }
