@@ -44,7 +44,8 @@ type Decision struct {
 	// Done, when set, is called once, when the runtime is done with the
 	// response (its span has ended then), with the usage the response
 	// reported (GenAI sense; nil counts absent), or with an empty Usage
-	// when the request failed or was not traced.
+	// when the request failed (no response, or one cut off before its
+	// end: its span has no usage either) or was not traced.
 	Done func(genaicall.Usage)
 }
 
@@ -77,6 +78,9 @@ type Config struct {
 // Proxy is a running model-wire proxy.
 type Proxy struct {
 	cfg Config
+	// own is the transport Start made, whose idle connections Close
+	// closes; nil when Config.Transport was given.
+	own *http.Transport
 	ln  net.Listener
 	srv *http.Server
 	url string
@@ -105,12 +109,13 @@ func Start(cfg Config) (*Proxy, error) {
 	if cfg.Middleware == nil || cfg.Describe == nil || cfg.Attribute == nil {
 		return nil, errors.New("wireproxy: Middleware, Describe and Attribute are required")
 	}
+	var own *http.Transport
 	if cfg.Transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
+		own = http.DefaultTransport.(*http.Transport).Clone()
 		// The proxy decompresses what it asked to be compressed, and the
 		// runtime gets the plain body.
-		t.DisableCompression = false
-		cfg.Transport = t
+		own.DisableCompression = false
+		cfg.Transport = own
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -122,7 +127,7 @@ func Start(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wireproxy: listen: %w", err)
 	}
-	p := &Proxy{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String()}
+	p := &Proxy{cfg: cfg, own: own, ln: ln, url: "http://" + ln.Addr().String()}
 	up := cfg.Upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -163,11 +168,16 @@ func (p *Proxy) count(f func(*Stats)) {
 }
 
 // Close stops listening and waits, until ctx is done, for the requests in
-// flight (a stream the runtime is still reading).
+// flight (a stream the runtime is still reading), then cuts those left.
+// The connections upstream of a transport Start made are closed.
 func (p *Proxy) Close(ctx context.Context) error {
 	err := p.srv.Shutdown(ctx)
 	if err != nil {
 		_ = p.srv.Close()
+	}
+	if p.own != nil {
+		// A connection still in use is closed when it comes back.
+		p.own.CloseIdleConnections()
 	}
 	return err
 }
@@ -218,8 +228,21 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	p.count(func(s *Stats) { s.Calls++ })
 	w := &watch{Parser: info.Parser, onTool: d.OnTool}
 	info.Parser = w
+	inbound := req.Context()
 	req = req.WithContext(d.Ctx)
-	res, err := p.cfg.Middleware.Handle(req, next, func([]byte) genaicall.Request { return info })
+	send := func(r *http.Request) (*http.Response, error) {
+		// The span starts in d.Ctx, but the request upstream lives only
+		// as long as the runtime's: it ends when the runtime hangs up or
+		// Close cuts it, and at the latest when the handler returns.
+		ctx, cancel := context.WithCancel(r.Context())
+		context.AfterFunc(inbound, cancel)
+		res, err := next(r.WithContext(ctx))
+		if err == nil {
+			res.Body = &upstreamBody{ReadCloser: res.Body, w: w}
+		}
+		return res, err
+	}
+	res, err := p.cfg.Middleware.Handle(req, send, func([]byte) genaicall.Request { return info })
 	if d.Done != nil {
 		if err != nil || res == nil {
 			d.Done(genaicall.Usage{})
@@ -242,16 +265,26 @@ type watch struct {
 	genaicall.Parser
 	onTool func(id string)
 
-	// mu guards seen and last: the parser runs under the body watcher's
-	// lock, usage is read when the body is closed.
+	// mu guards seen, last, terminal and broke: the parser runs under the
+	// body watcher's lock, the upstream body is read outside it, usage is
+	// read when the body is closed.
 	mu   sync.Mutex
 	seen int
 	last genaicall.Usage
+	// terminal is set once the stream's terminal event was read; broke
+	// once reading the upstream body failed.
+	terminal, broke bool
 }
 
+// usage returns the usage the span was ended with: none when the body
+// broke off before its terminal event (the middleware records a cut
+// stream without usage, CutUsageUnknown), the last read otherwise.
 func (w *watch) usage() genaicall.Usage {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.broke && !w.terminal {
+		return genaicall.Usage{}
+	}
 	return w.last
 }
 
@@ -263,7 +296,29 @@ func (w *watch) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
 func (w *watch) ParseEvent(data []byte, r *genaicall.Result, capture bool) (bool, bool) {
 	keep, terminal := w.Parser.ParseEvent(data, r, capture)
 	w.tell(r)
+	if terminal {
+		w.mu.Lock()
+		w.terminal = true
+		w.mu.Unlock()
+	}
 	return keep, terminal
+}
+
+// upstreamBody is the upstream's response body as the middleware reads
+// it: it tells w when reading fails.
+type upstreamBody struct {
+	io.ReadCloser
+	w *watch
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.w.mu.Lock()
+		b.w.broke = true
+		b.w.mu.Unlock()
+	}
+	return n, err
 }
 
 func (w *watch) tell(r *genaicall.Result) {
