@@ -231,12 +231,12 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	inbound := req.Context()
 	req = req.WithContext(d.Ctx)
 	send := func(r *http.Request) (*http.Response, error) {
-		// The span starts in d.Ctx, but the request upstream lives only
+		// The span starts in d.Ctx, but the request upstream lives exactly
 		// as long as the runtime's: it ends when the runtime hangs up or
-		// Close cuts it, and at the latest when the handler returns.
-		ctx, cancel := context.WithCancel(r.Context())
-		context.AfterFunc(inbound, cancel)
-		res, err := next(r.WithContext(ctx))
+		// Close cuts it, and at the latest when the handler returns, never
+		// because d.Ctx is done (a caller that stopped waiting for its
+		// prompt does not cancel the runtime's request).
+		res, err := next(r.WithContext(inbound))
 		if err == nil {
 			res.Body = &upstreamBody{ReadCloser: res.Body, w: w}
 		}

@@ -1170,3 +1170,40 @@ func TestClose(t *testing.T) {
 		}
 	})
 }
+
+// TestOwnerContextDoesNotCancel: the Decision's context parents the span
+// only. A caller that stopped waiting (its context, which the owner's
+// derives from, done) does not cancel the runtime's request upstream.
+func TestOwnerContextDoesNotCancel(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, eventMessageStart)
+		http.NewResponseController(w).Flush()
+		close(arrived)
+		select {
+		case <-r.Context().Done():
+			return
+		case <-release:
+		}
+		_, _ = io.WriteString(w, eventMessageEnd)
+	}))
+	owner, cancel := context.WithCancel(context.Background())
+	var h *harness
+	h = start(t, up.srv.URL, Config{Attribute: func(*http.Request, []byte) Decision {
+		d := h.decision()
+		d.Ctx = trace.ContextWithSpanContext(owner, h.parent)
+		return d
+	}})
+	res := h.post(t, "/v1/messages", messages(true, "hi"))
+	<-arrived
+	cancel()
+	close(release)
+	body := readAll(t, res)
+	if !bytes.Contains(body, []byte("message_stop")) {
+		t.Fatalf("the stream ended early after the owner's context was done: %q", body)
+	}
+	if d := h.waitDone(t); d.usage.Output == nil {
+		t.Errorf("Done got no usage: %+v", d.usage)
+	}
+}
