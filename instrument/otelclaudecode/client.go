@@ -95,10 +95,9 @@ func New(bin string, opts ...Option) (*Client, error) {
 		// The proxy adds no header of its own to the requests: no
 		// propagation.
 		wire: genaicall.New(genaicall.Config{
-			TracerProvider:  cfg.tracerProvider,
-			MeterProvider:   cfg.meterProvider,
-			Propagators:     propagation.NewCompositeTextMapPropagator(),
-			CutUsageUnknown: true,
+			TracerProvider: cfg.tracerProvider,
+			MeterProvider:  cfg.meterProvider,
+			Propagators:    propagation.NewCompositeTextMapPropagator(),
 		}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerName}),
 	}
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))

@@ -24,7 +24,10 @@
 // the stream the caller reads, so usage is always recorded without
 // changing what the caller sees. The span ends exactly once: when the
 // stream's terminal event was read, when it fails, or when the caller
-// closes it early (then invocation.response.stream_closed_early=true).
+// closes it early (then invocation.response.stream_closed_early=true). A
+// stream that broke off after it began has unknown usage: its span
+// carries no gen_ai.usage and no error status (the error is an exception
+// event), so its invocation closes incomplete (usage_missing), never final.
 //
 // Retries: the SDK runs its middleware once per attempt, inside its retry
 // loop. The middleware ties the attempts of one logical call together (by

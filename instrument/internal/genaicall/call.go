@@ -176,10 +176,13 @@ func (c *call) end(at time.Time, err error, early bool) {
 		attrs = append(attrs, attribute.StringSlice(attrResponseToolCalls, r.ToolCalls))
 	}
 	u := r.Usage.valid()
-	if err != nil && r.Parsed && c.m.cfg.CutUsageUnknown {
-		// The response began and broke off: what it would have cost is
-		// unknown. No usage and no error status: the invocation closes
-		// incomplete (usage_missing), never final with a partial count.
+	if err != nil && r.Parsed {
+		// The response began and broke off: what the provider billed is
+		// unknown. No usage and no error status (contract rule 5: a call
+		// with status Error and no usage was not billed): the invocation
+		// closes incomplete (usage_missing), never final with a partial
+		// count or without it. The error stays on the span as an event.
+		c.span.RecordError(err, trace.WithTimestamp(at))
 		u, errType, callErr, early = Usage{}, "", nil, true
 	}
 	for _, f := range []struct {

@@ -26,11 +26,6 @@ type Config struct {
 	Propagators    propagation.TextMapPropagator
 	CaptureContent bool
 	RetryWindow    time.Duration
-	// CutUsageUnknown records a streamed response that began and broke
-	// off with no usage and no error status (the model-wire proxy, which
-	// counts what a provider bills), instead of the usage read so far with
-	// an error status.
-	CutUsageUnknown bool
 	// AfterFunc schedules the retry-window fallback; tests replace it.
 	AfterFunc func(time.Duration, func()) Stopper
 }

@@ -278,7 +278,7 @@ type watch struct {
 
 // usage returns the usage the span was ended with: none when the body
 // broke off before its terminal event (the middleware records a cut
-// stream without usage, CutUsageUnknown), the last read otherwise.
+// stream that broke off without usage), the last read otherwise.
 func (w *watch) usage() genaicall.Usage {
 	w.mu.Lock()
 	defer w.mu.Unlock()

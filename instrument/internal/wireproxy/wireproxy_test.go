@@ -178,9 +178,8 @@ func start(t *testing.T, upstream string, cfg Config) *harness {
 	h := &harness{
 		rec: rec,
 		mw: genaicall.New(genaicall.Config{
-			TracerProvider:  tp,
-			Propagators:     propagation.NewCompositeTextMapPropagator(),
-			CutUsageUnknown: true,
+			TracerProvider: tp,
+			Propagators:    propagation.NewCompositeTextMapPropagator(),
 		}.WithDefaults(), genaicall.Scope{Name: "test", Version: "0", Provider: "anthropic"}),
 		client: &http.Client{Transport: &http.Transport{DisableCompression: true}},
 		tool:   make(chan string, 16),
