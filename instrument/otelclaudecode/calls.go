@@ -88,9 +88,7 @@ func (m *mapper) reconcile(reported *rawUsage) {
 		// background subagent's): the window cannot be compared.
 		return
 	}
-	seen := m.wire.rawUsage
-	seen.Thinking = 0
-	if *reported == seen {
+	if *reported == m.wire.rawUsage {
 		return
 	}
 	if m.onMismatch != nil {

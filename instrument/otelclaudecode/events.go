@@ -23,7 +23,6 @@ const (
 
 	subInit             = "init"
 	subStatus           = "status"
-	subAPIRetry         = "api_retry"
 	subTaskStarted      = "task_started"
 	subTaskUpdated      = "task_updated"
 	subTaskNotification = "task_notification"
@@ -44,8 +43,6 @@ type event struct {
 	SessionID     string
 	UUID          string
 
-	// system/init
-	Model string
 	// system/status: Status is "requesting" when a model request starts;
 	// UserMessageUUIDs name the prompts the request answers (none in a turn
 	// the CLI started by itself). result carries them too.
@@ -53,8 +50,6 @@ type event struct {
 	UserMessageUUIDs []string
 	// system/task_started, task_updated, task_notification.
 	Task task
-	// system/api_retry: the attempt that failed.
-	Retry retry
 
 	// stream_event: one Anthropic Messages stream event.
 	Stream *streamEvent
@@ -84,12 +79,6 @@ type task struct {
 	// while running.
 	Status  string
 	Summary string
-}
-
-type retry struct {
-	Attempt     int64
-	ErrorStatus int64
-	Error       string
 }
 
 type origin struct {
@@ -128,7 +117,7 @@ type streamEvent struct {
 // rawUsage is usage the Anthropic way: Input excludes the cache reads and
 // cache creations.
 type rawUsage struct {
-	Input, CacheRead, CacheCreation, Output, Thinking int64
+	Input, CacheRead, CacheCreation, Output int64
 }
 
 // envelope holds the fields of every line; the rest is decoded per type
@@ -138,7 +127,6 @@ type envelope struct {
 	Subtype         json.RawMessage `json:"subtype"`
 	SessionID       json.RawMessage `json:"session_id"`
 	UUID            json.RawMessage `json:"uuid"`
-	Model           json.RawMessage `json:"model"`
 	Status          json.RawMessage `json:"status"`
 	UserUUIDs       json.RawMessage `json:"user_message_uuids"`
 	UserUUID        json.RawMessage `json:"user_message_uuid"`
@@ -149,9 +137,6 @@ type envelope struct {
 	IsBackgrounded  json.RawMessage `json:"is_backgrounded"`
 	Patch           json.RawMessage `json:"patch"`
 	Summary         json.RawMessage `json:"summary"`
-	Attempt         json.RawMessage `json:"attempt"`
-	ErrorStatus     json.RawMessage `json:"error_status"`
-	Error           json.RawMessage `json:"error"`
 	Event           json.RawMessage `json:"event"`
 	ParentToolUseID json.RawMessage `json:"parent_tool_use_id"`
 	Message         json.RawMessage `json:"message"`
@@ -184,7 +169,6 @@ func decodeEvent(line []byte) (event, error) {
 		// UUID is the prompt's, Status its state.
 		ev.UUID, ev.Status = str(env.CommandUUID), str(env.State)
 	case typeSystem:
-		ev.Model = str(env.Model)
 		ev.Status = str(env.Status)
 		ev.UserMessageUUIDs = strs(env.UserUUIDs)
 		ev.Task = task{
@@ -204,8 +188,6 @@ func decodeEvent(line []byte) (event, error) {
 				ev.Task.Status = terminal(str(p.Status))
 				ev.Task.Backgrounded = boolean(p.IsBackgrounded)
 			}
-		case subAPIRetry:
-			ev.Retry = retry{Attempt: integer(env.Attempt), ErrorStatus: integer(env.ErrorStatus), Error: str(env.Error)}
 		}
 	case typeStreamEvent:
 		ev.ParentToolUseID = str(env.ParentToolUseID)

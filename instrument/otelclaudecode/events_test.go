@@ -58,8 +58,6 @@ func TestDecodeEvent(t *testing.T) {
 			func(e event) bool { return e.Task.Status == "" }},
 		{`{"type":"system","subtype":"task_notification","task_id":"b1","run_id":"r1","tool_use_id":"t1","status":"failed","summary":"s"}`,
 			func(e event) bool { return e.Task.Status == "failed" && e.Status == "" }},
-		{`{"type":"system","subtype":"api_retry","attempt":2,"error_status":null,"error":"unknown"}`,
-			func(e event) bool { return e.Retry == retry{Attempt: 2, Error: "unknown"} }},
 		{`{"type":"stream_event","event":{"type":"message_start","message":{"id":"m","model":"x","usage":{"input_tokens":5,"cache_read_input_tokens":2,"output_tokens":1}}}}`,
 			func(e event) bool { return e.Stream.Type == "message_start" && e.Stream.MessageID == "m" }},
 		{`{"type":"stream_event","event":{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9,"output_tokens_details":{"thinking_tokens":1}}}}`,

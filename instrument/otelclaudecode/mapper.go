@@ -61,9 +61,8 @@ type mapper struct {
 
 	// mu guards every field below and the state they point to.
 	mu sync.Mutex
-	// session is the CLI's session id (gen_ai.conversation.id); model is
-	// its main model, from system/init.
-	session, model string
+	// session is the CLI's session id (gen_ai.conversation.id).
+	session string
 	// prompts are the prompts written to the CLI whose result has not come.
 	prompts map[string]*prompt
 	// turn is the turn running now, nil between results.
@@ -120,8 +119,6 @@ type turn struct {
 	ctx   context.Context
 	owner *prompt
 	end   func(error)
-	// jobs are the jobs a continuation follows up.
-	jobs []*job
 }
 
 func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session string) *mapper {
@@ -223,9 +220,6 @@ func (m *mapper) handle(ev event) {
 func (m *mapper) system(ev event) {
 	switch ev.Subtype {
 	case subInit:
-		if ev.Model != "" {
-			m.model = ev.Model
-		}
 		if m.session == "" {
 			m.session = ev.SessionID
 		}
@@ -255,8 +249,15 @@ func (m *mapper) beginTurn(uuids []string) {
 	}
 	// A turn the CLI starts by itself (no prompt) is what its request
 	// carries: the proxy starts the continuation it is, when it is one.
-	if owner != nil && (m.turn == nil || m.turn.owner != owner) {
-		m.switchTurn(&turn{ctx: owner.ctx, owner: owner})
+	if owner != nil {
+		m.promptTurn(owner)
+	}
+}
+
+// promptTurn makes p's the running turn, unless it already is.
+func (m *mapper) promptTurn(p *prompt) {
+	if m.turn == nil || m.turn.owner != p {
+		m.switchTurn(&turn{ctx: p.ctx, owner: p})
 	}
 }
 
@@ -267,7 +268,7 @@ func (m *mapper) commandStarted(ev event) {
 		return
 	}
 	if p, ok := m.prompts[ev.UUID]; ok {
-		m.switchTurn(&turn{ctx: p.ctx, owner: p})
+		m.promptTurn(p)
 	}
 }
 

@@ -122,12 +122,11 @@ func readEvidence(body []byte) evidence {
 			case "text":
 				ev.texts = append(ev.texts, b.Text)
 			case "tool_result":
+				// Its content is the tool's output: no evidence of prompts
+				// or notifications (a command may print anything).
 				if b.ToolUseID != "" {
 					ev.toolResults = append(ev.toolResults, b.ToolUseID)
 				}
-				// The CLI folds a prompt written during the turn, and the
-				// notifications that came, into the tool result's content.
-				ev.texts = append(ev.texts, contentTexts(b.Content)...)
 			}
 		}
 	}
@@ -139,29 +138,6 @@ func readEvidence(body []byte) evidence {
 		}
 	}
 	return ev
-}
-
-// contentTexts returns the text of a tool_result's content: a string, or
-// its text blocks.
-func contentTexts(raw json.RawMessage) []string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return []string{s}
-	}
-	var blocks []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(raw, &blocks) != nil {
-		return nil
-	}
-	var out []string
-	for _, b := range blocks {
-		if b.Type == "text" {
-			out = append(out, b.Text)
-		}
-	}
-	return out
 }
 
 // describe tells the proxy which requests are model calls: POST
@@ -242,7 +218,7 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 		if ctx == nil {
 			return nil, UnattributedUnknownTask
 		}
-		m.readNotes(ctx, ev.notes, synced)
+		m.readNotes(ctx, ev.notes)
 		return ctx, ""
 	}
 	if !ev.parsed {
@@ -267,10 +243,8 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 			m.ambiguous("prompt text", func(p *prompt) bool { return p.text == owner.text })
 			return nil, UnattributedAmbiguous
 		}
-		if m.turn == nil || m.turn.owner != owner {
-			m.switchTurn(&turn{ctx: owner.ctx, owner: owner})
-		}
-		m.readNotes(owner.ctx, ev.notes, synced)
+		m.promptTurn(owner)
+		m.readNotes(owner.ctx, ev.notes)
 		return owner.ctx, ""
 	}
 	if len(ev.toolResults) > 0 {
@@ -290,7 +264,7 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 			}
 		}
 		if ctx != nil {
-			m.readNotes(ctx, ev.notes, synced)
+			m.readNotes(ctx, ev.notes)
 			return ctx, ""
 		}
 	}
@@ -314,11 +288,21 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 	return nil, UnattributedSelfStarted
 }
 
-// carries reports whether one of the texts holds s: the prompt as the
-// user turn's text block, or folded into a running turn's request.
+// foldedPrompt starts the message the CLI puts into a running turn's
+// request for a prompt written while the turn ran (Claude Code 2.1.328),
+// followed by the prompt's text.
+const foldedPrompt = "The user sent a new message while you were working:\n"
+
+// carries reports whether the texts hold the prompt s: as a text block of
+// its own (the prompt's first request), or folded into a running turn's
+// request after foldedPrompt. A text that merely contains s (a reminder
+// quoting it) is not evidence.
 func carries(texts []string, s string) bool {
 	for _, t := range texts {
-		if t == s || strings.Contains(t, s) {
+		if t == s {
+			return true
+		}
+		if rest, ok := strings.CutPrefix(t, foldedPrompt); ok && (rest == s || strings.HasPrefix(rest, s+"\n")) {
 			return true
 		}
 	}
@@ -349,7 +333,7 @@ func (m *mapper) subagentCtx(id string) context.Context {
 // readNotes records that a request owned by ctx delivers the
 // notifications of tasks ids: each job's followup is discharged by ctx's
 // turn when it is the job's invocation's, else consumed_by it.
-func (m *mapper) readNotes(ctx context.Context, ids []string, synced bool) {
+func (m *mapper) readNotes(ctx context.Context, ids []string) {
 	for _, id := range ids {
 		j, ok := m.jobs[id]
 		if !ok || j.j == nil || j.settled {
@@ -409,7 +393,7 @@ func (m *mapper) continuation(jobs []*job) (context.Context, bool) {
 		m.dropPending(j)
 	}
 	cont.Span().SetAttributes(providerAttr)
-	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(cont.Span(), err) }, jobs: own})
+	m.switchTurn(&turn{ctx: ctx, end: func(err error) { endSpan(cont.Span(), err) }})
 	for _, j := range others {
 		m.dropPending(j)
 		j.settled = true
