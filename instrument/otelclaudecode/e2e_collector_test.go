@@ -96,6 +96,7 @@ func testOwnTelemetry(t *testing.T, h *harness) {
 		}
 		return interactions == 1 && requests == 2
 	})
+	h.balance(t, r.Process.SessionID())
 }
 
 // testCollector: the real collector's closing summary of every invocation

@@ -83,6 +83,7 @@ func testFailingShell(t *testing.T, h *harness) {
 		t.Fatalf("background spans %v", jobs)
 	}
 	checkDischargedOnce(t, h.p)
+	h.balance(t, r.Process.SessionID())
 }
 
 // testSeveralShells: two shells of one turn, released together. Claude
@@ -113,6 +114,7 @@ func testSeveralShells(t *testing.T, h *harness) {
 		t.Errorf("usage %+v, %d notification turns", sum.Usage, turns)
 	}
 	checkDischargedOnce(t, h.p)
+	h.balance(t, r.Process.SessionID())
 }
 
 // testWarmSecondPrompt: a second prompt on the same CLI while the first
@@ -152,6 +154,7 @@ func testWarmSecondPrompt(t *testing.T, h *harness) {
 		t.Errorf("second invocation revised after the continuation: %+v", sum2)
 	}
 	checkDischargedOnce(t, h.p)
+	h.balance(t, p.SessionID())
 }
 
 // testNotificationWhileStreaming: the shell ends while the second
@@ -192,6 +195,7 @@ func testNotificationWhileStreaming(t *testing.T, h *harness) {
 	}
 	closeSession(t, p)
 	checkDischargedOnce(t, h.p)
+	h.balance(t, p.SessionID())
 }
 
 // testConsumedByLaterPrompt: the shell ends while the second prompt's
@@ -261,6 +265,7 @@ func testConsumedByLaterPrompt(t *testing.T, h *harness) {
 	}
 	closeSession(t, p)
 	checkDischargedOnce(t, h.p)
+	h.balance(t, p.SessionID())
 }
 
 // testInterrupted: the CLI is stopped (Interrupt, or its context done: a
@@ -347,4 +352,5 @@ func testKilledDuringTurn(t *testing.T, h *harness) {
 	if _, err := p.Prompt(testCtx(t), "after the end"); err == nil {
 		t.Error("a prompt to an exited CLI succeeded")
 	}
+	h.balance(t, p.SessionID())
 }

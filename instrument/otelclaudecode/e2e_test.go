@@ -423,6 +423,7 @@ func testForeground(t *testing.T, h *harness) {
 			t.Errorf("model call %s is not a child of the root", c.Name())
 		}
 	}
+	h.balance(t, r.Process.SessionID())
 }
 
 // bgRules launch a background shell running cmd for the prompt holding
@@ -478,6 +479,7 @@ func testBackground(t *testing.T, h *harness) {
 	if st, _ := r.Process.State(); st.OwesWork {
 		t.Errorf("session owes work after exit: %+v", st)
 	}
+	h.balance(t, r.Process.SessionID())
 }
 
 // testPatience: the caller gives up waiting while the shell runs; the
@@ -497,4 +499,5 @@ func testPatience(t *testing.T, h *harness) {
 	sum = h.wait(t, r)
 	wantStatus(t, "in the end", sum, contract.StatusFinal)
 	checkUsage(t, "in the end", sum, h.want([]string{"launch-BG-TWO", "after-launch-BG-TWO", "continuation"}, []string{"continuation"}))
+	h.balance(t, r.Process.SessionID())
 }

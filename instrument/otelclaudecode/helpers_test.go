@@ -14,7 +14,7 @@ import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/genaireg"
-	"github.com/agentledger/agentledger/scriptedmodel"
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 )
 
 // pipeline is an SDK provider whose spans go through the core
@@ -219,48 +219,10 @@ func checkSummary(t *testing.T, what string, got instrument.Summary, w want) {
 	}
 }
 
-// balance checks that nothing was lost and nothing counted twice: the
-// usage of every request the scripted model answered since its rules
-// were last set equals the sum over every invocation of the sessions
-// (prompts, continuations' invocations, unattributed turns) in the
-// ledger, each of them closed. The ids join the collector comparison.
+// balance is genaitest.Balance over this harness: every request the
+// scripted model answered since its rules were set is on exactly one
+// summary of the sessions; the invocations join the collector comparison.
 func (h *harness) balance(t *testing.T, sessions ...string) {
 	t.Helper()
-	var model scriptedmodel.Usage
-	for _, a := range h.router.Answered() {
-		model.InputTokens += a.Usage.InputTokens
-		model.OutputTokens += a.Usage.OutputTokens
-		model.CacheReadTokens += a.Usage.CacheReadTokens
-		model.CacheCreationTokens += a.Usage.CacheCreationTokens
-		model.ReasoningTokens += a.Usage.ReasoningTokens
-	}
-	ids := map[string]bool{}
-	for _, s := range h.p.rec.Ended() {
-		if slices.Contains(sessions, attr(s, contract.AttrConversationID).AsString()) {
-			if id := attr(s, contract.AttrInvocationID).AsString(); id != "" {
-				ids[id] = true
-			}
-		}
-	}
-	var got instrument.Usage
-	for id := range ids {
-		h.track(id)
-		sum, err := h.p.ledger().Wait(testCtx(t), id)
-		if err != nil {
-			t.Errorf("balance: %s not closed: %v (%+v)", id, err, sum)
-			continue
-		}
-		u := sum.Usage
-		got.InputTokens += u.InputTokens
-		got.OutputTokens += u.OutputTokens
-		got.CacheReadInputTokens += u.CacheReadInputTokens
-		got.CacheCreationInputTokens += u.CacheCreationInputTokens
-		got.ReasoningOutputTokens += u.ReasoningOutputTokens
-	}
-	g := []int64{got.InputTokens, got.OutputTokens, got.CacheReadInputTokens, got.CacheCreationInputTokens, got.ReasoningOutputTokens}
-	w := []int64{int64(model.InputTokens), int64(model.OutputTokens), int64(model.CacheReadTokens), int64(model.CacheCreationTokens), int64(model.ReasoningTokens)}
-	if fmt.Sprint(g) != fmt.Sprint(w) {
-		t.Errorf("balance over %d invocations [in out cache_read cache_creation reasoning]: ledger %v, model answered %v (requests %v, seed %d)",
-			len(ids), g, w, h.router.Labels(), usageSeed)
-	}
+	h.track(genaitest.Balance(t, h.router.Answered(), h.p.ledger(), h.p.rec.Ended(), usageSeed, sessions...)...)
 }
