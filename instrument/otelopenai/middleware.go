@@ -52,39 +52,21 @@ type requestInfo struct {
 	TopP                *float64
 }
 
-// read sets info from the top-level members of a request body as
-// json.Unmarshal would: names matched case-insensitively, the last of
-// duplicates kept, a value of the wrong type left out. Messages and Input
-// are slices of the body, not copies.
+// read sets info from the top-level members of a request body
+// (genaicall.DecodeMembers). Messages and Input are slices of the body,
+// not copies.
 func (info *requestInfo) read(fields []genaicall.Field) {
-	for _, f := range fields {
-		var dst any
-		switch {
-		case f.Is("model", true):
-			dst = &info.Model
-		case f.Is("stream", true):
-			dst = &info.Stream
-		case f.Is("stream_options", true):
-			dst = &info.StreamOptions
-		case f.Is("messages", true):
-			info.Messages = f.Value
-		case f.Is("input", true):
-			info.Input = f.Value
-		case f.Is("max_completion_tokens", true):
-			dst = &info.MaxCompletionTokens
-		case f.Is("max_tokens", true):
-			dst = &info.MaxTokens
-		case f.Is("max_output_tokens", true):
-			dst = &info.MaxOutputTokens
-		case f.Is("temperature", true):
-			dst = &info.Temperature
-		case f.Is("top_p", true):
-			dst = &info.TopP
-		}
-		if dst != nil {
-			_ = json.Unmarshal(f.Value, dst)
-		}
-	}
+	genaicall.DecodeMembers(fields,
+		genaicall.Member{Name: "model", Dst: &info.Model},
+		genaicall.Member{Name: "stream", Dst: &info.Stream},
+		genaicall.Member{Name: "stream_options", Dst: &info.StreamOptions},
+		genaicall.Member{Name: "messages", Dst: &info.Messages},
+		genaicall.Member{Name: "input", Dst: &info.Input},
+		genaicall.Member{Name: "max_completion_tokens", Dst: &info.MaxCompletionTokens},
+		genaicall.Member{Name: "max_tokens", Dst: &info.MaxTokens},
+		genaicall.Member{Name: "max_output_tokens", Dst: &info.MaxOutputTokens},
+		genaicall.Member{Name: "temperature", Dst: &info.Temperature},
+		genaicall.Member{Name: "top_p", Dst: &info.TopP})
 }
 
 // describe reads a request body for op. A streamed chat request that does

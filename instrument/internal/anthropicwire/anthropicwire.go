@@ -200,31 +200,16 @@ type requestInfo struct {
 	TopP        *float64
 }
 
-// read sets info from the top-level members of a request body as
-// json.Unmarshal would: names matched case-insensitively, the last of
-// duplicates kept, a value of the wrong type left out. Messages is a
-// slice of the body, not a copy.
+// read sets info from the top-level members of a request body
+// (genaicall.DecodeMembers). Messages is a slice of the body, not a copy.
 func (info *requestInfo) read(fields []genaicall.Field) {
-	for _, f := range fields {
-		var dst any
-		switch {
-		case f.Is("model", true):
-			dst = &info.Model
-		case f.Is("stream", true):
-			dst = &info.Stream
-		case f.Is("messages", true):
-			info.Messages = f.Value
-		case f.Is("max_tokens", true):
-			dst = &info.MaxTokens
-		case f.Is("temperature", true):
-			dst = &info.Temperature
-		case f.Is("top_p", true):
-			dst = &info.TopP
-		}
-		if dst != nil {
-			_ = json.Unmarshal(f.Value, dst)
-		}
-	}
+	genaicall.DecodeMembers(fields,
+		genaicall.Member{Name: "model", Dst: &info.Model},
+		genaicall.Member{Name: "stream", Dst: &info.Stream},
+		genaicall.Member{Name: "messages", Dst: &info.Messages},
+		genaicall.Member{Name: "max_tokens", Dst: &info.MaxTokens},
+		genaicall.Member{Name: "temperature", Dst: &info.Temperature},
+		genaicall.Member{Name: "top_p", Dst: &info.TopP})
 }
 
 // Describe reads a Messages request body: only its top-level members;

@@ -295,3 +295,32 @@ func digits(b []byte, i int) int {
 	}
 	return i
 }
+
+// Member names a top-level member of a request body and where
+// DecodeMembers puts its value: a *json.RawMessage gets the value's bytes
+// (a slice of the body, not a copy), any other pointer the value decoded
+// into it.
+type Member struct {
+	Name string
+	Dst  any
+}
+
+// DecodeMembers sets the members' destinations from fields as
+// json.Unmarshal would set a struct's: names matched case-insensitively,
+// the last of duplicates kept, a value of the wrong type left out. It is
+// the one reader of the wrappers' request parameters.
+func DecodeMembers(fields []Field, members ...Member) {
+	for _, f := range fields {
+		for _, m := range members {
+			if !f.Is(m.Name, true) {
+				continue
+			}
+			if raw, ok := m.Dst.(*json.RawMessage); ok {
+				*raw = f.Value
+			} else {
+				_ = json.Unmarshal(f.Value, m.Dst)
+			}
+			break
+		}
+	}
+}
