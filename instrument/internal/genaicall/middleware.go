@@ -244,6 +244,10 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 // Content-Length when known: a long conversation is hundreds of
 // kilobytes, which io.ReadAll would copy again at each of its growths.
 func readBody(req *http.Request) ([]byte, error) {
+	if h, ok := req.Body.(*heldBody); ok && h.Len() == len(h.b) {
+		// Read already (SetBody): no second copy.
+		return h.b, nil
+	}
 	if req.GetBody != nil {
 		rc, err := req.GetBody()
 		if err == nil {
@@ -277,10 +281,23 @@ func readAll(r io.Reader, size int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-func setBody(req *http.Request, b []byte) {
-	req.Body = io.NopCloser(bytes.NewReader(b))
+func setBody(req *http.Request, b []byte) { SetBody(req, b) }
+
+// heldBody is a request body already read into b.
+type heldBody struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (*heldBody) Close() error { return nil }
+
+// SetBody gives req the body b, which the caller has read already (a
+// proxy that looked at it): Handle then takes b as the request's body
+// without reading or copying it again.
+func SetBody(req *http.Request, b []byte) {
+	req.Body = &heldBody{bytes.NewReader(b), b}
 	req.ContentLength = int64(len(b))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	req.GetBody = func() (io.ReadCloser, error) { return &heldBody{bytes.NewReader(b), b}, nil }
 }
 
 // errorType names a transport error for error.type, with low cardinality.

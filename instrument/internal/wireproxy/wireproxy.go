@@ -191,7 +191,7 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.count(func(s *Stats) { s.Passed++ })
 		return next(req)
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, p.cfg.MaxBody+1))
+	body, err := readBody(req, p.cfg.MaxBody)
 	if err != nil {
 		_ = req.Body.Close()
 		return nil, fmt.Errorf("wireproxy: reading request body: %w", err)
@@ -211,7 +211,7 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		return next(req)
 	}
 	_ = req.Body.Close()
-	setBody(req, body)
+	genaicall.SetBody(req, body)
 	info, ok := p.cfg.Describe(req, body)
 	if !ok {
 		p.count(func(s *Stats) { s.Passed++ })
@@ -253,11 +253,6 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return res, err
 }
 
-func setBody(req *http.Request, b []byte) {
-	req.Body = io.NopCloser(bytes.NewReader(b))
-	req.ContentLength = int64(len(b))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-}
 
 // watch tells onTool of the tool uses a response asks for, as the wrapped
 // parser reads them.
@@ -349,4 +344,17 @@ func (b *doneBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.once.Do(b.done)
 	return err
+}
+
+// readBody reads at most max+1 bytes of req's body, into a buffer of its
+// Content-Length when that is declared and within max: a long
+// conversation is read with one allocation, not io.ReadAll's growths.
+func readBody(req *http.Request, max int64) ([]byte, error) {
+	r := io.LimitReader(req.Body, max+1)
+	if n := req.ContentLength; n > 0 && n <= max {
+		buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
+		_, err := buf.ReadFrom(r)
+		return buf.Bytes(), err
+	}
+	return io.ReadAll(r)
 }
