@@ -18,6 +18,7 @@ import (
 func FuzzReadEvidence(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, []byte(`{"messages":[]}`))
 	f.Add([]byte{3, 3, 1, 0, 2, 4, 0, 1}, []byte(`{"messages":[{"role":"user","content":7}]}`))
+	f.Add([]byte{3, 0, 5, 1, 6, 2}, []byte(`{}`))
 	f.Fuzz(func(t *testing.T, plan, raw []byte) {
 		if len(plan) > 400 || len(raw) > 1<<16 {
 			return
