@@ -34,7 +34,9 @@ func BenchmarkRequest(b *testing.B) {
 	mw := genaicall.New(genaicall.Config{TracerProvider: tp, Propagators: propagation.NewCompositeTextMapPropagator()}.WithDefaults(),
 		genaicall.Scope{Name: "bench", Version: "0", Provider: "anthropic"})
 	p, err := Start(Config{Upstream: up, Middleware: mw, Describe: describe,
-		Attribute: func(*http.Request, []byte) Decision { return Decision{Ctx: ctx, OnTool: func(string) {}, Done: func(genaicall.Usage) {}} }})
+		Attribute: func(*http.Request, []byte) Decision {
+			return Decision{Ctx: ctx, OnTool: func(string) {}, Done: func(genaicall.Usage) {}}
+		}})
 	if err != nil {
 		b.Fatal(err)
 	}

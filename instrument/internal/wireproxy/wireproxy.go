@@ -253,7 +253,6 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return res, err
 }
 
-
 // watch tells onTool of the tool uses a response asks for, as the wrapped
 // parser reads them.
 type watch struct {
