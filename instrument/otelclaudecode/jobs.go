@@ -36,9 +36,24 @@ func (m *mapper) taskStarted(t task) {
 	}
 	if !t.Backgrounded {
 		m.foreground[t.ID] = t
+	} else {
+		m.startJob(t)
+	}
+	m.seenLate(t.ID)
+}
+
+// seenLate handles a task that starts after a request already named it
+// (its subagent's request, its notification) and was made unattributed
+// for want of it: that request may have been the task's invocation's,
+// which is kept from final.
+func (m *mapper) seenLate(id string) {
+	if _, ok := m.unknownTasks[id]; !ok {
 		return
 	}
-	m.startJob(t)
+	delete(m.unknownTasks, id)
+	if ctx := m.subagentCtx(id); ctx != nil {
+		m.taint(ctx, "request named the task before it started")
+	}
 }
 
 // startJob starts the background span of a task, as a child of the tool

@@ -80,6 +80,11 @@ type mapper struct {
 	syncStream func() bool
 	// seq numbers the prompts in the order they were registered.
 	seq int
+	// unknownTasks are the task ids requests named (a subagent's header,
+	// a notification) before the stream said the task started, oldest
+	// first in unknownOrder (bounded by maxToolOwners).
+	unknownTasks map[string]struct{}
+	unknownOrder []string
 	// tools are the tool uses of the turns since the last result, and the
 	// open ones of earlier turns, by tool use id.
 	tools map[string]*tool
@@ -123,16 +128,17 @@ type turn struct {
 
 func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session string) *mapper {
 	return &mapper{
-		tracer:     tracer,
-		tracker:    tracker,
-		agent:      agent,
-		session:    session,
-		prompts:    make(map[string]*prompt),
-		toolOwner:  make(map[string]context.Context),
-		tools:      make(map[string]*tool),
-		jobs:       make(map[string]*job),
-		runs:       make(map[string]*job),
-		foreground: make(map[string]task),
+		tracer:       tracer,
+		tracker:      tracker,
+		agent:        agent,
+		session:      session,
+		prompts:      make(map[string]*prompt),
+		toolOwner:    make(map[string]context.Context),
+		unknownTasks: make(map[string]struct{}),
+		tools:        make(map[string]*tool),
+		jobs:         make(map[string]*job),
+		runs:         make(map[string]*job),
+		foreground:   make(map[string]task),
 	}
 }
 

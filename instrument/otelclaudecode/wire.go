@@ -198,6 +198,20 @@ func (m *mapper) decision(ctx context.Context, end func()) wireproxy.Decision {
 	}
 }
 
+// unknownTask remembers a task id a request named before the stream said
+// the task started (seenLate).
+func (m *mapper) unknownTask(id string) {
+	if _, ok := m.unknownTasks[id]; ok {
+		return
+	}
+	m.unknownTasks[id] = struct{}{}
+	m.unknownOrder = append(m.unknownOrder, id)
+	if len(m.unknownOrder) > maxToolOwners {
+		delete(m.unknownTasks, m.unknownOrder[0])
+		m.unknownOrder = m.unknownOrder[1:]
+	}
+}
+
 func (m *mapper) rememberTool(id string, ctx context.Context) {
 	if _, ok := m.toolOwner[id]; !ok {
 		m.toolOrder = append(m.toolOrder, id)
@@ -216,6 +230,7 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 	if agentID != "" {
 		ctx := m.subagentCtx(agentID)
 		if ctx == nil {
+			m.unknownTask(agentID)
 			return nil, UnattributedUnknownTask
 		}
 		m.readNotes(ctx, ev.notes)
@@ -269,9 +284,6 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 		}
 	}
 	if len(ev.notes) > 0 {
-		if !synced {
-			return nil, UnattributedUnknownTask
-		}
 		return m.continueFor(ev.notes)
 	}
 	// Nothing in the request names its owner: the turn running now does.
@@ -336,6 +348,9 @@ func (m *mapper) subagentCtx(id string) context.Context {
 func (m *mapper) readNotes(ctx context.Context, ids []string) {
 	for _, id := range ids {
 		j, ok := m.jobs[id]
+		if !ok {
+			m.unknownTask(id)
+		}
 		if !ok || j.j == nil || j.settled {
 			continue
 		}
@@ -351,14 +366,21 @@ func (m *mapper) readNotes(ctx context.Context, ids []string) {
 // consumed by it. It becomes the running turn.
 func (m *mapper) continueFor(ids []string) (context.Context, string) {
 	var known []*job
+	unknown := false
 	for _, id := range ids {
-		if j, ok := m.jobs[id]; ok && j.j != nil && !j.settled {
+		j, ok := m.jobs[id]
+		switch {
+		case !ok || j.j == nil:
+			m.unknownTask(id)
+			unknown = true
+		case !j.settled:
 			known = append(known, j)
 		}
 	}
 	if len(known) == 0 {
-		if m.turn != nil {
-			// Notifications already read: a retry of the turn's request.
+		if !unknown && m.turn != nil {
+			// Every job's notification was read already: a retry of the
+			// running turn's request.
 			return m.turn.ctx, ""
 		}
 		return nil, UnattributedUnknownTask
