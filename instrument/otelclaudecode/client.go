@@ -54,8 +54,6 @@ type Client struct {
 	tracker  *instrument.Tracker
 	tracer   trace.Tracer
 	upstream *url.URL
-	// wire makes the model-call spans of every process's proxy.
-	wire *genaicall.Middleware
 
 	lines, malformed, mismatches metric.Int64Counter
 
@@ -92,13 +90,6 @@ func New(bin string, opts ...Option) (*Client, error) {
 		tracer:   cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		upstream: up,
 		procs:    make(map[*Process]struct{}),
-		// The proxy adds no header of its own to the requests: no
-		// propagation.
-		wire: genaicall.New(genaicall.Config{
-			TracerProvider: cfg.tracerProvider,
-			MeterProvider:  cfg.meterProvider,
-			Propagators:    propagation.NewCompositeTextMapPropagator(),
-		}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerName}),
 	}
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	// Errors from instrument creation leave a usable no-op instrument.
@@ -224,9 +215,17 @@ func (c *Client) launch(ctx context.Context, m *mapper, session string, traceEnv
 		"--session-id", session}
 	args = append(args, c.cfg.args...)
 	p := &Process{c: c, m: m, session: session, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	// One middleware per process: the calls it holds open for a retry
+	// end when the process exits, since nothing will retry them.
+	p.wire = genaicall.New(genaicall.Config{
+		TracerProvider: c.cfg.tracerProvider,
+		MeterProvider:  c.cfg.meterProvider,
+		// The proxy adds no header of its own to the requests.
+		Propagators: propagation.NewCompositeTextMapPropagator(),
+	}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerName})
 	proxy, err := wireproxy.Start(wireproxy.Config{
 		Upstream:   c.upstream,
-		Middleware: c.wire,
+		Middleware: p.wire,
 		Describe:   describe,
 		Attribute:  m.attribute,
 		Oversized:  func(*http.Request) { m.oversized() },

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
@@ -33,7 +34,9 @@ type Process struct {
 	// proxy is the model-wire proxy the CLI's requests go through; sync
 	// tells it when the stream has been read up to a request.
 	proxy *wireproxy.Proxy
-	sync  *streamSync
+	// wire makes the proxy's model-call spans.
+	wire *genaicall.Middleware
+	sync *streamSync
 
 	interrupted atomic.Bool
 	exited      chan struct{}
@@ -84,6 +87,9 @@ func (p *Process) closeProxy() {
 	ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.killDelay)
 	defer cancel()
 	_ = p.proxy.Close(ctx)
+	// A call whose last attempt failed waits for the CLI's retry: there
+	// is none now.
+	p.wire.EndParked()
 }
 
 // userLine is a prompt as the CLI reads it from stdin.
