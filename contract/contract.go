@@ -56,6 +56,12 @@ const (
 	// spans of the same invocation started from its context as roots of
 	// new traces; each links to it with LinkDetachedFrom.
 	AttrDetached = "invocation.detached"
+	// AttrUsageMismatch (bool, agentledger v0.8) is set true by an adapter
+	// on an invoke_agent span (a root, a continuation or an unattributed
+	// root) when the runtime's own usage report for that turn differs from
+	// the usage the model wire counted: AnomalyUsageMismatch. The counted
+	// usage stays the invocation's; finality is unchanged.
+	AttrUsageMismatch = "invocation.usage.mismatch"
 
 	// AttrTenant (string) names the tenant an invocation belongs to. The
 	// processor sets it on the summaries it emits when its tenant setting
@@ -283,4 +289,10 @@ const (
 	// killed ("followup_interrupted:<job name>", the background span's
 	// name; agentledger v0.7). It does not change finality.
 	AnomalyFollowupInterrupted = "followup_interrupted"
+	// AnomalyUsageMismatch: a span of the invocation carries
+	// AttrUsageMismatch = true: the runtime's own usage report disagrees
+	// with the model wire's count ("usage_mismatch:<span name>", the
+	// flagged span's name; agentledger v0.8). It changes neither finality
+	// nor the totals.
+	AnomalyUsageMismatch = "usage_mismatch"
 )

@@ -11,7 +11,7 @@ func TestOwnNamesOutsideGenAI(t *testing.T) {
 	for _, name := range []string{
 		AttrInvocationID, AttrRole, AttrChildren, AttrFollowups, AttrRemote,
 		AttrLink, AttrFollowupReason, AttrFollowupConsumer, AttrLateChild,
-		AttrUnattributed, AttrUnrecorded, AttrDetached, AttrTenant, AttrSummaryCollector,
+		AttrUnattributed, AttrUnrecorded, AttrDetached, AttrUsageMismatch, AttrTenant, AttrSummaryCollector,
 		AttrResponseToolCalls, AttrResponseStreamClosedEarly,
 		AttrStatus, AttrIncompleteReasons, AttrAnomalies, AttrRevision,
 		AttrAfterResultInput, AttrAfterResultOutput, AttrModelCalls,

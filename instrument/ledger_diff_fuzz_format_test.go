@@ -46,7 +46,10 @@ import (
 //	8  cache read (0-3) and cache creation (4-7) tokens
 //	9, 10 two links (ldLink): kind (0-2: none followup consumed
 //	   detached_from launched_by no-attribute int(1) followup), target id-1
-//	   (3-5), in another trace than the target's (6); byte 10 bit 7 unused
+//	   (3-5), in another trace than the target's (6); bit 7 of byte 9
+//	   (low) and of byte 10 (high): invocation.usage.mismatch (v0.8: none,
+//	   true (twice for an even id), false, malformed: the string "true"
+//	   for an odd id, true then false for an even one)
 //
 // A count (ldCount) is 0 absent, 1-3 the value 0-2, 4 -1, 5 1<<40, 6 the
 // string "1", 7 the int 1 then the int 0. A link's target trace is that of
@@ -125,6 +128,7 @@ type ldSpan struct {
 	UsageMask                                 byte // 1 input, 2 output, 4 cache, 8 reasoning
 	In, Out, Cache                            byte
 	Links                                     [2]ldLink
+	Mismatch                                  byte // invocation.usage.mismatch, 0-3
 }
 
 func ldBit(b bool, n uint) byte {
@@ -144,7 +148,7 @@ func (s ldSpan) encode() []byte {
 	b[5] = s.Unattributed&3 | s.Reason&3<<2 | s.UsageMask&15<<4
 	b[6], b[7], b[8] = s.In, s.Out, s.Cache
 	for i, l := range s.Links {
-		b[9+i] = l.Kind&7 | (l.Target-1)&7<<3 | ldBit(l.Other, 6)
+		b[9+i] = l.Kind&7 | (l.Target-1)&7<<3 | ldBit(l.Other, 6) | s.Mismatch>>i&1<<7
 	}
 	return b
 }
@@ -157,7 +161,7 @@ func decodeLdSpan(b []byte) ldSpan {
 		Followups: b[3] & 7, Detached: b[3] >> 3 & 7, IDNotString: b[3]&0x40 != 0,
 		Unrecorded: b[4] & 7, Remote: b[4] >> 3 & 7, LateExtra: b[4] >> 6,
 		Unattributed: b[5] & 3, Reason: b[5] >> 2 & 3, UsageMask: b[5] >> 4,
-		In: b[6], Out: b[7], Cache: b[8],
+		In: b[6], Out: b[7], Cache: b[8], Mismatch: b[9]>>7 | b[10]>>7<<1,
 	}
 	switch {
 	case s.Parent >= 9 && s.Parent <= 12:
@@ -424,6 +428,19 @@ func (s ldSpan) build(traceOf map[byte]byte, i int) ldBuilt {
 		put(attribute.String(contract.AttrFollowupReason, contract.ReasonInterrupted))
 	case 3:
 		put(attribute.Int(contract.AttrFollowupReason, 1))
+	}
+	even := s.ID%2 == 0
+	switch {
+	case s.Mismatch == 1 && even:
+		put(attribute.Bool(contract.AttrUsageMismatch, true), attribute.Bool(contract.AttrUsageMismatch, true))
+	case s.Mismatch == 1:
+		put(attribute.Bool(contract.AttrUsageMismatch, true))
+	case s.Mismatch == 2:
+		put(attribute.Bool(contract.AttrUsageMismatch, false))
+	case s.Mismatch == 3 && even:
+		put(attribute.Bool(contract.AttrUsageMismatch, true), attribute.Bool(contract.AttrUsageMismatch, false))
+	case s.Mismatch == 3:
+		put(attribute.String(contract.AttrUsageMismatch, "true"))
 	}
 	usage := func(key string, b byte) {
 		v := int64(b & 63)

@@ -131,18 +131,19 @@ func (r *ldRun) check(when string) {
 			r.fail("totals", "%s: %s final (revision %d) with %+v, model %+v", when, id, s.Revision, got, v.Totals)
 		}
 		// Beyond maxAnomalies entries the ledger keeps no more.
-		if got := ldInterrupted(s.Anomalies); len(s.Anomalies) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
+		if got := ldModelAnomalies(s.Anomalies); len(s.Anomalies) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
 			r.fail("anomalies", "%s: %s final (revision %d) with anomalies %q, model %q", when, id, s.Revision, got, v.Anomalies)
 		}
 	}
 }
 
-// ldInterrupted returns the followup_interrupted entries of anomalies
-// (CONTRACT.md v0.7), sorted: the one kind of anomaly the model computes.
-func ldInterrupted(anomalies []string) []string {
+// ldModelAnomalies returns the followup_interrupted (CONTRACT.md v0.7)
+// and usage_mismatch (v0.8) entries of anomalies, sorted: the kinds of
+// anomaly the model computes.
+func ldModelAnomalies(anomalies []string) []string {
 	var out []string
 	for _, a := range anomalies {
-		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") {
+		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") || strings.HasPrefix(a, contract.AnomalyUsageMismatch+":") {
 			out = append(out, a)
 		}
 	}
@@ -246,7 +247,8 @@ func ldIgnored() map[string]bool {
 // docs/CONTRACT.md that shares no code with it. Whenever the ledger emits
 // a final summary, the model must prove final on the spans delivered so
 // far, with the same totals and model calls and the same
-// followup_interrupted anomalies (v0.7). It also checks that an
+// followup_interrupted (v0.7) and usage_mismatch (v0.8) anomalies. It
+// also checks that an
 // invocation gets one revision-1 summary, that a closed invocation never
 // reopens, and that a summary changes only with a higher revision.
 // The byte format is in ledger_diff_fuzz_format_test.go.
@@ -310,6 +312,13 @@ func ldCanonical(inv byte) []ldSpan {
 	}
 }
 
+// ldMismatch returns s with invocation.usage.mismatch of the given code
+// (1 true, 2 false, 3 malformed; see the format).
+func ldMismatch(s ldSpan, code byte) ldSpan {
+	s.Mismatch = code
+	return s
+}
+
 type ldSeed struct {
 	name string
 	s    *ldScenario
@@ -353,5 +362,13 @@ func ldSeeds() []ldSeed {
 		{"job closed interrupted", newLdScenario(false, false).span(c[:4]...).span(ldClosed(0, 3, 7, 4, 2))},
 		{"job closed interrupted, closer first", newLdScenario(false, false).span(ldClosed(0, 3, 7, 4, 2)).span(c[:4]...)},
 		{"job closed abandoned", newLdScenario(false, false).span(c[:4]...).span(ldClosed(0, 3, 7, 4, 1))},
+		// CONTRACT.md v0.8: each flagged turn is named once per name; false
+		// names nothing; a string or a differing repeat is malformed.
+		{"usage mismatch on root and continuation", newLdScenario(false, false).
+			span(c[0], c[1], ldMismatch(c[2], 1), c[3], c[4], ldMismatch(c[5], 1))},
+		{"usage mismatch true twice, false", newLdScenario(false, false).
+			span(ldRoot(0, 1, 2, 0), ldMismatch(ldRoot(1, 2, 4, 0), 1), ldMismatch(ldRoot(2, 3, 6, 0), 2))},
+		{"usage mismatch malformed", newLdScenario(false, false).
+			span(ldMismatch(ldRoot(0, 1, 1, 0), 3), ldMismatch(ldRoot(1, 2, 2, 0), 3))},
 	}
 }

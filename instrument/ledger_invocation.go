@@ -294,6 +294,11 @@ func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, maxSpa
 		// notification still starts a continuation is unknown (v0.5).
 		inv.fail(contract.ReasonAbandonedFollowup, name)
 	}
+	if f.usageMismatch {
+		// v0.8: the runtime's own usage report of the turn differs from
+		// the wire's count; the count stays the usage.
+		inv.anomaly(contract.AnomalyUsageMismatch, name)
+	}
 	switch f.role {
 	case contract.RoleRoot:
 		if inv.rootArrived {

@@ -41,6 +41,9 @@ type spanFacts struct {
 	// interrupted; the jobs its followup links discharge are named
 	// followup_interrupted (v0.7).
 	interrupted bool
+	// usageMismatch: the span carries invocation.usage.mismatch = true
+	// (v0.8).
+	usageMismatch bool
 	// children and followups are the declared counts, countAbsent or
 	// childrenInvalid.
 	children, followups int
@@ -128,6 +131,7 @@ func readFacts(s sdktrace.ReadOnlySpan, children int, rule *ledgerrule.Config) s
 	}
 	f.abandoned = rf.Abandoned
 	f.interrupted = rf.Interrupted
+	f.usageMismatch = rf.UsageMismatch
 	f.malformed = rf.Malformed
 	if rf.ModelCall {
 		f.hasUsage = rf.HasUsage()

@@ -46,7 +46,8 @@ type Summary struct {
 	// but a reader must know (extra_children, invalid_usage, late_span,
 	// foreign_followup, duplicate_link, orphan_job,
 	// followup_interrupted:<job name> for a job whose followup closed
-	// interrupted).
+	// interrupted, usage_mismatch:<span name> for a turn whose runtime
+	// reported other usage than the model wire counted).
 	Anomalies []string
 	// Revision is 1 for the first final or incomplete summary and grows
 	// by one for each revision a span arriving later causes (contract

@@ -23,6 +23,7 @@ const (
 	KeyUnattributed
 	KeyFollowupReason
 	KeyFollowupConsumer
+	KeyUsageMismatch
 	KeyOperation
 	KeyUsageInput
 	KeyUsageOutput
@@ -57,6 +58,7 @@ var keyNames = [numKeys]string{
 	KeyUnattributed:       contract.AttrUnattributed,
 	KeyFollowupReason:     contract.AttrFollowupReason,
 	KeyFollowupConsumer:   contract.AttrFollowupConsumer,
+	KeyUsageMismatch:      contract.AttrUsageMismatch,
 	KeyOperation:          contract.AttrOperationName,
 	KeyUsageInput:         contract.AttrUsageInputTokens,
 	KeyUsageOutput:        contract.AttrUsageOutputTokens,
@@ -78,6 +80,7 @@ var keyKinds = [numKeys]Kind{
 	KeyUnattributed:       KindString,
 	KeyFollowupReason:     KindString,
 	KeyFollowupConsumer:   KindString,
+	KeyUsageMismatch:      KindBool,
 	KeyOperation:          KindString,
 	KeyUsageInput:         KindInt,
 	KeyUsageOutput:        KindInt,
@@ -126,6 +129,8 @@ func Lookup(name string) (Key, bool) {
 		return KeyFollowupReason, true
 	case contract.AttrFollowupConsumer:
 		return KeyFollowupConsumer, true
+	case contract.AttrUsageMismatch:
+		return KeyUsageMismatch, true
 	case contract.AttrOperationName:
 		return KeyOperation, true
 	case contract.AttrUsageInputTokens:
@@ -202,6 +207,11 @@ type Facts struct {
 	Interrupted bool
 	// Consumer is invocation.followup.consumer ("" when absent).
 	Consumer string
+	// UsageMismatch: invocation.usage.mismatch is true, the runtime's own
+	// usage report differs from the model wire's count (v0.8). A
+	// malformed value reads as false: it is malformed_attribute already,
+	// and no rule needs its reading.
+	UsageMismatch bool
 
 	// ModelCall: gen_ai.operation.name is one of the usage operations.
 	// Usage is read only for model calls: UsagePresent has bit i set when
@@ -336,6 +346,7 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 	if has(KeyFollowupConsumer) && !bad(KeyFollowupConsumer) {
 		f.Consumer = r.vals[KeyFollowupConsumer].str
 	}
+	f.UsageMismatch = has(KeyUsageMismatch) && !bad(KeyUsageMismatch) && r.vals[KeyUsageMismatch].Bool()
 	if has(KeyOperation) && !bad(KeyOperation) {
 		f.ModelCall = cfg.IsUsageOperation(r.vals[KeyOperation].str)
 	}

@@ -102,6 +102,10 @@ func TestReadMalformed(t *testing.T) {
 			KeyUnrecorded, func(f Facts) bool { return f.Unrecorded.State == CountInvalid }},
 		{"detached repeated", []kv{{contract.AttrDetached, IntValue(1)}, {contract.AttrDetached, IntValue(0)}},
 			KeyDetached, func(f Facts) bool { return f.Detached.State == CountInvalid }},
+		{"usage mismatch as string", []kv{{contract.AttrUsageMismatch, StringValue("true")}},
+			KeyUsageMismatch, func(f Facts) bool { return !f.UsageMismatch }},
+		{"usage mismatch repeated true then false", []kv{{contract.AttrUsageMismatch, BoolValue(true)}, {contract.AttrUsageMismatch, BoolValue(false)}},
+			KeyUsageMismatch, func(f Facts) bool { return !f.UsageMismatch }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := read(t, cfg, tc.attrs...)
@@ -142,6 +146,32 @@ func TestReadFollowupReason(t *testing.T) {
 		f := read(t, cfg, tc.attrs...)
 		if f.Abandoned != tc.abandoned || f.Interrupted != tc.interrupted {
 			t.Errorf("%s: Abandoned %v Interrupted %v, want %v %v", tc.name, f.Abandoned, f.Interrupted, tc.abandoned, tc.interrupted)
+		}
+	}
+}
+
+// TestReadUsageMismatch: invocation.usage.mismatch (v0.8) is a bool
+// read as other rule attributes are: true (once or repeated) flags the
+// span, false or absent does not, and a value that is not one bool is
+// malformed and flags nothing.
+func TestReadUsageMismatch(t *testing.T) {
+	cfg := testConfig()
+	for _, tc := range []struct {
+		name      string
+		attrs     []kv
+		mismatch  bool
+		malformed bool
+	}{
+		{"true", []kv{{contract.AttrUsageMismatch, BoolValue(true)}}, true, false},
+		{"true twice", []kv{{contract.AttrUsageMismatch, BoolValue(true)}, {contract.AttrUsageMismatch, BoolValue(true)}}, true, false},
+		{"false", []kv{{contract.AttrUsageMismatch, BoolValue(false)}}, false, false},
+		{"absent", nil, false, false},
+		{"int 1", []kv{{contract.AttrUsageMismatch, IntValue(1)}}, false, true},
+		{"false then true", []kv{{contract.AttrUsageMismatch, BoolValue(false)}, {contract.AttrUsageMismatch, BoolValue(true)}}, false, true},
+	} {
+		f := read(t, cfg, tc.attrs...)
+		if f.UsageMismatch != tc.mismatch || (f.Malformed == 1<<KeyUsageMismatch) != tc.malformed {
+			t.Errorf("%s: UsageMismatch %v Malformed %b, want %v malformed %v", tc.name, f.UsageMismatch, f.Malformed, tc.mismatch, tc.malformed)
 		}
 	}
 }

@@ -91,6 +91,18 @@ func FuzzSpanReader(f *testing.F) {
 		if got.Malformed != rev.Malformed {
 			t.Fatalf("malformed depends on order: %b vs %b", got.Malformed, rev.Malformed)
 		}
+		// v0.8: a span flags a usage mismatch exactly when its
+		// invocation.usage.mismatch is well formed and true.
+		var mismatch []Value
+		for _, a := range attrs {
+			if a.k == KeyUsageMismatch {
+				mismatch = append(mismatch, a.v)
+			}
+		}
+		wantMismatch := len(mismatch) > 0 && got.Malformed&(1<<KeyUsageMismatch) == 0 && mismatch[0].Bool()
+		if got.UsageMismatch != wantMismatch {
+			t.Fatalf("UsageMismatch %v, want %v (values %v)", got.UsageMismatch, wantMismatch, mismatch)
+		}
 		// Where nothing is malformed, the facts do not depend on order.
 		if got.Malformed == 0 && got != rev {
 			t.Fatalf("facts depend on order:\n%+v\n%+v", got, rev)

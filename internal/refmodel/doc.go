@@ -1,10 +1,10 @@
 // Package refmodel is an executable reading of the finality rule of
-// docs/CONTRACT.md (up to agentledger v0.7), written from the contract
+// docs/CONTRACT.md (up to agentledger v0.8), written from the contract
 // alone and sharing no code with either half (instrument/, processor/).
 // It exists to be compared against them: a differential fuzz target feeds
 // the same spans to the processor and to Evaluate, and fails when the
 // processor says `final` where the model cannot prove it, or with other
-// totals or other followup_interrupted anomalies.
+// totals or other followup_interrupted or usage_mismatch anomalies.
 //
 // It is quadratic and deliberately naive: every verdict is recomputed
 // from the full list of delivered spans, in delivery order, with no
@@ -17,9 +17,9 @@
 // given moment (conditions 1-4 of "When an invocation is final", the v0.2
 // rules, v0.5's abandoned followups, v0.6's one reading of every span);
 // the exact totals a final summary must carry; the kinds of reason that
-// forbid final; and v0.7's followup_interrupted:<job name> anomalies,
-// which a final summary must list exactly (the one kind of anomaly it
-// computes). It knows nothing of open_timeout, eviction, retention,
+// forbid final; and v0.7's followup_interrupted:<job name> and v0.8's
+// usage_mismatch:<span name> anomalies, which a final summary must list
+// exactly (the kinds of anomaly it computes). It knows nothing of open_timeout, eviction, retention,
 // shutdown, pending summaries or tenants: those can only make an
 // invocation incomplete, never final, so they cannot make a wrong `final`
 // right.
@@ -74,4 +74,12 @@
 // it names no job; the halves may still name one then, but such an
 // invocation is never final, and only final summaries are compared. Two
 // jobs of one name are one entry.
+//
+// # usage_mismatch
+//
+// invocation.usage.mismatch is read on every member, whatever its role
+// (the contract puts it on invoke_agent spans). A member beyond
+// max_spans_per_invocation is still a member here, so it may name a span
+// that a half does not index; such an invocation is never final (span
+// limit), and only final summaries are compared.
 package refmodel

@@ -266,6 +266,13 @@ func (inv *invocation) read(s Span) *member {
 		m.interrupted = true
 	}
 	inv.readStr(s, contract.AttrFollowupConsumer)
+	// v0.8: a well-formed true names the span; a malformed value is
+	// malformed_attribute and names nothing.
+	if v, present, ok := read(s.Attributes, contract.AttrUsageMismatch, KindBool); present && !ok {
+		inv.malformedAttr(contract.AttrUsageMismatch, s)
+	} else if v.Bool {
+		inv.anomaly(contract.AnomalyUsageMismatch, s.Name)
+	}
 	op, _ := inv.readStr(s, contract.AttrOperationName)
 	if op != "" && slices.Contains(inv.cfg.UsageOperations, op) {
 		inv.modelCall(s)

@@ -85,7 +85,7 @@ func TestFixtures(t *testing.T) {
 					now = now.Add(cfg.RemoteSettle)
 				}
 				v := Evaluate(cfg, arrivals, o.Invocation, now)
-				if got, want := v.Anomalies, interruptedOf(o.Anomalies); !slices.Equal(got, want) {
+				if got, want := v.Anomalies, modelAnomalies(o.Anomalies); !slices.Equal(got, want) {
 					t.Errorf("%s at %s: model anomalies %q, case %q", o.Invocation, o.Moment(), got, want)
 				}
 				if got, want := v.Final, o.Status == fixtures.StatusFinal; got != want {
@@ -119,12 +119,12 @@ func TestFixtures(t *testing.T) {
 	}
 }
 
-// interruptedOf returns the followup_interrupted entries of anomalies,
-// sorted: the one kind the model computes.
-func interruptedOf(anomalies []string) []string {
+// modelAnomalies returns the followup_interrupted and usage_mismatch
+// entries of anomalies, sorted: the kinds the model computes.
+func modelAnomalies(anomalies []string) []string {
 	var out []string
 	for _, a := range anomalies {
-		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") {
+		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") || strings.HasPrefix(a, contract.AnomalyUsageMismatch+":") {
 			out = append(out, a)
 		}
 	}
@@ -316,6 +316,53 @@ func TestFollowupInterrupted(t *testing.T) {
 			v := Evaluate(testCfg, tt.spans, "p", epoch)
 			if !slices.Equal(v.Anomalies, tt.want) {
 				t.Errorf("anomalies %q, want %q (reasons %v)", v.Anomalies, tt.want, v.Reasons)
+			}
+		})
+	}
+}
+
+// TestUsageMismatch: v0.8's anomaly names each member carrying
+// invocation.usage.mismatch = true, once per name; false names nothing,
+// and a value that is not one bool is malformed and names nothing.
+func TestUsageMismatch(t *testing.T) {
+	flagged := func(s Span, vs ...Value) Span {
+		for _, v := range vs {
+			s.Attributes = append(s.Attributes, kv(contract.AttrUsageMismatch, v))
+		}
+		return s
+	}
+	const onRoot = contract.AnomalyUsageMismatch + ":invoke_agent a"
+	const onCont = contract.AnomalyUsageMismatch + ":continue_agent a"
+	tests := []struct {
+		name      string
+		spans     []Arrival
+		want      []string
+		final     bool
+		malformed bool
+	}{
+		{"root", at(flagged(root(0), Bool(true))), []string{onRoot}, true, false},
+		{"root, true twice", at(flagged(root(0), Bool(true), Bool(true))), []string{onRoot}, true, false},
+		{"false", at(flagged(root(0), Bool(false))), nil, true, false},
+		{"root and continuation", at(flagged(root(1), Bool(true)), job(2, 1, Int(1)),
+			flagged(cont(3, 3, link(1, 2, contract.LinkFollowup)), Bool(true))), []string{onCont, onRoot}, true, false},
+		{"two continuations of one name", at(root(1), job(2, 1, Int(2)),
+			flagged(cont(3, 3, link(1, 2, contract.LinkFollowup)), Bool(true)),
+			flagged(cont(4, 4, link(1, 2, contract.LinkFollowup)), Bool(true))), []string{onCont}, true, false},
+		{"a duplicate adds nothing", at(root(0), flagged(root(0), Bool(true))), nil, true, false},
+		{"string", at(flagged(root(0), Str("true"))), nil, false, true},
+		{"true then false", at(flagged(root(0), Bool(true), Bool(false))), nil, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(testCfg, tt.spans, "p", epoch)
+			if !slices.Equal(v.Anomalies, tt.want) {
+				t.Errorf("anomalies %q, want %q (reasons %v)", v.Anomalies, tt.want, v.Reasons)
+			}
+			if v.Final != tt.final {
+				t.Errorf("final %v, want %v (reasons %v)", v.Final, tt.final, v.Reasons)
+			}
+			if _, got := v.Reasons[contract.ReasonMalformedAttribute]; got != tt.malformed {
+				t.Errorf("malformed_attribute %v, want %v (reasons %v)", got, tt.malformed, v.Reasons)
 			}
 		})
 	}

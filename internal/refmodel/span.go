@@ -157,6 +157,7 @@ type Verdict struct {
 	// Members counts the indexed spans.
 	Members int
 	// Anomalies are the anomalies the model computes, sorted, each once:
-	// only followup_interrupted:<job name> (v0.7), whether final or not.
+	// only followup_interrupted:<job name> (v0.7) and
+	// usage_mismatch:<span name> (v0.8), whether final or not.
 	Anomalies []string
 }

@@ -47,7 +47,10 @@ import (
 // followup, consumed, detached_from, launched_by, no attribute,
 // invocation.link twice equal, followup then consumed) and target (3-6: 0
 // itself, n the span with id n), bit 7 putting it in another trace than
-// the target's; the second byte is unused (reserved).
+// the target's. Link 1's second byte (byte 12) holds
+// invocation.usage.mismatch (0-2: absent, true, false, "true", true then
+// false, true twice, int 1, false twice; v0.8); link 2's (byte 14) is
+// unused (reserved).
 const dfSpanSize = 16
 
 // Opcodes.
@@ -130,6 +133,7 @@ type dfSpan struct {
 	Muts                          [2]dfMut
 	Links                         [2]dfLink
 	Fan, Start, Dur               byte
+	Mismatch                      byte // invocation.usage.mismatch, see the format
 }
 
 func bit(b bool, n uint) byte {
@@ -153,6 +157,7 @@ func (s dfSpan) encode() []byte {
 	for i, l := range s.Links {
 		b[11+2*i] = l.Kind&7 | l.Target&15<<3 | bit(l.Other, 7)
 	}
+	b[12] = s.Mismatch & 7
 	b[15] = s.Fan&3 | s.Start&7<<2 | s.Dur&7<<5
 	return b
 }
@@ -164,7 +169,7 @@ func decodeDfSpan(b []byte) dfSpan {
 		Role: b[2] & 7, Op: b[2] >> 3 & 3, Reason: b[2] >> 5 & 3, Unattributed: b[2]&0x80 != 0,
 		Children: b[3] & 7, Followups: b[3] >> 3 & 7, Detached: b[3] >> 6,
 		In: b[4], Out: b[5], Cache: b[6] & 0x7f, Unrecorded: b[6]&0x80 != 0,
-		Fan: b[15] & 3, Start: b[15] >> 2 & 7, Dur: b[15] >> 5,
+		Fan: b[15] & 3, Start: b[15] >> 2 & 7, Dur: b[15] >> 5, Mismatch: b[12] & 7,
 	}
 	for i := range s.Muts {
 		s.Muts[i] = dfMut{Key: b[7+2*i] & 15, Kind: b[7+2*i] >> 4 % 10, Val: b[8+2*i]}
@@ -338,6 +343,11 @@ func (s dfSpan) build(traceOf map[byte]byte) refmodel.Span {
 	}
 	if r := []string{"", contract.ReasonInterrupted, contract.ReasonAbandoned, contract.ReasonConsumedBy}[s.Reason]; r != "" {
 		put(contract.AttrFollowupReason, refmodel.Str(r))
+	}
+	for _, v := range [][]refmodel.Value{nil, {refmodel.Bool(true)}, {refmodel.Bool(false)}, {refmodel.Str("true")},
+		{refmodel.Bool(true), refmodel.Bool(false)}, {refmodel.Bool(true), refmodel.Bool(true)}, {refmodel.Int(1)},
+		{refmodel.Bool(false), refmodel.Bool(false)}}[s.Mismatch] {
+		put(contract.AttrUsageMismatch, v)
 	}
 	usage := func(k string, n byte) {
 		if n > 0 {

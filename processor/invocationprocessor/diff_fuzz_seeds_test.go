@@ -41,6 +41,13 @@ func dfClosed(inv, trace, id, job, reason byte) dfSpan {
 		Links: [2]dfLink{{Kind: dfLinkFollowup, Target: job}}}
 }
 
+// dfMismatch returns s with invocation.usage.mismatch of the given code
+// (1 true, 2 false, 3 "true", 5 true twice; see the format).
+func dfMismatch(s dfSpan, code byte) dfSpan {
+	s.Mismatch = code
+	return s
+}
+
 // dfSeed is a named seed scenario.
 type dfSeed struct {
 	name string
@@ -130,6 +137,14 @@ func dfSeeds() []dfSeed {
 		{"job closed interrupted, closer first, crash after ack", newDfScenario(0, 0).
 			span(dfClosed(0, 3, 12, 4, 1), c[0]).restart(dfCrashAcked).span(c[1:4]...).advance(4)},
 		{"job closed consumed_by: no job named", newDfScenario(0, 0).span(c[:4]...).span(dfClosed(0, 3, 12, 4, 3)).flush()},
+
+		// CONTRACT.md v0.8: a turn whose runtime reported other usage is
+		// named, the root and the continuation, across a crash; false
+		// names nothing; a string is malformed.
+		{"usage mismatch on root and continuation, crash after ack", newDfScenario(0, 0).
+			span(dfMismatch(c[0], 1), c[1], c[2], c[3]).restart(dfCrashAcked).span(dfMismatch(c[4], 5), c[5]).flush()},
+		{"usage mismatch false", newDfScenario(0, 0).span(dfMismatch(c[0], 2)).span(c[1:]...).flush()},
+		{"usage mismatch malformed", newDfScenario(0, 0).span(dfMismatch(c[0], 3)).span(c[1:]...).flush().advance(8)},
 	}
 	return seeds
 }

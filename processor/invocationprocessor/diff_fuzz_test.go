@@ -29,25 +29,26 @@ const (
 // dfView is what crash equivalence compares of an invocation's latest
 // summary.
 type dfView struct {
-	status      string
-	totals      refmodel.Totals
-	reasons     string
-	interrupted string
+	status    string
+	totals    refmodel.Totals
+	reasons   string
+	anomalies string
 }
 
 func dfViewOf(s ptrace.Span) dfView {
 	reasons := strsAttr(s, contract.AttrIncompleteReasons)
 	slices.Sort(reasons)
 	return dfView{status: strAttr(s, contract.AttrStatus), totals: dfTotals(s), reasons: strings.Join(reasons, ","),
-		interrupted: strings.Join(dfInterrupted(s), ",")}
+		anomalies: strings.Join(dfModelAnomalies(s), ",")}
 }
 
-// dfInterrupted returns a summary's followup_interrupted anomalies
-// (CONTRACT.md v0.7), sorted: the one kind of anomaly the model computes.
-func dfInterrupted(s ptrace.Span) []string {
+// dfModelAnomalies returns a summary's followup_interrupted (CONTRACT.md
+// v0.7) and usage_mismatch (v0.8) anomalies, sorted: the kinds of anomaly
+// the model computes.
+func dfModelAnomalies(s ptrace.Span) []string {
 	var out []string
 	for _, a := range strsAttr(s, contract.AttrAnomalies) {
-		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") {
+		if strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") || strings.HasPrefix(a, contract.AnomalyUsageMismatch+":") {
 			out = append(out, a)
 		}
 	}
@@ -163,7 +164,7 @@ func (r *dfRun) check(arrivals []refmodel.Arrival, when string) {
 			r.fail("totals", "%s (%s): %s final with %+v, model %+v", when, r.mode(), id, got, v.Totals)
 		}
 		// Beyond maxAnomalies entries the processor keeps no more.
-		if got := dfInterrupted(s); len(strsAttr(s, contract.AttrAnomalies)) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
+		if got := dfModelAnomalies(s); len(strsAttr(s, contract.AttrAnomalies)) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
 			r.fail("anomalies", "%s (%s): %s final with anomalies %q, model %q", when, r.mode(), id, got, v.Anomalies)
 		}
 	}
@@ -370,7 +371,8 @@ func dfIgnored() map[string]bool {
 // abruptly at batch boundaries, and to refmodel, a reading of the
 // contract that shares no code with it. It checks that no summary is
 // final unless the model proves it at that moment, with the model's
-// totals and followup_interrupted anomalies (v0.7); that no invocation gets two revision-1 summaries; that the
+// totals and followup_interrupted (v0.7) and usage_mismatch (v0.8)
+// anomalies; that no invocation gets two revision-1 summaries; that the
 // latest summaries after the restarts equal those of the same input
 // without restarts; and that state stays within max_open_invocations and
 // max_spans_per_invocation. The byte format is in

@@ -34,6 +34,7 @@ const (
 	factStatusError                          // the span's status is Error
 	factAbandoned                            // invocation.followup.reason is abandoned
 	factInterrupted                          // invocation.followup.reason is interrupted
+	factUsageMismatch                        // invocation.usage.mismatch is true
 	factLinkMalformed                        // a link's invocation.link is malformed
 )
 
@@ -243,6 +244,9 @@ func (r *factReader) end(cfg *ledgerConfig) {
 	}
 	if rf.Interrupted {
 		f.flags |= factInterrupted
+	}
+	if rf.UsageMismatch {
+		f.flags |= factUsageMismatch
 	}
 	if rf.ModelCall {
 		f.flags |= factModelCall

@@ -526,6 +526,11 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 		// notification still starts a continuation is unknown (v0.5).
 		inv.addTaint(contract.ReasonAbandonedFollowup + ":" + name)
 	}
+	if f.has(factUsageMismatch) {
+		// v0.8: the runtime's own usage report of the turn differs from
+		// the wire's count; the count stays the usage.
+		inv.addAnomaly(contract.AnomalyUsageMismatch + ":" + name)
+	}
 
 	expected := 0 // children declared and not arrived: room to reserve
 	if f.children.Declared() {

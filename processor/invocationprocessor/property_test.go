@@ -95,6 +95,7 @@ func (g *graphGen) invocation(name string) *genInv {
 	rootSpan := sp{inv: name, name: "invoke_agent coder", trace: root, id: root, start: 0, end: inv.rootEnd, role: contract.RoleRoot,
 		extra: map[string]any{contract.AttrConversationID: "conv", contract.AttrAgentName: "coder", contract.AttrOperationName: contract.OpInvokeAgent}}
 	rootSpan.children = int64(g.turn(inv, root, root, 1, inv.rootEnd-1, true))
+	g.crossCheck(inv, &rootSpan)
 	inv.add(rootSpan)
 
 	// Resolve followups: continuations (possibly coalescing several jobs,
@@ -356,7 +357,28 @@ func (g *graphGen) continuation(inv *genInv, group []job) {
 		inv.exp.anomalies[contract.AnomalyDuplicateLink+":"+cont.name] = struct{}{}
 	}
 	inv.exp.continuations++
+	g.crossCheck(inv, &cont)
 	inv.add(cont)
+}
+
+// crossCheck is an adapter comparing a turn's wire usage with the
+// runtime's own report (CONTRACT.md v0.8): a quarter of turns disagree
+// and are flagged, another quarter agree and say so.
+func (g *graphGen) crossCheck(inv *genInv, turn *sp) {
+	mismatch := false
+	switch g.r.IntN(4) {
+	case 0:
+		mismatch = true
+		inv.exp.anomalies[contract.AnomalyUsageMismatch+":"+turn.name] = struct{}{}
+	case 1:
+	default:
+		return
+	}
+	extra := map[string]any{contract.AttrUsageMismatch: mismatch}
+	for k, v := range turn.extra {
+		extra[k] = v
+	}
+	turn.extra = extra
 }
 
 func (g *graphGen) followupClosed(inv *genInv, j job) {
