@@ -80,8 +80,10 @@ func (m *mapper) toolResult(b block) {
 // last result (model_usage_since_last_result) with the calls the proxy saw
 // end in it. The proxy's counts are the ones recorded; a difference is a
 // cross-check that failed: it is counted (agentledger.claudecode.usage.
-// mismatches) and recorded on the running turn's invoke_agent span
-// (AttrReportedPrefix), and changes no total.
+// mismatches) and marked on the running turn's invoke_agent span
+// (invocation.usage.mismatch, so the summary carries the anomaly
+// usage_mismatch:<span name>, contract v0.8; the CLI's counts as
+// AttrReportedPrefix attributes), and changes no total.
 func (m *mapper) reconcile(reported *rawUsage) {
 	if reported == nil || m.wire.unknown || m.calls > 0 {
 		// A call without complete usage, or one still in flight (a
@@ -99,6 +101,7 @@ func (m *mapper) reconcile(reported *rawUsage) {
 	}
 	sp := trace.SpanFromContext(m.turn.ctx)
 	sp.SetAttributes(
+		attribute.Bool(contract.AttrUsageMismatch, true),
 		attribute.Int64(AttrReportedPrefix+".input_tokens", reported.Input),
 		attribute.Int64(AttrReportedPrefix+".cache_read_input_tokens", reported.CacheRead),
 		attribute.Int64(AttrReportedPrefix+".cache_creation_input_tokens", reported.CacheCreation),

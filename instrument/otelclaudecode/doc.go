@@ -92,8 +92,10 @@
 // Every result reports the usage of the requests since the previous result
 // (model_usage_since_last_result). The Client compares it with the calls
 // the proxy saw end since then, when none is in flight: a difference is
-// counted (agentledger.claudecode.usage.mismatches) and recorded on the
-// turn's invoke_agent span (AttrReportedPrefix). It changes no total: the
+// counted (agentledger.claudecode.usage.mismatches) and marked on the
+// turn's invoke_agent span (invocation.usage.mismatch, so both halves
+// report the anomaly usage_mismatch:<span name>; the CLI's counts as
+// AttrReportedPrefix attributes). It changes no total: the
 // wire's counts are the ones the invocations carry.
 //
 // after_result, in the summaries, is the usage of the model calls that

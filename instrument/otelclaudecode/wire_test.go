@@ -258,3 +258,32 @@ func TestAttributionAmbiguous(t *testing.T) {
 		r.wantUnattributed(got, UnattributedSelfStarted)
 	})
 }
+
+// TestUsageCrossCheck: a result whose model_usage_since_last_result
+// differs from what the proxy counted marks the turn (usage_mismatch);
+// one that agrees does not. Totals are the wire's either way.
+func TestUsageCrossCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reported string
+		mismatch bool
+	}{
+		{"agrees", `{"m":{"inputTokens":90,"outputTokens":9,"cacheReadInputTokens":0,"cacheCreationInputTokens":0}}`, false},
+		{"differs", `{"m":{"inputTokens":91,"outputTokens":9,"cacheReadInputTokens":0,"cacheCreationInputTokens":0}}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWireRig(t)
+			a := r.register("CHECK")
+			r.call("", []map[string]any{user(text("CHECK"))}, 90, 9)
+			r.line(`{"type":"result","subtype":"success","result":"ok","user_message_uuids":["` + a.uuid + `"],"model_usage_since_last_result":` + tc.reported + `}`)
+			s := r.summary(a.inv.ID())
+			var want []string
+			if tc.mismatch {
+				want = []string{contract.AnomalyUsageMismatch + ":invoke_agent " + DefaultAgent}
+			}
+			if s.Status != contract.StatusFinal || s.Usage.InputTokens != 90 || !slices.Equal(s.Anomalies, want) {
+				t.Errorf("summary %s %v usage %d anomalies %v, want final 90 with %v", s.Status, s.Reasons, s.Usage.InputTokens, s.Anomalies, want)
+			}
+		})
+	}
+}
