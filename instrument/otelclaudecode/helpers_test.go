@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -224,5 +225,15 @@ func checkSummary(t *testing.T, what string, got instrument.Summary, w want) {
 // summary of the sessions; the invocations join the collector comparison.
 func (h *harness) balance(t *testing.T, sessions ...string) {
 	t.Helper()
-	h.track(genaitest.Balance(t, h.router.Answered(), h.p.ledger(), h.p.rec.Ended(), usageSeed, sessions...)...)
+	ids := genaitest.Balance(t, h.router.Answered(), h.p.ledger(), h.p.rec.Ended(), usageSeed, sessions...)
+	h.track(ids...)
+	// The CLI's own reports agree with the wire in every scenario here:
+	// the cross-check (usage_mismatch) must not fire.
+	for _, id := range ids {
+		if s, ok := h.p.ledger().Summary(id); ok && slices.ContainsFunc(s.Anomalies, func(a string) bool {
+			return strings.HasPrefix(a, contract.AnomalyUsageMismatch+":")
+		}) {
+			t.Errorf("invocation %s: anomalies %v: the CLI's usage report disagrees with the wire", id, s.Anomalies)
+		}
+	}
 }
