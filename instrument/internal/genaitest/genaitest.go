@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
@@ -252,5 +253,29 @@ func BenchModes[C any](b *testing.B, newClient func(wrapped bool) C, calls []Ben
 				})
 			}
 		})
+	}
+}
+
+// WantCut checks the span of a call whose streamed response began and
+// broke off: what was billed is unknown, so it carries no usage and no
+// error status (the invocation closes incomplete, usage_missing, never
+// final), is marked closed early, and holds the stream error as its one
+// exception event.
+func WantCut(t testing.TB, s sdktrace.ReadOnlySpan) {
+	t.Helper()
+	a := Attrs(s)
+	WantAbsent(t, a, append([]string{"error.type"}, UsageKeys...)...)
+	WantStr(t, a, "invocation.response.stream_closed_early", "true")
+	if s.Status().Code != codes.Unset {
+		t.Errorf("status = %v, want unset", s.Status())
+	}
+	exceptions := 0
+	for _, ev := range s.Events() {
+		if ev.Name == "exception" {
+			exceptions++
+		}
+	}
+	if exceptions != 1 {
+		t.Errorf("events %v, want one exception: the stream error", s.Events())
 	}
 }
