@@ -51,7 +51,7 @@ type model struct {
 	mu    sync.Mutex
 	calls []call
 	// all are the calls since the model started (reset keeps them).
-	all []call
+	all   []call
 	route func(req) (label string, st scriptedmodel.Step)
 	// arrived is signalled (without blocking) for every request.
 	arrived chan string

@@ -196,8 +196,8 @@ func (w *wireAttributor) attribute(req *http.Request, body []byte) wireproxy.Dec
 			if ctx, _, _ := w.owner(ev); ctx != nil {
 				return w.decision(ctx, nil)
 			}
-			if s := m.sessions.lookup(ev.session); s != nil && s.current != nil {
-				w.taint(s.current.ctx, "no assistant message")
+			if s := m.sessions.lookup(ev.session); s != nil {
+				w.taintOpen(s, "no assistant message")
 			}
 			return w.unattributed(ev.session, UnattributedNoMessage)
 		}
@@ -309,6 +309,36 @@ func (w *wireAttributor) rememberTool(id string, ctx context.Context) {
 		}
 	}
 	w.toolOwner[id] = ctx
+}
+
+// taintOpen keeps every turn of s that may own a request from final:
+// the turns of its open assistant messages, the turn it started by
+// itself that runs, and its prompts whose invocation is open (a retry
+// within a message, a request the event stream has not explained).
+func (w *wireAttributor) taintOpen(s *sessionState, why string) {
+	var done []context.Context
+	taint := func(ctx context.Context) {
+		for _, c := range done {
+			if sameInvocation(c, ctx) {
+				return
+			}
+		}
+		done = append(done, ctx)
+		w.taint(ctx, why)
+	}
+	for _, a := range s.assistants {
+		if !a.ended {
+			taint(a.turn)
+		}
+	}
+	if s.current != nil && !s.current.ended {
+		taint(s.current.ctx)
+	}
+	for _, u := range s.users {
+		if u.owner != nil {
+			taint(u.owner)
+		}
+	}
 }
 
 // taint records, in ctx's invocation, a model call of unknown usage: a
