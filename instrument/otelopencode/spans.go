@@ -121,6 +121,11 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 		return
 	}
 	a.ended = true
+	if tk := info.Tokens; m.wire && !a.claimed && tk != nil && tk.Input+tk.Output+tk.Reasoning+tk.Cache.Read+tk.Cache.Write > 0 {
+		// A model call the proxy did not see: its usage is not on the
+		// wire, so its turn cannot be final.
+		m.taint(a.turn, "model call not seen by the proxy")
+	}
 	if tk := info.Tokens; tk != nil {
 		// OpenCode's input excludes cache reads and writes and its output
 		// excludes reasoning (measured, testdata/README.md); GenAI counts

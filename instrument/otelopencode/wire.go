@@ -344,9 +344,14 @@ func (w *wireAttributor) taintOpen(s *sessionState, why string) {
 // taint records, in ctx's invocation, a model call of unknown usage: a
 // request that may have been its. The invocation then closes incomplete
 // (usage_missing), never final without it.
-func (w *wireAttributor) taint(ctx context.Context, why string) {
+func (w *wireAttributor) taint(ctx context.Context, why string) { w.m.taint(ctx, why) }
+
+// taint is wireAttributor.taint, for the mapper's own use: an assistant
+// message that completed with usage although no request of the proxy
+// claimed it (a provider that does not go through the proxy).
+func (m *mapper) taint(ctx context.Context, why string) {
 	name := contract.OpChat + " ambiguous"
-	_, span := w.m.tracer.Start(ctx, name,
+	_, span := m.tracer.Start(ctx, name,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String(contract.AttrOperationName, contract.OpChat),

@@ -172,3 +172,34 @@ func ambiguousIn(p *pipeline, ctx context.Context) int {
 	}
 	return n
 }
+
+// TestWireUnseenCall: a model call that completes with usage although no
+// request of the proxy claimed it (a provider not pointed at the proxy)
+// keeps its turn from final.
+func TestWireUnseenCall(t *testing.T) {
+	r := newWireRig(t)
+	ctx := r.prompt("ses_a", "msg_1", "hi")
+	done := &rawInfo{ID: "msg_2", SessionID: "ses_a", ParentID: "msg_1", Role: "assistant", ModelID: "m", ProviderID: "p",
+		Tokens: &tokens{Input: 10, Output: 2}}
+	done.Time.Completed = 1
+	r.assistant("ses_a", "msg_2", "msg_1")
+	r.m.handle(event{Type: evMessageUpdated, Properties: eventProperties{Info: done}})
+	if n := ambiguousIn(r.p, ctx); n != 1 {
+		t.Errorf("%d ambiguous calls, want 1", n)
+	}
+	// A claimed one does not.
+	r.assistant("ses_a", "msg_3", "msg_1")
+	d := r.w.attribute(wireReq("ses_a", chatBody), []byte(chatBody))
+	if invocationOf(d.Ctx) != invocationOf(ctx) {
+		t.Fatal("not the prompt's")
+	}
+	claimed := *done
+	claimed.ID = "msg_3"
+	r.m.handle(event{Type: evMessageUpdated, Properties: eventProperties{Info: &claimed}})
+	if n := ambiguousIn(r.p, ctx); n != 1 {
+		t.Errorf("%d ambiguous calls after a claimed one, want 1", n)
+	}
+	if len(spansNamed(r.p, "chat m")) != 0 {
+		t.Error("the events made a model-call span in wire mode")
+	}
+}
