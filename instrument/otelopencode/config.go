@@ -49,6 +49,8 @@ type config struct {
 	maxJobs        int
 	// modelUpstream is WithModelProxy's upstream; "" without the proxy.
 	modelUpstream string
+	// proxyAddr is WithModelProxyAddress's; "" for a free loopback port.
+	proxyAddr string
 }
 
 func newConfig(opts []Option) config {
@@ -223,5 +225,16 @@ func WithMaxJobs(n int) Option {
 func WithModelProxy(upstream string) Option {
 	return optionFunc(func(c *config) {
 		c.modelUpstream = upstream
+	})
+}
+
+// WithModelProxyAddress sets the address the model-wire proxy of
+// WithModelProxy listens on (default 127.0.0.1 and a free port), so that
+// the provider's baseURL in opencode.json can stay the same from one run
+// to the next. Keep it on loopback: the proxy relays the provider's API
+// key. Without WithModelProxy it does nothing.
+func WithModelProxyAddress(addr string) Option {
+	return optionFunc(func(c *config) {
+		c.proxyAddr = addr
 	})
 }

@@ -91,6 +91,14 @@ func TestWithModelProxyValidates(t *testing.T) {
 	if !strings.HasPrefix(c.ModelProxyURL(), "http://127.0.0.1:") {
 		t.Errorf("proxy URL %q", c.ModelProxyURL())
 	}
+	fixed, err := New("http://127.0.0.1:1", nil, WithModelProxy("http://127.0.0.1:9/v1"), WithModelProxyAddress("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = fixed.Shutdown(t.Context()) }()
+	if _, err := New("http://127.0.0.1:1", nil, WithModelProxy("http://127.0.0.1:9/v1"), WithModelProxyAddress("256.0.0.1:x")); err == nil {
+		t.Error("no error for a bad listen address")
+	}
 	plain, err := New("http://127.0.0.1:1", nil)
 	if err != nil {
 		t.Fatal(err)

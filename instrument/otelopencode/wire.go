@@ -388,6 +388,7 @@ func startProxy(cfg config, m *mapper) (*wireproxy.Proxy, error) {
 		Describe:   describeWire,
 		Attribute:  w.attribute,
 		Oversized:  w.oversized,
+		Listen:     cfg.proxyAddr,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("otelopencode: model-wire proxy: %w", err)
