@@ -375,10 +375,9 @@ func startProxy(cfg config, m *mapper) (*wireproxy.Proxy, error) {
 		return nil, fmt.Errorf("otelopencode: WithModelProxy upstream %q is not an http or https URL with a host", cfg.modelUpstream)
 	}
 	mw := genaicall.New(genaicall.Config{
-		TracerProvider:  cfg.tracerProvider,
-		MeterProvider:   cfg.meterProvider,
-		Propagators:     propagation.NewCompositeTextMapPropagator(),
-		CutUsageUnknown: true,
+		TracerProvider: cfg.tracerProvider,
+		MeterProvider:  cfg.meterProvider,
+		Propagators:    propagation.NewCompositeTextMapPropagator(),
 	}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: contract.ProviderOpenAI})
 	w := &wireAttributor{m: m, wait: cfg.syncTimeout, toolOwner: make(map[string]context.Context)}
 	m.wire = true
