@@ -112,7 +112,9 @@
 //     whose provider's baseURL you can set): New starts a loopback
 //     reverse proxy (Client.ModelProxyURL; WithModelProxyAddress fixes
 //     its port) that relays every request unchanged (streaming, headers,
-//     the provider's API key) to the upstream, the provider's real base
+//     the provider's API key; only a streamed chat request that does not
+//     ask for usage is sent asking for it, the usage-only chunk hidden
+//     from OpenCode, as otelopenai does) to the upstream, the provider's real base
 //     URL or a gateway's, and makes one model-call span per request with
 //     the usage of its own response (chat completions and responses, read
 //     as otelopenai reads them; the span's gen_ai.provider.name is

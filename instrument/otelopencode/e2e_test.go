@@ -219,12 +219,13 @@ type server struct {
 // startServer starts opencode serve against a new scripted model and a
 // started Client on a fresh pipeline. It skips (or fails with
 // AGENTLEDGER_E2E=1) when the binary is absent.
-func startServer(t *testing.T) *server { return startServerWith(t, newModel(t), false) }
+func startServer(t *testing.T) *server { return startServerWith(t, newModel(t), false, nil) }
 
-// startServerWith is startServer against model m; with proxy the Client
-// counts the model wire (WithModelProxy) and the provider's baseURL is
-// its proxy, written with WriteProviderConfig.
-func startServerWith(t *testing.T, m *model, proxy bool) *server {
+// startServerWith is startServer against model m and pipeline p (a new
+// one when nil); with proxy the Client counts the model wire
+// (WithModelProxy) and the provider's baseURL is its proxy, written with
+// WriteProviderConfig.
+func startServerWith(t *testing.T, m *model, proxy bool, p *pipeline) *server {
 	t.Helper()
 	bin := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
 	dir := t.TempDir()
@@ -257,7 +258,9 @@ func startServerWith(t *testing.T, m *model, proxy bool) *server {
 		t.Fatal(err)
 	}
 	base := "http://" + addr
-	p := newPipeline(t)
+	if p == nil {
+		p = newPipeline(t)
+	}
 	opts := []Option{WithTracerProvider(p.tp), WithLedger(p.sp.Ledger())}
 	if proxy {
 		opts = append(opts, WithModelProxy(m.srv.URL()+"/v1"))

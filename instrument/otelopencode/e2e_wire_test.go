@@ -1,17 +1,25 @@
 package otelopencode
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/genaitest"
+	"github.com/agentledger/agentledger/internal/testbin"
 	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
@@ -48,7 +56,7 @@ func TestServerModelWire(t *testing.T) {
 	m := newModel(t)
 	m.usage = scriptedUsage
 	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
-	s := startServerWith(t, m, true)
+	s := startServerWith(t, m, true, nil)
 	if s.client.ModelProxyURL() == "" {
 		t.Fatal("no model proxy URL")
 	}
@@ -156,4 +164,97 @@ func wireBalance(t *testing.T, s *server) {
 	}
 	t.Logf("balance over %d sessions and %d requests (%d sessions of the abort scenarios left out)", len(sessions), len(answered), len(excluded))
 	genaitest.Balance(t, answered, s.p.sp.Ledger(), s.p.rec.Ended(), usageSeed, sessions...)
+}
+
+// TestServerModelWireCollector: in model-wire mode, the real collector's
+// closing summary of every invocation (prompts with a tool, a background
+// subagent and a notification during a second prompt, a title request,
+// another client's unattributed turn) equals the ledger's.
+func TestServerModelWireCollector(t *testing.T) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	root, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	addrs, err := testbin.NewCollectorAddrs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	proc, err := testbin.StartCollector(ctx, bin, filepath.Join(root, "collector-config", "local.yaml"), addrs, filepath.Join(dir, "collector.log"))
+	if proc != nil {
+		t.Cleanup(func() {
+			if err := proc.Stop(testbin.StopTimeout); err != nil {
+				t.Logf("stop collector: %v", err)
+			}
+			if t.Failed() {
+				t.Logf("--- collector log, last lines:\n%s", proc.Tail(30))
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := instrument.NewSpanProcessor(sdktrace.NewBatchSpanProcessor(exp))
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	m := newModel(t)
+	m.usage = scriptedUsage
+	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
+	s := startServerWith(t, m, true, &pipeline{tp: tp, rec: rec, sp: sp, tracker: instrument.NewTracker(instrument.WithTracerProvider(tp))})
+	t.Run("foreground bash", func(t *testing.T) { testForegroundBash(t, s) })
+	t.Run("background subagent", func(t *testing.T) { testBackgroundSubagent(t, s) })
+	t.Run("notification during the second prompt", func(t *testing.T) { testNotificationDuringSecondPrompt(t, s) })
+	t.Run("title of an untitled session", func(t *testing.T) { testWireTitle(t, s) })
+	t.Run("prompt from another client", func(t *testing.T) { testOtherClient(t, s) })
+	t.Run("balance", func(t *testing.T) { wireBalance(t, s) })
+
+	local := map[string]instrument.Summary{}
+	for _, sp := range rec.Ended() {
+		if id := attr(sp, contract.AttrInvocationID).AsString(); id != "" && local[id].InvocationID == "" {
+			sum, err := s.client.Wait(ctx, id)
+			if err != nil {
+				t.Fatalf("ledger %s: %v %+v", id, err, sum)
+			}
+			local[id] = sum
+		}
+	}
+	if err := tp.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var closed map[string]testbin.Summary
+	err = testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		sums, err := testbin.ReadSummaries(addrs.TracesFile)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		closed = testbin.Closed(sums)
+		for id := range local {
+			if _, ok := closed[id]; !ok {
+				return false, "no closing summary for " + id, nil
+			}
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, l := range local {
+		r, u := closed[id], l.Usage
+		got := []int64{r.InputTokens, r.OutputTokens, r.CacheReadTokens, r.CacheCreationTokens, r.ReasoningTokens,
+			r.AfterResultInputTokens, r.AfterResultOutputTokens, r.ModelCalls, r.BackgroundJobs, r.Continuations}
+		want := []int64{u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens, u.ReasoningOutputTokens,
+			u.AfterResultInputTokens, u.AfterResultOutputTokens, u.ModelCalls, u.BackgroundJobs, u.Continuations}
+		if fmt.Sprint(got) != fmt.Sprint(want) || r.Status != l.Status {
+			t.Errorf("invocation %s: collector %s %v %v, ledger %s %v %v", id, r.Status, got, r.IncompleteReasons, l.Status, want, l.Reasons)
+		}
+	}
+	t.Logf("%d invocations: the collector's summaries equal the ledger's", len(local))
 }
