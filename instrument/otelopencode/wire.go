@@ -224,18 +224,10 @@ func (w *wireAttributor) owner(ev wireEvidence) (ctx context.Context, reason str
 	if ev.title {
 		return w.titleOwner(s, ev.lastUser)
 	}
-	// The oldest unclaimed assistant message of the session.
-	var oldest string
-	for id, a := range s.assistants {
-		// A message's request comes before its completion can.
-		if !a.claimed && !a.ended && (oldest == "" || id < oldest) {
-			oldest = id
-		}
-	}
-	if oldest == "" {
+	a := s.oldestUnclaimed()
+	if a == nil {
 		return nil, UnattributedNoMessage, true
 	}
-	a := s.assistants[oldest]
 	for _, id := range ev.toolResults {
 		if c, ok := w.toolOwner[id]; ok && !sameInvocation(c, a.turn) {
 			a.claimed = true
@@ -246,6 +238,22 @@ func (w *wireAttributor) owner(ev wireEvidence) (ctx context.Context, reason str
 	}
 	a.claimed = true
 	return a.turn, "", false
+}
+
+// oldestUnclaimed returns the session's oldest assistant message that no
+// request of the proxy has claimed and that has not completed (a
+// message's request comes before its completion can), or nil.
+func (s *sessionState) oldestUnclaimed() *assistantMsg {
+	var oldest string
+	for id, a := range s.assistants {
+		if !a.claimed && !a.ended && (oldest == "" || id < oldest) {
+			oldest = id
+		}
+	}
+	if oldest == "" {
+		return nil
+	}
+	return s.assistants[oldest]
 }
 
 // titleOwner returns the owner of a title request of session s that
@@ -402,12 +410,10 @@ func (w *wireAttributor) oversized(req *http.Request) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.sessions.lookup(req.Header.Get(headerSessionID)); s != nil {
-		for _, a := range s.assistants {
-			if !a.claimed && !a.ended {
-				a.claimed = true
-				w.taint(a.turn, "request over the proxy's body limit")
-				return
-			}
+		if a := s.oldestUnclaimed(); a != nil {
+			a.claimed = true
+			w.taint(a.turn, "request over the proxy's body limit")
+			return
 		}
 	}
 	ctx, inv := m.tracker.StartUnattributed(context.Background(), "opencode", req.Header.Get(headerSessionID), UnattributedNoMessage)

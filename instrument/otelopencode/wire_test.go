@@ -203,3 +203,28 @@ func TestWireUnseenCall(t *testing.T) {
 		t.Error("the events made a model-call span in wire mode")
 	}
 }
+
+// TestWireOversized: a request too long for the proxy to read went
+// upstream uncounted: the turn of the message it was keeps from final,
+// and the next request does not take that message.
+func TestWireOversized(t *testing.T) {
+	r := newWireRig(t)
+	ctx := r.prompt("ses_a", "msg_1", "hi")
+	r.assistant("ses_a", "msg_2", "msg_1")
+	r.w.oversized(wireReq("ses_a", ""))
+	if n := ambiguousIn(r.p, ctx); n != 1 {
+		t.Errorf("%d ambiguous calls, want 1", n)
+	}
+	d := r.w.attribute(wireReq("ses_a", chatBody), []byte(chatBody))
+	d.Done(zeroUsage)
+	if got := r.reasonOf(t, d.Ctx); got != UnattributedNoMessage {
+		t.Errorf("the next request: reason %q, want %s", got, UnattributedNoMessage)
+	}
+	// Of a session nobody tracks: an unattributed invocation that cannot
+	// be final.
+	before := len(spansNamed(r.p, contract.OpChat+" ambiguous"))
+	r.w.oversized(wireReq("ses_other", ""))
+	if n := len(spansNamed(r.p, contract.OpChat+" ambiguous")) - before; n != 1 {
+		t.Errorf("%d ambiguous calls for an untracked session, want 1", n)
+	}
+}
