@@ -74,6 +74,7 @@ func TestServerModelWire(t *testing.T) {
 	t.Run("prompt from another client", func(t *testing.T) { testOtherClient(t, s) })
 	t.Run("prompt abandoned while its turn runs", func(t *testing.T) { testAbandonedPrompt(t, s) })
 	t.Run("title of an untitled session", func(t *testing.T) { testWireTitle(t, s) })
+	t.Run("compaction", func(t *testing.T) { testWireCompaction(t, s) })
 	t.Run("no model call from the events", func(t *testing.T) {
 		for _, sp := range s.p.rec.Ended() {
 			if strings.HasPrefix(sp.Name(), contract.OpChat+" ") && sp.InstrumentationScope().Name == ScopeName &&
@@ -137,7 +138,8 @@ func wireBalance(t *testing.T, s *server) {
 	}
 	for reason, roots := range unattributedRoots(s.p) {
 		for _, r := range roots {
-			if sess := attr(r, contract.AttrConversationID).AsString(); !strings.HasPrefix(sessionTitle(t, s.url, sess), "other client") {
+			sess := attr(r, contract.AttrConversationID).AsString()
+			if title := sessionTitle(t, s.url, sess); !strings.HasPrefix(title, "other client") && title != "compaction" {
 				t.Errorf("turn of session %s (%q) recorded as unattributed (%s)", sess, sessionTitle(t, s.url, sess), reason)
 			}
 		}
