@@ -135,8 +135,12 @@
 //     invocation's while it is open (else an unattributed invocation,
 //     UnattributedEndedTurn). The tool results a request returns name the
 //     request that asked for them: another invocation's is evidence for
-//     two owners. Title requests, subagents' requests and compactions are
-//     counted this way. Fail closed: a request nobody can own (no session
+//     two owners. Title requests and subagents' requests are counted this
+//     way; so is a compaction (POST /session/:id/summarize), as the turn
+//     of the compaction message OpenCode posts, which the Client did not
+//     send: an unattributed invocation (UnattributedOtherPrompt), counted,
+//     never final (OpenCode's automatic compaction inside a prompt's turn
+//     was not tested). Fail closed: a request nobody can own (no session
 //     header, UnattributedNoSession; a session nobody prompted through the
 //     Client, UnattributedOtherPrompt; no message in time,
 //     UnattributedNoMessage) is an unattributed invocation of its own,
