@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
@@ -36,8 +37,10 @@ type Client struct {
 	stream  *eventStream
 	stats   *telemetry
 	ids     idSource
-	// proxy is the model-wire proxy (WithModelProxy), nil without it.
+	// proxy is the model-wire proxy (WithModelProxy), nil without it;
+	// wire makes its model-call spans.
 	proxy *wireproxy.Proxy
+	wire  *genaicall.Middleware
 }
 
 // New returns a Client for the OpenCode server at baseURL (for example
@@ -71,7 +74,7 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 		stats:   stats,
 	}
 	if cfg.modelUpstream != "" {
-		if c.proxy, err = startProxy(cfg, m); err != nil {
+		if c.proxy, c.wire, err = startProxy(cfg, m); err != nil {
 			return nil, err
 		}
 	}
@@ -95,15 +98,18 @@ func (c *Client) ModelProxyURL() string {
 func (c *Client) Start(ctx context.Context) error { return c.stream.start(ctx) }
 
 // Shutdown stops reading the event stream and waits for the goroutine to
-// end, or for ctx, and closes the model-wire proxy, waiting for the
-// requests in flight until ctx is done. Spans still open (jobs running,
-// continuations) stay open: their invocations are not final.
+// end, or for ctx; it closes the model-wire proxy, waiting for the
+// requests in flight until ctx is done, and ends the calls held for a
+// retry. Spans still open (jobs running, continuations) stay open: their
+// invocations are not final.
 func (c *Client) Shutdown(ctx context.Context) error {
 	err := c.stream.shutdown(ctx)
 	if c.proxy != nil {
 		if perr := c.proxy.Close(ctx); perr != nil {
 			err = errors.Join(err, fmt.Errorf("otelopencode: model-wire proxy: %w", perr))
 		}
+		// A call held for a retry that can no longer come ends now.
+		c.wire.EndParked()
 	}
 	return err
 }

@@ -377,10 +377,10 @@ func sameInvocation(a, b context.Context) bool {
 
 // startProxy starts the model-wire proxy of WithModelProxy for m. The
 // proxy adds no header of its own to the requests: no propagation.
-func startProxy(cfg config, m *mapper) (*wireproxy.Proxy, error) {
+func startProxy(cfg config, m *mapper) (*wireproxy.Proxy, *genaicall.Middleware, error) {
 	up, err := url.Parse(cfg.modelUpstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-		return nil, fmt.Errorf("otelopencode: WithModelProxy upstream %q is not an http or https URL with a host", cfg.modelUpstream)
+		return nil, nil, fmt.Errorf("otelopencode: WithModelProxy upstream %q is not an http or https URL with a host", cfg.modelUpstream)
 	}
 	mw := genaicall.New(genaicall.Config{
 		TracerProvider: cfg.tracerProvider,
@@ -398,9 +398,9 @@ func startProxy(cfg config, m *mapper) (*wireproxy.Proxy, error) {
 		Listen:     cfg.proxyAddr,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("otelopencode: model-wire proxy: %w", err)
+		return nil, nil, fmt.Errorf("otelopencode: model-wire proxy: %w", err)
 	}
-	return p, nil
+	return p, mw, nil
 }
 
 // oversized keeps every open turn of the request's session from final: a
