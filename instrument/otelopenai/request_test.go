@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
+	"github.com/agentledger/agentledger/instrument/internal/openaiwire"
 )
 
 // oracleInfo is how the middleware read a request body before it read
@@ -73,6 +74,15 @@ func decodeAny(t *testing.T, b []byte) any {
 	return v
 }
 
+// The endpoints, as the tests name them.
+type operation = openaiwire.Operation
+
+const (
+	opChat       = openaiwire.Chat
+	opResponses  = openaiwire.Responses
+	opEmbeddings = openaiwire.Embeddings
+)
+
 // checkDescribe checks describe against oracleDescribe: the same request
 // attributes, include_usage added to the same bodies, and the body sent
 // means what the old one meant.
@@ -100,7 +110,7 @@ func checkDescribe(t *testing.T, op operation, body []byte) {
 		t.Errorf("describe(%q) = model %q input %q max %v temp %v top_p %v; want %q %q %v %v %v", body,
 			r.Model, r.Input, r.MaxTokens, r.Temperature, r.TopP, want.Model, wantInput, wantMax, want.Temperature, want.TopP)
 	}
-	injected := r.Parser.(parser).injected
+	injected := openaiwire.Injected(r.Parser)
 	if injected != wantInjected || (r.Body != nil) != injected {
 		t.Fatalf("describe(%q): injected %v (body %q), want %v", body, injected, r.Body, wantInjected)
 	}
@@ -109,7 +119,7 @@ func checkDescribe(t *testing.T, op operation, body []byte) {
 	}
 }
 
-func describe(op operation, body []byte) genaicall.Request { return op.describe(body) }
+func describe(op operation, body []byte) genaicall.Request { return op.Describe(body) }
 
 // requestSeeds are request bodies describe is checked on.
 var requestSeeds = []string{
@@ -167,9 +177,9 @@ func TestIncludeUsageSplice(t *testing.T) {
 		{`{"stream":true,"input":"<b>é\u00e9</b>"}`, `{"stream":true,"input":"<b>é\u00e9</b>","stream_options":{"include_usage":true}}`},
 		{`{"stream":true,"Stream_Options":{"include_usage":false}}`, `{"stream":true,"Stream_Options":{"include_usage":false},"stream_options":{"include_usage":true}}`},
 	} {
-		r := opChat.describe([]byte(c.in))
-		if string(r.Body) != c.want || !r.Parser.(parser).injected {
-			t.Errorf("describe(%s) sends %s (injected %v), want %s", c.in, r.Body, r.Parser.(parser).injected, c.want)
+		r := describe(opChat, []byte(c.in))
+		if string(r.Body) != c.want || !openaiwire.Injected(r.Parser) {
+			t.Errorf("describe(%s) sends %s (injected %v), want %s", c.in, r.Body, openaiwire.Injected(r.Parser), c.want)
 		}
 	}
 	// Left as they are: usage asked for, not streamed, not an object
@@ -184,7 +194,7 @@ func TestIncludeUsageSplice(t *testing.T) {
 		`[{"stream":true}]`,
 		`{"stream":true,"messages":"` + strings.Repeat("x", 100) + "\x00\"}",
 	} {
-		if r := opChat.describe([]byte(in)); r.Body != nil || r.Parser.(parser).injected {
+		if r := describe(opChat, []byte(in)); r.Body != nil || openaiwire.Injected(r.Parser) {
 			t.Errorf("describe(%s) sends %s, want the body unchanged", in, r.Body)
 		}
 	}

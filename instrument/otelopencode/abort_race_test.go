@@ -27,7 +27,7 @@ import (
 // returns; the root has ended.
 func bgLaunched(s *script, inv *instrument.Invocation, ctx context.Context) {
 	s.session("ses_A", "")
-	s.m.registerPrompt("ses_A", "msg_01", ctx)
+	s.m.registerPrompt("ses_A", "msg_01", "", ctx)
 	s.user("ses_A", "msg_01")
 	s.launch("ses_A", "msg_02", "msg_01", "ses_C")
 	s.user("ses_C", "msg_03")

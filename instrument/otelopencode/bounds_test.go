@@ -61,7 +61,7 @@ func TestJobsForgottenWhenSettled(t *testing.T) {
 			s.call("ses_C", "msg_04", "msg_03", 30, 3, 0)
 			s.childIdle()
 			ctx2, inv2 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-			s.m.registerPrompt("ses_A", "msg_07", ctx2)
+			s.m.registerPrompt("ses_A", "msg_07", "", ctx2)
 			s.notification("ses_A", "msg_06", "ses_C")
 			s.user("ses_A", "msg_07")
 			s.call("ses_A", "msg_08", "msg_07", 40, 4, 0)
@@ -111,7 +111,7 @@ func TestJobsForgottenWhenSettled(t *testing.T) {
 func launchIn(s *script, p *pipeline, session, child string) *instrument.Invocation {
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "build", session)
 	s.session(session, "")
-	s.m.registerPrompt(session, "msg_01", ctx)
+	s.m.registerPrompt(session, "msg_01", "", ctx)
 	s.user(session, "msg_01")
 	s.launch(session, "msg_02", "msg_01", child)
 	s.idle(session)
@@ -230,7 +230,7 @@ func TestBusySessionStaysSmall(t *testing.T) {
 	for i := range prompts {
 		user, call, tool := fmt.Sprintf("msg_1%03d", 2*i), fmt.Sprintf("msg_1%03d", 2*i+1), fmt.Sprintf("prt_%03d", i)
 		ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-		s.m.registerPrompt("ses_A", user, ctx)
+		s.m.registerPrompt("ses_A", user, "", ctx)
 		s.user("ses_A", user)
 		created := s.now()
 		s.send(`{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":%q,"sessionID":"ses_A","role":"assistant","parentID":%q,"modelID":"m","providerID":"p","time":{"created":%d}}}}`, call, user, created)
@@ -277,7 +277,7 @@ func TestOrphansBounded(t *testing.T) {
 
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
 	s.session("ses_A", "")
-	s.m.registerPrompt("ses_A", "msg_01", ctx)
+	s.m.registerPrompt("ses_A", "msg_01", "", ctx)
 	s.user("ses_A", "msg_01")
 	s.session("ses_C", "ses_A")
 	// The child's model call and a tool part, each updated several times,

@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaicall"
+	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
 // ErrNotStarted is returned by Prompt before Start: without the event
@@ -35,6 +37,10 @@ type Client struct {
 	stream  *eventStream
 	stats   *telemetry
 	ids     idSource
+	// proxy is the model-wire proxy (WithModelProxy), nil without it;
+	// wire makes its model-call spans.
+	proxy *wireproxy.Proxy
+	wire  *genaicall.Middleware
 }
 
 // New returns a Client for the OpenCode server at baseURL (for example
@@ -59,14 +65,29 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 	api := &serverAPI{base: u, hc: hc, propagators: cfg.propagators}
 	stats := newTelemetry(cfg.meterProvider)
 	m := newMapper(tracer, tracker, stats, cfg.maxSessions, cfg.maxJobs)
-	return &Client{
+	c := &Client{
 		cfg:     cfg,
 		api:     api,
 		tracker: tracker,
 		m:       m,
 		stream:  newEventStream(api, m, stats, cfg),
 		stats:   stats,
-	}, nil
+	}
+	if cfg.modelUpstream != "" {
+		if c.proxy, c.wire, err = startProxy(cfg, m); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// ModelProxyURL is the base URL of the model-wire proxy (WithModelProxy),
+// to give the server's provider as its baseURL; "" without the proxy.
+func (c *Client) ModelProxyURL() string {
+	if c.proxy == nil {
+		return ""
+	}
+	return c.proxy.URL()
 }
 
 // Start starts reading the server's event stream (GET /event) in a
@@ -77,9 +98,21 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 func (c *Client) Start(ctx context.Context) error { return c.stream.start(ctx) }
 
 // Shutdown stops reading the event stream and waits for the goroutine to
-// end, or for ctx. Spans still open (jobs running, continuations) stay
-// open: their invocations are not final.
-func (c *Client) Shutdown(ctx context.Context) error { return c.stream.shutdown(ctx) }
+// end, or for ctx; it closes the model-wire proxy, waiting for the
+// requests in flight until ctx is done, and ends the calls held for a
+// retry. Spans still open (jobs running, continuations) stay open: their
+// invocations are not final.
+func (c *Client) Shutdown(ctx context.Context) error {
+	err := c.stream.shutdown(ctx)
+	if c.proxy != nil {
+		if perr := c.proxy.Close(ctx); perr != nil {
+			err = errors.Join(err, fmt.Errorf("otelopencode: model-wire proxy: %w", perr))
+		}
+		// A call held for a retry that can no longer come ends now.
+		c.wire.EndParked()
+	}
+	return err
+}
 
 // started reports whether Start was called.
 func (c *Client) started() bool { return c.stream.started() }

@@ -47,6 +47,10 @@ type config struct {
 	maxBackoff     time.Duration
 	maxSessions    int
 	maxJobs        int
+	// modelUpstream is WithModelProxy's upstream; "" without the proxy.
+	modelUpstream string
+	// proxyAddr is WithModelProxyAddress's; "" for a free loopback port.
+	proxyAddr string
 }
 
 func newConfig(opts []Option) config {
@@ -205,5 +209,32 @@ func WithMaxJobs(n int) Option {
 		if n > 0 {
 			c.maxJobs = n
 		}
+	})
+}
+
+// WithModelProxy makes the Client count the model wire: New starts a
+// model-wire proxy on loopback (Client.ModelProxyURL) that relays every
+// request, unchanged, to upstream, the provider's real base URL (for
+// example https://api.openai.com/v1) or a gateway's, and records each
+// model request as one model-call span with its own response's usage,
+// attributed by what it carries (see the package doc). The server's
+// provider must have the proxy as its baseURL (ProviderConfig,
+// WriteProviderConfig); the Client then makes no model-call spans from
+// the event stream. New returns an error when upstream is not an http or
+// https URL with a host.
+func WithModelProxy(upstream string) Option {
+	return optionFunc(func(c *config) {
+		c.modelUpstream = upstream
+	})
+}
+
+// WithModelProxyAddress sets the address the model-wire proxy of
+// WithModelProxy listens on (default 127.0.0.1 and a free port), so that
+// the provider's baseURL in opencode.json can stay the same from one run
+// to the next. Keep it on loopback: the proxy relays the provider's API
+// key. Without WithModelProxy it does nothing.
+func WithModelProxyAddress(addr string) Option {
+	return optionFunc(func(c *config) {
+		c.proxyAddr = addr
 	})
 }

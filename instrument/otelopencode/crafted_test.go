@@ -104,7 +104,7 @@ func TestConsumedByAnotherInvocation(t *testing.T) {
 	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	s.m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.m.registerPrompt("ses_A", "msg_01", "", ctx1)
 	s.user("ses_A", "msg_01")
 	s.launch("ses_A", "msg_02", "msg_01", "ses_C")
 	s.call("ses_A", "msg_03", "msg_01", 20, 2, 0)
@@ -120,7 +120,7 @@ func TestConsumedByAnotherInvocation(t *testing.T) {
 	// before the session's loop picks the notification up: the turn
 	// answers the newest user message, the prompt.
 	ctx2, inv2 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	s.m.registerPrompt("ses_A", "msg_07", ctx2)
+	s.m.registerPrompt("ses_A", "msg_07", "", ctx2)
 	s.notification("ses_A", "msg_06", "ses_C")
 	s.user("ses_A", "msg_07")
 	s.call("ses_A", "msg_08", "msg_07", 40, 4, 0)
@@ -170,7 +170,7 @@ func TestSessionDeletedWhileJobRuns(t *testing.T) {
 	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	s.m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.m.registerPrompt("ses_A", "msg_01", "", ctx1)
 	s.user("ses_A", "msg_01")
 	s.launch("ses_A", "msg_02", "msg_01", "ses_C")
 	s.call("ses_A", "msg_03", "msg_01", 20, 2, 0)
@@ -202,7 +202,7 @@ func TestSessionDeletedEndsAsyncPrompt(t *testing.T) {
 	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	s.m.registerAsync("ses_A", "msg_01", ctx, func() { inv.End() })
+	s.m.registerAsync("ses_A", "msg_01", "", ctx, func() { inv.End() })
 	s.user("ses_A", "msg_01")
 	s.assistantStart("ses_A", "msg_02", "msg_01")
 	s.send(`{"type":"session.deleted","properties":{"info":{"id":"ses_A"}}}`)
@@ -233,7 +233,7 @@ func (s *script) foregroundTask(session, msg, id, child, status string) {
 // with a second call; the root ends.
 func foregroundPrompt(s *script, p *pipeline, user, tool, childUser string, childIn int64) *instrument.Invocation {
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	s.m.registerPrompt("ses_A", user, ctx)
+	s.m.registerPrompt("ses_A", user, "", ctx)
 	s.user("ses_A", user)
 	created := s.assistantStart("ses_A", user+"_a1", user)
 	s.foregroundTask("ses_A", user+"_a1", tool, "ses_C", "running")
@@ -298,7 +298,7 @@ func TestReplayedEventsChangeNothing(t *testing.T) {
 		if known && ev.Type == evMessageUpdated && ev.Properties.Info.Role == "user" && prompt == "" {
 			prompt = ev.Properties.Info.ID
 			ctx, inv := p.tracker.StartInvocation(context.Background(), "build", ev.Properties.Info.SessionID)
-			m.registerPrompt(ev.Properties.Info.SessionID, prompt, ctx)
+			m.registerPrompt(ev.Properties.Info.SessionID, prompt, "", ctx)
 			defer inv.End()
 		}
 	}
@@ -326,7 +326,7 @@ func TestBackgroundShell(t *testing.T) {
 	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	s.m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.m.registerPrompt("ses_A", "msg_01", "", ctx1)
 	s.user("ses_A", "msg_01")
 	created := s.now()
 	s.send(`{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_02","sessionID":"ses_A","role":"assistant","parentID":"msg_01","modelID":"m","providerID":"p","time":{"created":%d}}}}`, created)
@@ -365,7 +365,7 @@ func TestSessionEviction(t *testing.T) {
 	s := &script{t: t, m: m, ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	m.registerPrompt("ses_A", "msg_01", ctx1)
+	m.registerPrompt("ses_A", "msg_01", "", ctx1)
 	s.user("ses_A", "msg_01")
 	s.launch("ses_A", "msg_02", "msg_01", "ses_C")
 	s.idle("ses_A")

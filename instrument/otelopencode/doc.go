@@ -7,7 +7,9 @@
 // is back. From the event stream (GET /event) it makes:
 //
 //   - a model-call span "chat {model}" per assistant message (OpenCode
-//     makes one per model request), with gen_ai.usage.* in the GenAI
+//     makes one per model request; with WithModelProxy the proxy makes
+//     it from the request instead, see "Two ways of counting" below),
+//     with gen_ai.usage.* in the GenAI
 //     semantic-convention sense: OpenCode's tokens.input excludes cache
 //     reads and writes and its tokens.output excludes reasoning (measured
 //     on opencode 1.18.33, see testdata/README.md), so input_tokens is
@@ -95,7 +97,62 @@
 // Users of another client of the server, such as the generated Go SDK,
 // route its requests through Client.Transport: every POST
 // /session/:id/message it sends then becomes an invocation as with
-// Client.Prompt (prompt_async through the Transport is not recorded). Model
-// calls OpenCode makes without reporting them in events (the title of an
-// untitled session) cannot be recorded.
+// Client.Prompt (prompt_async through the Transport is not recorded).
+//
+// # Two ways of counting
+//
+// A Client counts the model calls in one of two modes, never both:
+//
+//   - From the events (the default: a server the Client only attaches
+//     to): one model-call span per assistant message, with the usage
+//     OpenCode reports for it. Model calls OpenCode makes without
+//     reporting them in events (the title of an untitled session: give
+//     sessions a title) cannot be recorded.
+//   - From the model wire (WithModelProxy: a server you start, or one
+//     whose provider's baseURL you can set): New starts a loopback
+//     reverse proxy (Client.ModelProxyURL; WithModelProxyAddress fixes
+//     its port) that relays every request unchanged (streaming, headers,
+//     the provider's API key; only a streamed chat request that does not
+//     ask for usage is sent asking for it, the usage-only chunk hidden
+//     from OpenCode, as otelopenai does) to the upstream, the provider's real base
+//     URL or a gateway's, and makes one model-call span per request with
+//     the usage of its own response (chat completions and responses, read
+//     as otelopenai reads them; the span's gen_ai.provider.name is
+//     openai, the API's shape). ProviderConfig and WriteProviderConfig set
+//     provider.<id>.options.baseURL in opencode.json to the proxy; OpenCode
+//     reads it when the server starts. The events then make no model-call
+//     spans: they still make the invocations, turns, tools, jobs and
+//     continuations the requests are attributed to. A request is
+//     attributed by what it carries: OpenCode's X-Session-Id header names
+//     its session, and it is the model call of the session's oldest open
+//     assistant message no request has claimed (OpenCode runs one turn of
+//     a session at a time and creates the message before the request; the
+//     proxy waits up to WithSyncTimeout for the event stream to show it),
+//     so it belongs to the turn the message is in: the prompt's root, a
+//     continuation, a subagent's job or task call (a child session), an
+//     unattributed turn. A request of OpenCode's title agent carries the
+//     text of the session's first prompt and is that prompt's
+//     invocation's while it is open (else an unattributed invocation,
+//     UnattributedEndedTurn). The tool results a request returns name the
+//     request that asked for them: another invocation's is evidence for
+//     two owners. Title requests and subagents' requests are counted this
+//     way; so is a compaction (POST /session/:id/summarize), as the turn
+//     of the compaction message OpenCode posts, which the Client did not
+//     send: an unattributed invocation (UnattributedOtherPrompt), counted,
+//     never final (OpenCode's automatic compaction inside a prompt's turn
+//     was not tested). Fail closed: a request nobody can own (no session
+//     header, UnattributedNoSession; a session nobody prompted through the
+//     Client, UnattributedOtherPrompt; no message in time,
+//     UnattributedNoMessage) is an unattributed invocation of its own,
+//     never dropped; when the evidence names two owners
+//     (UnattributedAmbiguous), or no message came in time, each candidate
+//     turn gets a usage-less "chat ambiguous" span (AttrAmbiguous) and
+//     cannot be final; so does the turn of an assistant message that
+//     completes with usage although no request claimed it (a provider not
+//     pointed at the proxy). Requests on other paths (Anthropic's
+//     /v1/messages, model lists) pass through uncounted; a body over
+//     wireproxy's limit (64 MiB) passes through uncounted and keeps its
+//     session's open turn from final. In this mode after_result is decided
+//     by the model-call span's own time (the request's), not OpenCode's
+//     message time.
 package otelopencode // import "github.com/agentledger/agentledger/instrument/otelopencode"

@@ -38,6 +38,9 @@ type call struct {
 	seq   int
 	label string
 	usage scriptedmodel.Usage
+	// session and parent are OpenCode's X-Session-Id and
+	// X-Parent-Session-Id headers of the request.
+	session, parent string
 }
 
 // model is a scripted model server whose answers a test routes by the
@@ -50,6 +53,8 @@ type model struct {
 	// mu guards calls and route.
 	mu    sync.Mutex
 	calls []call
+	// all are the calls since the model started (reset keeps them).
+	all   []call
 	route func(req) (label string, st scriptedmodel.Step)
 	// arrived is signalled (without blocking) for every request.
 	arrived chan string
@@ -57,6 +62,9 @@ type model struct {
 	// holds (a failed test must not leave the server waiting).
 	stop     chan struct{}
 	stopOnce sync.Once
+	// usage, when set, is the usage of the n-th request (set before the
+	// first request).
+	usage func(seq int) scriptedmodel.Usage
 }
 
 // release lets every held request go.
@@ -109,8 +117,13 @@ func (m *model) respond(r scriptedmodel.Request) scriptedmodel.Step {
 		OutputTokens:    100 + n,
 		ReasoningTokens: 5,
 	}
+	if m.usage != nil {
+		st.Usage = m.usage(n)
+	}
 	m.mu.Lock()
-	m.calls = append(m.calls, call{seq: n, label: label, usage: st.Usage})
+	c := call{seq: n, label: label, usage: st.Usage, session: r.Header.Get(headerSessionID), parent: r.Header.Get(headerParentSessionID)}
+	m.calls = append(m.calls, c)
+	m.all = append(m.all, c)
 	m.mu.Unlock()
 	select {
 	case m.arrived <- label:
@@ -199,15 +212,22 @@ type server struct {
 	client *Client
 	p      *pipeline
 	model  *model
+	// wire is set when the Client counts the model wire (WithModelProxy).
+	wire bool
 }
 
 // startServer starts opencode serve against a new scripted model and a
 // started Client on a fresh pipeline. It skips (or fails with
 // AGENTLEDGER_E2E=1) when the binary is absent.
-func startServer(t *testing.T) *server {
+func startServer(t *testing.T) *server { return startServerWith(t, newModel(t), false, nil) }
+
+// startServerWith is startServer against model m and pipeline p (a new
+// one when nil); with proxy the Client counts the model wire
+// (WithModelProxy) and the provider's baseURL is its proxy, written with
+// WriteProviderConfig.
+func startServerWith(t *testing.T, m *model, proxy bool, p *pipeline) *server {
 	t.Helper()
 	bin := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
-	m := newModel(t)
 	dir := t.TempDir()
 	for _, d := range []string{"home", "config/opencode", "data", "cache", "state", "project"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -229,8 +249,30 @@ func startServer(t *testing.T) *server {
 		"small_model": "scripted/scripted-model",
 	}
 	raw, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "config/opencode/opencode.json"), raw, 0o644); err != nil {
+	cfgPath := filepath.Join(dir, "config/opencode/opencode.json")
+	if err := os.WriteFile(cfgPath, raw, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	addr, err := testbin.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + addr
+	if p == nil {
+		p = newPipeline(t)
+	}
+	opts := []Option{WithTracerProvider(p.tp), WithLedger(p.sp.Ledger())}
+	if proxy {
+		opts = append(opts, WithModelProxy(m.srv.URL()+"/v1"))
+	}
+	c, err := New(base, &http.Client{}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proxy {
+		if err := WriteProviderConfig(cfgPath, "scripted", c.ModelProxyURL()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	skipPluginInstall(t, filepath.Join(dir, "config/opencode"))
 	env := []string{
@@ -246,10 +288,6 @@ func startServer(t *testing.T) *server {
 		"OPENCODE_DISABLE_DEFAULT_PLUGINS=1",
 		"OPENCODE_PURE=1",
 		"OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1",
-	}
-	addr, err := testbin.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
 	}
 	proc, err := testbin.Start("opencode", filepath.Join(dir, "opencode.log"), filepath.Join(dir, "project"), env, bin,
 		"serve", "--hostname", "127.0.0.1", "--port", testbin.Port(addr), "--print-logs")
@@ -268,15 +306,9 @@ func startServer(t *testing.T) *server {
 			t.Logf("--- opencode log (%s), last lines:\n%s", proc.LogPath, proc.Tail(40))
 		}
 	})
-	base := "http://" + addr
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if err := testbin.WaitReady(ctx, proc, base+"/global/health"); err != nil {
-		t.Fatal(err)
-	}
-	p := newPipeline(t)
-	c, err := New(base, &http.Client{}, WithTracerProvider(p.tp), WithLedger(p.sp.Ledger()))
-	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Start(ctx); err != nil {
@@ -289,7 +321,7 @@ func startServer(t *testing.T) *server {
 			t.Errorf("client shutdown: %v", err)
 		}
 	})
-	return &server{url: base, client: c, p: p, model: m}
+	return &server{url: base, client: c, p: p, model: m, wire: proxy}
 }
 
 // skipPluginInstall makes OpenCode's config directory look as if its
@@ -1009,7 +1041,13 @@ func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
 		t.Errorf("summary %+v; %d continuation spans", sum.Usage, conts)
 	}
 	want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
-	checkUsage(t, "invocation vs OpenCode's records", sum, want)
+	if s.wire {
+		// The wire counts what reached OpenCode, also of a call the abort
+		// cut after its answer was in, which OpenCode does not record.
+		checkBetween(t, sum, want, s.model.sum("launch", "after-launch", "child", "continuation"))
+	} else {
+		checkUsage(t, "invocation vs OpenCode's records", sum, want)
+	}
 	if st, _ := s.client.Session(sess); st.OwesWork {
 		t.Errorf("session owes work: %+v", st)
 	}

@@ -75,3 +75,29 @@ func ExampleClient_Transport() {
 	defer resp.Body.Close()
 	fmt.Println(resp.Header.Get(otelopencode.HeaderInvocationID))
 }
+
+// Counting the model wire: the Client's proxy sits between OpenCode and
+// the provider's real endpoint (or a gateway), and the provider's
+// baseURL in opencode.json points at it before the server starts.
+func ExampleWithModelProxy() {
+	exporter := tracetest.NewInMemoryExporter()
+	sp := instrument.NewSpanProcessor(sdktrace.NewBatchSpanProcessor(exporter))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+
+	client, err := otelopencode.New("http://127.0.0.1:4096", &http.Client{},
+		otelopencode.WithModelProxy("https://api.openai.com/v1"), // or a gateway's base URL
+		otelopencode.WithModelProxyAddress("127.0.0.1:4097"),     // a fixed port keeps the config stable
+		otelopencode.WithTracerProvider(tp), otelopencode.WithLedger(sp.Ledger()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// provider.openai.options.baseURL = the proxy; the API key stays where
+	// OpenCode reads it, and the proxy passes it through.
+	if err := otelopencode.WriteProviderConfig("opencode.json", "openai", client.ModelProxyURL()); err != nil {
+		log.Fatal(err)
+	}
+	// Now start `opencode serve` in that directory, then client.Start and
+	// prompt as in the Client.Prompt example: every model request is one
+	// model-call span with its response's usage.
+}

@@ -29,10 +29,18 @@ type mapper struct {
 	// seen is closed and replaced whenever a message completes, for
 	// completed.
 	seen chan struct{}
+	// wire is set when the model-wire proxy counts the model calls
+	// (WithModelProxy): assistant messages then make no model-call spans,
+	// only the turn contexts the proxy's requests are attributed to.
+	wire bool
+	// started is closed and replaced whenever an assistant message is
+	// first seen, for the proxy's requests that wait for theirs.
+	started chan struct{}
 }
 
 func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, stats *telemetry, maxSessions, maxJobs int) *mapper {
 	return &mapper{
+		started:  make(chan struct{}),
 		tracer:   tracer,
 		tracker:  tracker,
 		stats:    stats,
@@ -87,22 +95,23 @@ func (m *mapper) handle(ev event) {
 	}
 }
 
-// registerPrompt records that user message msgID of session is the prompt
-// of the invocation whose root context is ctx.
-func (m *mapper) registerPrompt(session, msgID string, ctx context.Context) {
-	m.registerAsync(session, msgID, ctx, nil)
+// registerPrompt records that user message msgID of session, whose text
+// parts are text, is the prompt of the invocation whose root context is
+// ctx.
+func (m *mapper) registerPrompt(session, msgID, text string, ctx context.Context) {
+	m.registerAsync(session, msgID, text, ctx, nil)
 }
 
 // registerAsync is registerPrompt for a prompt whose answer does not come
 // back with the request (prompt_async): finish is called, with the
 // mapper's lock held, at the session's first idle after a turn answered
 // the prompt (or a later user message), and must end the root.
-func (m *mapper) registerAsync(session, msgID string, ctx context.Context, finish func()) {
+func (m *mapper) registerAsync(session, msgID, text string, ctx context.Context, finish func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sessions.use(session)
 	s.tracked = true
-	s.users[msgID] = &userMsg{owner: ctx, sent: true, finish: finish}
+	s.users[msgID] = &userMsg{owner: ctx, sent: true, finish: finish, text: text}
 	s.maxMsg = max(s.maxMsg, msgID)
 }
 

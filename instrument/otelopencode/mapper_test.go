@@ -138,7 +138,7 @@ func replayFiltered(t *testing.T, p *pipeline, name string, keep func(event) boo
 				}
 				if !known {
 					ctx, inv := p.tracker.StartInvocation(context.Background(), "build", info.SessionID)
-					m.registerPrompt(info.SessionID, info.ID, ctx)
+					m.registerPrompt(info.SessionID, info.ID, "", ctx)
 					r := &replayed{msgID: info.ID, inv: inv}
 					prompts = append(prompts, r)
 					open[info.SessionID] = append(open[info.SessionID], r)

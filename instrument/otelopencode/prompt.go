@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http/httptrace"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -105,7 +106,7 @@ func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (str
 		agent = p.Agent
 	}
 	rctx, inv := c.tracker.StartInvocation(ctx, agent, session)
-	c.m.registerAsync(session, msgID, rctx, func() { inv.End() })
+	c.m.registerAsync(session, msgID, promptText(body["parts"]), rctx, func() { inv.End() })
 	var probe sendProbe
 	err := probe.send(rctx, func(ctx context.Context) error {
 		return c.api.postJSON(ctx, "/session/"+url.PathEscape(session)+"/prompt_async", body, nil)
@@ -170,7 +171,7 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 		return "", fmt.Errorf("otelopencode: %w", err)
 	}
 	ctx, inv := c.tracker.StartInvocation(ctx, agent, session)
-	c.m.registerPrompt(session, msgID, ctx)
+	c.m.registerPrompt(session, msgID, promptText(fields["parts"]), ctx)
 	var answer []byte
 	var probe sendProbe
 	err = probe.send(ctx, func(ctx context.Context) (err error) {
@@ -282,4 +283,26 @@ func (p *sendProbe) turnMayRun(err error) bool {
 	}
 	var op *net.OpError
 	return !errors.As(err, &op) || op.Op != "dial"
+}
+
+// promptText returns the text of a prompt's text parts (parts as sent:
+// decoded or raw JSON), joined by newlines, as OpenCode sends them to the
+// model.
+func promptText(parts any) string {
+	raw, ok := parts.(json.RawMessage)
+	if !ok {
+		raw, _ = json.Marshal(parts)
+	}
+	var ps []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(raw, &ps)
+	var texts []string
+	for _, p := range ps {
+		if p.Type == "text" {
+			texts = append(texts, p.Text)
+		}
+	}
+	return strings.Join(texts, "\n")
 }

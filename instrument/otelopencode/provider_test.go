@@ -59,7 +59,7 @@ func TestProviderOnAgentSpans(t *testing.T) {
 	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
 	s.session("ses_A", "")
 	ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
-	s.m.registerPrompt("ses_A", "msg_01", ctx1)
+	s.m.registerPrompt("ses_A", "msg_01", "", ctx1)
 	s.user("ses_A", "msg_01")
 	created := s.now()
 	s.send(`{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_02","sessionID":"ses_A","role":"assistant","parentID":"msg_01","modelID":"m","providerID":"amazon-bedrock","agent":"build","time":{"created":%d}}}}`, created)

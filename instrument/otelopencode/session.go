@@ -83,6 +83,9 @@ type userMsg struct {
 	turnEnded bool
 	// provider is the gen_ai.provider.name set on the prompt's root.
 	provider string
+	// text is the text of a prompt the Client sent, which a title request
+	// of the model wire carries.
+	text string
 }
 
 // assistantMsg is an assistant message: one model call and its span.
@@ -92,6 +95,9 @@ type assistantMsg struct {
 	turn  context.Context
 	span  trace.Span
 	ended bool
+	// claimed is set once a request of the model-wire proxy was
+	// attributed to the message (WithModelProxy).
+	claimed bool
 }
 
 // toolPart is a tool call (a tool part of an assistant message) and its

@@ -1,6 +1,7 @@
 package otelopencode
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -31,6 +32,10 @@ const (
 	// (gcp.vertex_ai), else the id itself.
 	AttrProviderID = "opencode.provider.id"
 )
+
+// noopSpan stands for the model-call span of an assistant message when
+// the model-wire proxy makes it.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 // errAborted is recorded on spans of work an abort cancelled.
 var errAborted = errors.New("opencode: aborted")
@@ -94,11 +99,20 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 		if t := msTime(info.Time.Created); !t.IsZero() {
 			opts = append(opts, trace.WithTimestamp(t))
 		}
-		_, span := m.tracer.Start(ctx, contract.OpChat+" "+model, opts...)
-		// A call the sampler dropped is declared (contract v0.6 rule 3).
-		instrument.NoteUnrecorded(ctx, span, contract.OpChat+" "+model)
+		var span trace.Span
+		if m.wire {
+			// The proxy makes the model call's span from the request; the
+			// message only says which turn it is in.
+			span = noopSpan
+		} else {
+			_, span = m.tracer.Start(ctx, contract.OpChat+" "+model, opts...)
+			// A call the sampler dropped is declared (contract v0.6 rule 3).
+			instrument.NoteUnrecorded(ctx, span, contract.OpChat+" "+model)
+		}
 		a = &assistantMsg{turn: ctx, span: span}
 		s.assistants[info.ID] = a
+		close(m.started)
+		m.started = make(chan struct{})
 	}
 	if a.span == nil || a.ended {
 		return
@@ -107,6 +121,11 @@ func (m *mapper) assistant(s *sessionState, info rawInfo) {
 		return
 	}
 	a.ended = true
+	if tk := info.Tokens; m.wire && !a.claimed && tk != nil && tk.Input+tk.Output+tk.Reasoning+tk.Cache.Read+tk.Cache.Write > 0 {
+		// A model call the proxy did not see: its usage is not on the
+		// wire, so its turn cannot be final.
+		m.taint(a.turn, "model call not seen by the proxy")
+	}
 	if tk := info.Tokens; tk != nil {
 		// OpenCode's input excludes cache reads and writes and its output
 		// excludes reasoning (measured, testdata/README.md); GenAI counts

@@ -260,7 +260,7 @@ func FuzzEvents(f *testing.F) {
 		var invs []*instrument.Invocation
 		prompt := func(session, msgID string) {
 			ctx, inv := p.tracker.StartInvocation(context.Background(), "build", session)
-			m.registerPrompt(session, msgID, ctx)
+			m.registerPrompt(session, msgID, "", ctx)
 			invs = append(invs, inv)
 		}
 		prompt("s", "u")

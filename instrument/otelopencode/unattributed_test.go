@@ -71,7 +71,7 @@ func noUnattributed(t *testing.T, p *pipeline) {
 func promptDoneIn(s *script, p *pipeline, session string) *instrument.Invocation {
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "build", session)
 	s.session(session, "")
-	s.m.registerPrompt(session, "msg_01", ctx)
+	s.m.registerPrompt(session, "msg_01", "", ctx)
 	s.user(session, "msg_01")
 	s.call(session, "msg_02", "msg_01", 10, 1, 0)
 	s.idle(session)

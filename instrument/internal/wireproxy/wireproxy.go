@@ -229,9 +229,16 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	w := &watch{Parser: info.Parser, onTool: d.OnTool}
 	info.Parser = w
 	inbound := req.Context()
-	req = req.WithContext(d.Ctx)
+	// The call's context has d.Ctx's span and values and is done when the
+	// runtime's request is (the handler cancels it when it returns): a
+	// failed attempt, which genaicall parks for a retry, then ends shortly
+	// after the runtime gave the request up (genaicall.ContextGrace), not
+	// at the retry window's end, which would keep its invocation open.
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(d.Ctx))
+	context.AfterFunc(inbound, cancel)
+	req = req.WithContext(callCtx)
 	send := func(r *http.Request) (*http.Response, error) {
-		// The span starts in d.Ctx, but the request upstream lives exactly
+		// The span starts in callCtx, but the request upstream lives exactly
 		// as long as the runtime's: it ends when the runtime hangs up or
 		// Close cuts it, and at the latest when the handler returns, never
 		// because d.Ctx is done (a caller that stopped waiting for its

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1204,5 +1205,93 @@ func TestOwnerContextDoesNotCancel(t *testing.T) {
 	}
 	if d := h.waitDone(t); d.usage.Output == nil {
 		t.Errorf("Done got no usage: %+v", d.usage)
+	}
+}
+
+// fakeTimers records the timers genaicall schedules, to fire them by hand.
+type fakeTimers struct {
+	mu     sync.Mutex
+	timers []fakeTimer
+}
+
+type fakeTimer struct {
+	d time.Duration
+	f func()
+}
+
+type stopper struct{}
+
+func (stopper) Stop() bool { return true }
+
+func (ft *fakeTimers) afterFunc(d time.Duration, f func()) genaicall.Stopper {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	ft.timers = append(ft.timers, fakeTimer{d, f})
+	return stopper{}
+}
+
+// fire runs the timers of duration d scheduled so far and reports how
+// many there were.
+func (ft *fakeTimers) fire(d time.Duration) int {
+	ft.mu.Lock()
+	var fs []func()
+	for _, t := range ft.timers {
+		if t.d == d {
+			fs = append(fs, t.f)
+		}
+	}
+	ft.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+	return len(fs)
+}
+
+// TestFailedCallEndsAfterTheRuntime: a call whose upstream failed is
+// parked for a retry until shortly after the runtime's request ended
+// (genaicall.ContextGrace), not until the retry window's end, although
+// the Decision's context never ends.
+func TestFailedCallEndsAfterTheRuntime(t *testing.T) {
+	var ft fakeTimers
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	mw := genaicall.New(genaicall.Config{
+		TracerProvider: tp,
+		Propagators:    propagation.NewCompositeTextMapPropagator(),
+		AfterFunc:      ft.afterFunc,
+	}.WithDefaults(), genaicall.Scope{Name: "test", Version: "0", Provider: "anthropic"})
+	defer mw.EndParked()
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "turn")
+	defer parent.End()
+	u, _ := url.Parse("http://" + closedAddr(t))
+	p, err := Start(Config{Upstream: u, Middleware: mw, Describe: describe,
+		Attribute: func(*http.Request, []byte) Decision { return Decision{Ctx: ctx} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close(context.Background()) }()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	res, err := client.Post(p.URL()+"/v1/messages", "application/json", bytes.NewReader(messages(false, "hi")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("%d spans ended before any timer", n)
+	}
+	// The handler has returned once the runtime read the answer; the
+	// grace timer is scheduled when its context is done.
+	deadline := time.Now().Add(10 * time.Second)
+	for ft.fire(genaicall.ContextGrace) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no grace timer after the runtime's request ended: the call waits for the retry window")
+		}
+		runtime.Gosched()
+	}
+	if n := len(rec.Ended()); n != 1 {
+		t.Errorf("%d spans ended after the grace, want the call's", n)
 	}
 }
