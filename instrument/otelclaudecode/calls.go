@@ -32,7 +32,7 @@ type tool struct {
 // before the CLI printed it), else that of the subagent's Agent tool use
 // (parent) or of the running turn; nil when none is known.
 func (m *mapper) toolCtx(parent, id string) context.Context {
-	if ctx, ok := m.toolOwner[id]; ok {
+	if ctx, ok := m.toolOwners.Owner(id); ok {
 		return ctx
 	}
 	if t, ok := m.tools[parent]; ok && parent != "" {

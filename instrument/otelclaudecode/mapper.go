@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
 // Attributes this package adds besides the contract's and GenAI's.
@@ -69,12 +70,10 @@ type mapper struct {
 	turn *turn
 	// calls counts the model requests in flight through the proxy.
 	calls int
-	// toolOwner is the context of the model call whose response asked for
-	// each tool use (by id), toolOrder the ids oldest first (bounded by
-	// maxToolOwners): the request returning a tool's result is that
+	// tools' owners: the context of the model call whose response asked
+	// for each tool use; the request returning a tool's result is that
 	// call's owner's.
-	toolOwner map[string]context.Context
-	toolOrder []string
+	toolOwners *wireproxy.ToolOwners
 	// syncStream, when set, waits until every line the CLI printed so far
 	// has been handled; false when it could not tell.
 	syncStream func() bool
@@ -82,7 +81,7 @@ type mapper struct {
 	seq int
 	// unknownTasks are the task ids requests named (a subagent's header,
 	// a notification) before the stream said the task started, oldest
-	// first in unknownOrder (bounded by maxToolOwners).
+	// first in unknownOrder (bounded by wireproxy.DefaultMaxTools).
 	unknownTasks map[string]struct{}
 	unknownOrder []string
 	// tools are the tool uses of the turns since the last result, and the
@@ -133,7 +132,7 @@ func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session 
 		agent:        agent,
 		session:      session,
 		prompts:      make(map[string]*prompt),
-		toolOwner:    make(map[string]context.Context),
+		toolOwners:   wireproxy.NewToolOwners(0),
 		unknownTasks: make(map[string]struct{}),
 		tools:        make(map[string]*tool),
 		jobs:         make(map[string]*job),

@@ -8,9 +8,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/anthropicwire"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
@@ -56,10 +54,6 @@ const UnattributedAmbiguous = "ambiguous"
 // headerAgentID is the header the CLI sends on a subagent's requests: the
 // subagent's task id.
 const headerAgentID = "X-Claude-Code-Agent-Id"
-
-// maxToolOwners bounds the tool use ids remembered for attribution; the
-// oldest are forgotten first.
-const maxToolOwners = 4096
 
 // evidence is what a request's last user turn carries.
 type evidence struct {
@@ -184,7 +178,7 @@ func (m *mapper) decision(ctx context.Context, end func()) wireproxy.Decision {
 		OnTool: func(id string) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			m.rememberTool(id, ctx)
+			m.toolOwners.Remember(id, ctx)
 		},
 		Done: func(u genaicall.Usage) {
 			m.mu.Lock()
@@ -206,21 +200,10 @@ func (m *mapper) unknownTask(id string) {
 	}
 	m.unknownTasks[id] = struct{}{}
 	m.unknownOrder = append(m.unknownOrder, id)
-	if len(m.unknownOrder) > maxToolOwners {
+	if len(m.unknownOrder) > wireproxy.DefaultMaxTools {
 		delete(m.unknownTasks, m.unknownOrder[0])
 		m.unknownOrder = m.unknownOrder[1:]
 	}
-}
-
-func (m *mapper) rememberTool(id string, ctx context.Context) {
-	if _, ok := m.toolOwner[id]; !ok {
-		m.toolOrder = append(m.toolOrder, id)
-		if len(m.toolOrder) > maxToolOwners {
-			delete(m.toolOwner, m.toolOrder[0])
-			m.toolOrder = m.toolOrder[1:]
-		}
-	}
-	m.toolOwner[id] = ctx
 }
 
 // owner returns the context a request's call starts in, or nil and the
@@ -265,11 +248,11 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 	if len(ev.toolResults) > 0 {
 		var ctx context.Context
 		for _, id := range ev.toolResults {
-			c, ok := m.toolOwner[id]
+			c, ok := m.toolOwners.Owner(id)
 			if !ok {
 				continue
 			}
-			if ctx != nil && !sameInvocation(ctx, c) {
+			if ctx != nil && !wireproxy.SameInvocation(ctx, c) {
 				m.taint(ctx, "tool results")
 				m.taint(c, "tool results")
 				return nil, UnattributedAmbiguous
@@ -319,13 +302,6 @@ func carries(texts []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// sameInvocation reports whether a and b are the contexts of one span's
-// descendants in one invocation: one invocation id in their baggage.
-func sameInvocation(a, b context.Context) bool {
-	ia, ib := instrument.InvocationIDFromContext(a), instrument.InvocationIDFromContext(b)
-	return trace.SpanContextFromContext(a).Equal(trace.SpanContextFromContext(b)) || (ia != "" && ia == ib)
 }
 
 // subagentCtx returns the context of the subagent of task id: its
@@ -433,20 +409,10 @@ func (m *mapper) ambiguous(why string, match func(*prompt) bool) {
 	}
 }
 
-// taint records, in ctx's invocation, a model call of unknown usage: a
-// request that may have been its. The invocation then closes incomplete
-// (usage_missing), never final without it.
+// taint keeps ctx's invocation from final: a request that may have been
+// its (wireproxy.KeepFromFinal).
 func (m *mapper) taint(ctx context.Context, why string) {
-	name := contract.OpChat + " ambiguous"
-	_, span := m.tracer.Start(ctx, name,
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String(contract.AttrOperationName, contract.OpChat),
-			attribute.String(contract.AttrProviderName, providerName),
-			attribute.String(AttrAmbiguous, why),
-		))
-	instrument.NoteUnrecorded(ctx, span, name)
-	span.End()
+	wireproxy.KeepFromFinal(m.tracer, ctx, providerAttr, attribute.String(AttrAmbiguous, why))
 }
 
 // wireSum sums the usage of the calls the proxy saw end, in the

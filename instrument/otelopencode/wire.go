@@ -11,10 +11,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/instrument/internal/openaiwire"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
@@ -79,10 +77,6 @@ const (
 
 // titleSystemPrompt begins the system prompt of OpenCode's title agent.
 const titleSystemPrompt = "You are a title generator."
-
-// maxToolOwners bounds the tool call ids remembered for attribution; the
-// oldest are forgotten first.
-const maxToolOwners = 4096
 
 // describeWire tells the proxy which requests are model calls: POST
 // .../chat/completions, .../responses, .../embeddings.
@@ -164,9 +158,8 @@ type wireAttributor struct {
 	// wait bounds how long a request waits for its assistant message.
 	wait time.Duration
 
-	// toolOwner and toolOrder are guarded by m.mu.
-	toolOwner map[string]context.Context
-	toolOrder []string
+	// toolOwners is guarded by m.mu.
+	toolOwners *wireproxy.ToolOwners
 }
 
 // attribute decides the owner of one model request (see above). It runs
@@ -229,7 +222,7 @@ func (w *wireAttributor) owner(ev wireEvidence) (ctx context.Context, reason str
 		return nil, UnattributedNoMessage, true
 	}
 	for _, id := range ev.toolResults {
-		if c, ok := w.toolOwner[id]; ok && !sameInvocation(c, a.turn) {
+		if c, ok := w.toolOwners.Owner(id); ok && !wireproxy.SameInvocation(c, a.turn) {
 			a.claimed = true
 			w.taint(a.turn, "tool results")
 			w.taint(c, "tool results")
@@ -298,7 +291,7 @@ func (w *wireAttributor) decision(ctx context.Context, end func()) wireproxy.Dec
 		OnTool: func(id string) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			w.rememberTool(id, ctx)
+			w.toolOwners.Remember(id, ctx)
 		},
 		Done: func(genaicall.Usage) {
 			if end != nil {
@@ -306,17 +299,6 @@ func (w *wireAttributor) decision(ctx context.Context, end func()) wireproxy.Dec
 			}
 		},
 	}
-}
-
-func (w *wireAttributor) rememberTool(id string, ctx context.Context) {
-	if _, ok := w.toolOwner[id]; !ok {
-		w.toolOrder = append(w.toolOrder, id)
-		if len(w.toolOrder) > maxToolOwners {
-			delete(w.toolOwner, w.toolOrder[0])
-			w.toolOrder = w.toolOrder[1:]
-		}
-	}
-	w.toolOwner[id] = ctx
 }
 
 // taintOpen keeps every turn of s that may own a request from final:
@@ -327,7 +309,7 @@ func (w *wireAttributor) taintOpen(s *sessionState, why string) {
 	var done []context.Context
 	taint := func(ctx context.Context) {
 		for _, c := range done {
-			if sameInvocation(c, ctx) {
+			if wireproxy.SameInvocation(c, ctx) {
 				return
 			}
 		}
@@ -356,23 +338,10 @@ func (w *wireAttributor) taint(ctx context.Context, why string) { w.m.taint(ctx,
 
 // taint is wireAttributor.taint, for the mapper's own use: an assistant
 // message that completed with usage although no request of the proxy
-// claimed it (a provider that does not go through the proxy).
+// claimed it (a provider that does not go through the proxy). It is
+// wireproxy.KeepFromFinal.
 func (m *mapper) taint(ctx context.Context, why string) {
-	name := contract.OpChat + " ambiguous"
-	_, span := m.tracer.Start(ctx, name,
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String(contract.AttrOperationName, contract.OpChat),
-			attribute.String(AttrAmbiguous, why),
-		))
-	instrument.NoteUnrecorded(ctx, span, name)
-	span.End()
-}
-
-// sameInvocation reports whether a and b are contexts of one invocation.
-func sameInvocation(a, b context.Context) bool {
-	ia, ib := instrument.InvocationIDFromContext(a), instrument.InvocationIDFromContext(b)
-	return trace.SpanContextFromContext(a).Equal(trace.SpanContextFromContext(b)) || (ia != "" && ia == ib)
+	wireproxy.KeepFromFinal(m.tracer, ctx, attribute.String(AttrAmbiguous, why))
 }
 
 // startProxy starts the model-wire proxy of WithModelProxy for m. The
@@ -387,7 +356,7 @@ func startProxy(cfg config, m *mapper) (*wireproxy.Proxy, *genaicall.Middleware,
 		MeterProvider:  cfg.meterProvider,
 		Propagators:    propagation.NewCompositeTextMapPropagator(),
 	}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: contract.ProviderOpenAI})
-	w := &wireAttributor{m: m, wait: cfg.syncTimeout, toolOwner: make(map[string]context.Context)}
+	w := &wireAttributor{m: m, wait: cfg.syncTimeout, toolOwners: wireproxy.NewToolOwners(0)}
 	m.wire = true
 	p, err := wireproxy.Start(wireproxy.Config{
 		Upstream:   up,

@@ -12,6 +12,7 @@ import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
+	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
 // wireRig is a mapper in model-wire mode with its attributor, fed events
@@ -26,7 +27,7 @@ func newWireRig(t *testing.T) *wireRig {
 	p := newPipeline(t)
 	m := p.mapper()
 	m.wire = true
-	return &wireRig{p: p, m: m, w: &wireAttributor{m: m, wait: 50 * time.Millisecond, toolOwner: map[string]context.Context{}}}
+	return &wireRig{p: p, m: m, w: &wireAttributor{m: m, wait: 50 * time.Millisecond, toolOwners: wireproxy.NewToolOwners(0)}}
 }
 
 // prompt registers a prompt of the Client in session and returns its
@@ -128,7 +129,7 @@ func TestWireAttribution(t *testing.T) {
 		r := newWireRig(t)
 		a := r.prompt("ses_a", "msg_1", "one")
 		b := r.prompt("ses_b", "msg_1", "two")
-		r.w.rememberTool("call_b", b)
+		r.w.toolOwners.Remember("call_b", b)
 		r.assistant("ses_a", "msg_2", "msg_1")
 		body := `{"model":"m","tools":[{}],"messages":[{"role":"user","content":"one"},{"role":"assistant","content":""},{"role":"tool","tool_call_id":"call_b","content":"x"}]}`
 		d := r.w.attribute(wireReq("ses_a", body), []byte(body))
