@@ -19,7 +19,7 @@ import (
 // resource's service.name, as they are now.
 func (h *harness) collectorSpans(t *testing.T) ([]ptrace.Span, []string) {
 	t.Helper()
-	tds, err := testbin.ReadTraces(h.col.addrs.TracesFile)
+	tds, err := testbin.ReadTraces(h.col.Addrs.TracesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func testOwnTelemetry(t *testing.T, h *harness) {
 	c := h.client(t, "own_telemetry",
 		"CLAUDE_CODE_ENABLE_TELEMETRY=1", "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA=1",
 		"OTEL_TRACES_EXPORTER=otlp", "OTEL_METRICS_EXPORTER=none", "OTEL_LOGS_EXPORTER=none",
-		"OTEL_EXPORTER_OTLP_PROTOCOL=http/json", "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+h.col.addrs.OTLPHTTP)
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/json", "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+h.col.Addrs.OTLPHTTP)
 	r := h.run(t, testCtx(t), c, "FG-TEL: run echo with tracing on")
 	sum := h.wait(t, r)
 	wantStatus(t, "invocation", sum, contract.StatusFinal)
@@ -126,7 +126,7 @@ func testCollector(t *testing.T, h *harness) {
 	}
 	var closed map[string]testbin.Summary
 	err := testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
-		sums, err := testbin.ReadSummaries(h.col.addrs.TracesFile)
+		sums, err := testbin.ReadSummaries(h.col.Addrs.TracesFile)
 		if err != nil {
 			return false, err.Error(), nil
 		}

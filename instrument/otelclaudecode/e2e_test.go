@@ -66,18 +66,13 @@ type harness struct {
 	router *scriptedmodel.Router
 	srv    *scriptedmodel.Server
 	p      *pipeline
-	col    *collectorRun
+	col    *testbin.LocalCollector
 
 	// mu guards ids and transcript.
 	mu  sync.Mutex
 	ids []string
 	// transcript is the path of the latest client's stream-json output.
 	transcript string
-}
-
-type collectorRun struct {
-	addrs testbin.CollectorAddrs
-	proc  *testbin.Process
 }
 
 func newHarness(t *testing.T) *harness {
@@ -88,11 +83,11 @@ func newHarness(t *testing.T) *harness {
 	h.srv = scriptedmodel.New(scriptedmodel.Options{Responder: h.router.Respond}).Start()
 	t.Cleanup(h.srv.Close)
 	var export sdktrace.SpanProcessor
-	if bin, ok := testbin.Locate(testbin.EnvCollectorBin, ".bin/otelcol-agentledger"); ok || os.Getenv(testbin.EnvE2E) == "1" {
-		h.col = startCollector(t, testbin.Require(t, testbin.EnvCollectorBin, "make build", bin))
+	if _, ok := testbin.Locate(testbin.EnvCollectorBin, ".bin/otelcol-agentledger"); ok || os.Getenv(testbin.EnvE2E) == "1" {
+		h.col = testbin.StartLocalCollector(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(h.col.addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
+		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(h.col.Addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,36 +95,6 @@ func newHarness(t *testing.T) *harness {
 	}
 	h.p = newPipeline(t, export)
 	return h
-}
-
-func startCollector(t *testing.T, bin string) *collectorRun {
-	t.Helper()
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	addrs, err := testbin.NewCollectorAddrs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	proc, err := testbin.StartCollector(ctx, bin, filepath.Join(root, "collector-config", "local.yaml"), addrs, filepath.Join(dir, "collector.log"))
-	if proc != nil {
-		t.Cleanup(func() {
-			if err := proc.Stop(testbin.StopTimeout); err != nil {
-				t.Logf("stop collector: %v", err)
-			}
-			if t.Failed() {
-				t.Logf("--- collector log, last lines:\n%s", proc.Tail(30))
-			}
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &collectorRun{addrs: addrs, proc: proc}
 }
 
 // client returns a Client for one scenario: its own HOME and project

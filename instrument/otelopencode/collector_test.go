@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -38,32 +37,8 @@ type collectorPipeline struct {
 
 func startCollectorPipeline(t *testing.T, ctx context.Context) *collectorPipeline {
 	t.Helper()
-	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	addrs, err := testbin.NewCollectorAddrs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc, err := testbin.StartCollector(ctx, bin, filepath.Join(root, "collector-config", "local.yaml"), addrs,
-		filepath.Join(dir, "collector.log"), "AGENTLEDGER_OPEN_TIMEOUT="+collectorOpenTimeout,
-		"AGENTLEDGER_REMOTE_SETTLE="+collectorRemoteSettle, "AGENTLEDGER_DEBUG_VERBOSITY=basic")
-	if proc != nil {
-		t.Cleanup(func() {
-			if err := proc.Stop(testbin.StopTimeout); err != nil {
-				t.Logf("stop collector: %v", err)
-			}
-			if t.Failed() {
-				t.Logf("--- collector log, last lines:\n%s", proc.Tail(30))
-			}
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs := testbin.StartLocalCollector(t, "AGENTLEDGER_OPEN_TIMEOUT="+collectorOpenTimeout,
+		"AGENTLEDGER_REMOTE_SETTLE="+collectorRemoteSettle, "AGENTLEDGER_DEBUG_VERBOSITY=basic").Addrs
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
 	if err != nil {
 		t.Fatal(err)

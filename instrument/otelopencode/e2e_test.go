@@ -1268,32 +1268,9 @@ func textOfParts(ps []part) string {
 // collector distribution (collector-config/local.yaml) and checks that its
 // invocation summaries equal the in-process ledger's.
 func testCollector(t *testing.T, s *server) {
-	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	addrs, err := testbin.NewCollectorAddrs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs := testbin.StartLocalCollector(t).Addrs
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	proc, err := testbin.StartCollector(ctx, bin, filepath.Join(root, "collector-config", "local.yaml"), addrs, filepath.Join(dir, "collector.log"))
-	if proc != nil {
-		t.Cleanup(func() {
-			if err := proc.Stop(testbin.StopTimeout); err != nil {
-				t.Logf("stop collector: %v", err)
-			}
-			if t.Failed() {
-				t.Logf("--- collector log, last lines:\n%s", proc.Tail(30))
-			}
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
 	if err != nil {
 		t.Fatal(err)

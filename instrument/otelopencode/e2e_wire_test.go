@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,32 +172,9 @@ func wireBalance(t *testing.T, s *server) {
 // subagent and a notification during a second prompt, a title request,
 // another client's unattributed turn) equals the ledger's.
 func TestServerModelWireCollector(t *testing.T) {
-	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	addrs, err := testbin.NewCollectorAddrs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs := testbin.StartLocalCollector(t).Addrs
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
-	proc, err := testbin.StartCollector(ctx, bin, filepath.Join(root, "collector-config", "local.yaml"), addrs, filepath.Join(dir, "collector.log"))
-	if proc != nil {
-		t.Cleanup(func() {
-			if err := proc.Stop(testbin.StopTimeout); err != nil {
-				t.Logf("stop collector: %v", err)
-			}
-			if t.Failed() {
-				t.Logf("--- collector log, last lines:\n%s", proc.Tail(30))
-			}
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
 	if err != nil {
 		t.Fatal(err)
