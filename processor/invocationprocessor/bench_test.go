@@ -3,6 +3,7 @@ package invocationprocessor
 import (
 	"context"
 	"fmt"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"runtime"
 	"testing"
 	"time"
@@ -390,7 +391,7 @@ func BenchmarkBuildTraces(b *testing.B) {
 			traceID: tid(uint64(i)), parentID: sid(uint64(i)), start: 1, end: 2,
 			conversationID: "conv-1", agentName: "coder", resource: resource,
 			links: []spanRef{{TraceID: tid(uint64(i) + 1), SpanID: sid(uint64(i) + 1)}},
-			usage: usage{Input: 150, Output: 15}, afterIn: 50, afterOut: 5,
+			usage: ledgerrule.Usage{Input: 150, Output: 15}, afterIn: 50, afterOut: 5,
 			modelCalls: 2, backgroundJobs: 1, continuations: 1, spans: 6, traces: 2,
 			hasTimeToFinal: true, timeToFinalMS: 20_000,
 		}

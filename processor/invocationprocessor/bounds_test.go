@@ -89,7 +89,7 @@ func TestLinkTargetsCountTowardSpanLimit(t *testing.T) {
 	h.consume(batch(root))
 	inv := heldInvocation(h.p, "inv-1")
 	require.NotNil(t, inv)
-	assert.LessOrEqual(t, len(inv.Spans)+len(inv.Closed), 1000)
+	assert.LessOrEqual(t, len(inv.Spans)+inv.CompactedSpans(), 1000)
 	sums := h.of("inv-1")
 	require.Len(t, sums, 1)
 	assert.Equal(t, contract.StatusIncomplete, strAttr(sums[0], contract.AttrStatus))
@@ -104,7 +104,7 @@ func TestParentReferenceCountsTowardSpanLimit(t *testing.T) {
 	h.consume(batch(s[1])) // the chat, naming the root: a second ID
 	inv := heldInvocation(h.p, "inv-1")
 	require.NotNil(t, inv)
-	assert.LessOrEqual(t, len(inv.Spans)+len(inv.Closed), 1)
+	assert.LessOrEqual(t, len(inv.Spans)+inv.CompactedSpans(), 1)
 	sums := h.of("inv-1")
 	require.Len(t, sums, 1)
 	assert.Contains(t, strsAttr(sums[0], contract.AttrIncompleteReasons), reasonSpanLimit)

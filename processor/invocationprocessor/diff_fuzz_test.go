@@ -3,6 +3,7 @@ package invocationprocessor
 import (
 	"context"
 	"fmt"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"os"
 	"slices"
 	"strings"
@@ -163,8 +164,8 @@ func (r *dfRun) check(arrivals []refmodel.Arrival, when string) {
 		if got := dfTotals(s); got != v.Totals {
 			r.fail("totals", "%s (%s): %s final with %+v, model %+v", when, r.mode(), id, got, v.Totals)
 		}
-		// Beyond maxAnomalies entries the processor keeps no more.
-		if got := dfModelAnomalies(s); len(strsAttr(s, contract.AttrAnomalies)) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
+		// Beyond ledgerrule.MaxAnomalies entries the processor keeps no more.
+		if got := dfModelAnomalies(s); len(strsAttr(s, contract.AttrAnomalies)) < ledgerrule.MaxAnomalies && !slices.Equal(got, v.Anomalies) {
 			r.fail("anomalies", "%s (%s): %s final with anomalies %q, model %q", when, r.mode(), id, got, v.Anomalies)
 		}
 	}
@@ -190,7 +191,7 @@ func (r *dfRun) checkBounds(when string) {
 			if n := len(inv.Spans); n > r.prog.maxSpans {
 				r.fail("bounds_spans", "%s: %s holds %d span entries, max_spans_per_invocation %d", when, id, n, r.prog.maxSpans)
 			}
-			if n := len(inv.Closed); n > r.prog.maxSpans {
+			if n := inv.CompactedSpans(); n > r.prog.maxSpans {
 				r.fail("bounds_spans", "%s: %s holds %d closed span entries, max_spans_per_invocation %d", when, id, n, r.prog.maxSpans)
 			}
 		}

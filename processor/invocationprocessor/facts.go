@@ -1,41 +1,11 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
-	"math"
-
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/ledgerrule"
-)
-
-// spanRole is a span's invocation.role, as far as the ledger tells roles
-// apart.
-type spanRole uint8
-
-const (
-	roleNone spanRole = iota // absent, malformed, or a role the ledger ignores
-	roleRoot
-	roleBackground
-	roleContinuation
-)
-
-// factFlags records which facts a span has, and how they read.
-type factFlags uint16
-
-const (
-	factRemote         factFlags = 1 << iota // invocation.remote set (malformed reads as set)
-	factLateChild                            // invocation.late_child set (likewise)
-	factUnattributed                         // invocation.unattributed present
-	factConversationID                       // gen_ai.conversation.id present
-	factAgentName                            // gen_ai.agent.name present
-	factModelCall                            // gen_ai.operation.name is a usage operation
-	factStatusError                          // the span's status is Error
-	factAbandoned                            // invocation.followup.reason is abandoned
-	factInterrupted                          // invocation.followup.reason is interrupted
-	factUsageMismatch                        // invocation.usage.mismatch is true
-	factLinkMalformed                        // a link's invocation.link is malformed
 )
 
 // Usage attributes, in the order of usageKeys.
@@ -57,55 +27,26 @@ var usageKeys = [numUsage]string{
 	contract.AttrUsageReasoningTokens,
 }
 
-// linkFact is one span link the rule reads: its target, named by trace
-// and span ID (CONTRACT.md v0.6 rule 2), and its kind.
-type linkFact struct {
-	traceID pcommon.TraceID
-	spanID  pcommon.SpanID
-	kind    ledgerrule.LinkKind
-}
-
 // spanFacts is everything the ledger reads from one span, gathered in one
 // pass over its attributes and links before the shard's lock is taken, so
-// indexing under the lock scans no attribute map. The rule attributes are
-// read by ledgerrule's reader, the only decoding of them; replay after a
-// restart feeds the journalled attributes to the same reader (factReader),
-// repeats included, so live and replayed facts are the same.
+// indexing under the lock scans no attribute map: the ledgerrule.Span its
+// Graph reads, and what summaries and prices copy. The rule attributes
+// are read by ledgerrule's reader, the only decoding of them; replay after
+// a restart feeds the journalled attributes to the same reader
+// (factReader), repeats included, so live and replayed facts are the same.
 type spanFacts struct {
-	invocationID string // empty: not a member
-	name         string
-	traceID      pcommon.TraceID
-	spanID       pcommon.SpanID
-	parent       pcommon.SpanID
-	start, end   uint64
-
-	role  spanRole
-	flags factFlags
-	// usagePresent and usageInt have bit i set when usageKeys[i] is
-	// present, and a non-negative int; usage[i] is then its value.
-	usagePresent, usageInt uint8
-	usage                  [numUsage]int64
-	// children, followups, unrecorded and detached are the declared
-	// counts, validated against max_spans_per_invocation.
-	children, followups, unrecorded, detached ledgerrule.Count
-	// malformed has a bit per ledgerrule.Key that is malformed.
-	malformed uint32
-
-	// links are the span's links that have a kind the rule reads
-	// (followup, consumed, detached_from), in order; linkBuf holds the
-	// first few without an allocation, so spanFacts is used in place
-	// (through a pointer), never copied once read.
-	links   []linkFact
-	linkBuf [2]linkFact
+	ledgerrule.Span
+	// linkBuf holds the first few links without an allocation, so
+	// spanFacts is used in place (through a pointer), never copied once
+	// read.
+	linkBuf [2]ledgerrule.Link
 
 	// model is gen_ai.response.model, else gen_ai.request.model (strings
 	// only); read only for model calls when prices are configured.
-	model                                   string
-	conversationID, agentName, unattributed string // as Value.AsString
+	model                     string
+	conversationID, agentName string // as Value.AsString
+	hasConv, hasAgent         bool
 }
-
-// has reports whether every flag in want is set.
-func (f *spanFacts) has(want factFlags) bool { return f.flags&want == want }
 
 // factReader turns one span into spanFacts: begin, then attr for each
 // attribute and link/linkAttr for each link, then end. Both the live path
@@ -115,8 +56,8 @@ type factReader struct {
 	f                           *spanFacts
 	rule                        ledgerrule.SpanReader
 	link                        ledgerrule.LinkReader
-	linkTrace                   pcommon.TraceID
-	linkSpan                    pcommon.SpanID
+	linkTrace                   ledgerrule.TraceID
+	linkSpan                    ledgerrule.SpanID
 	inLink                      bool
 	requestModel, responseModel string
 	seenConv, seenAgent         bool
@@ -125,10 +66,8 @@ type factReader struct {
 
 // begin starts reading a span into f.
 func (r *factReader) begin(f *spanFacts, name string, traceID pcommon.TraceID, spanID, parent pcommon.SpanID, start, end uint64, statusError bool) {
-	*f = spanFacts{name: name, traceID: traceID, spanID: spanID, parent: parent, start: start, end: end}
-	if statusError {
-		f.flags |= factStatusError
-	}
+	*f = spanFacts{Span: ledgerrule.Span{Name: name, Trace: ledgerrule.TraceID(traceID), ID: ledgerrule.SpanID(spanID),
+		Parent: ledgerrule.SpanID(parent), Start: start, End: end, Failed: statusError}}
 	r.f = f
 	r.rule.Reset()
 	r.inLink = false
@@ -148,13 +87,13 @@ func (r *factReader) attr(k string, v pcommon.Value) {
 	case contract.AttrConversationID:
 		if !r.seenConv {
 			r.seenConv = true
-			r.f.flags |= factConversationID
+			r.f.hasConv = true
 			r.f.conversationID = v.AsString()
 		}
 	case contract.AttrAgentName:
 		if !r.seenAgent {
 			r.seenAgent = true
-			r.f.flags |= factAgentName
+			r.f.hasAgent = true
 			r.f.agentName = v.AsString()
 		}
 	case contract.AttrRequestModel:
@@ -179,7 +118,7 @@ func (r *factReader) linkStart(traceID pcommon.TraceID, spanID pcommon.SpanID) {
 	r.linkEnd()
 	r.inLink = true
 	r.link = ledgerrule.LinkReader{}
-	r.linkTrace, r.linkSpan = traceID, spanID
+	r.linkTrace, r.linkSpan = ledgerrule.TraceID(traceID), ledgerrule.SpanID(spanID)
 }
 
 // linkAttr reads one attribute of the current link.
@@ -197,15 +136,15 @@ func (r *factReader) linkEnd() {
 	r.inLink = false
 	kind, malformed := r.link.Kind()
 	if malformed {
-		r.f.flags |= factLinkMalformed
+		r.f.LinkMalformed = true
 	}
 	switch kind {
 	case ledgerrule.LinkFollowup, ledgerrule.LinkConsumed, ledgerrule.LinkDetachedFrom:
 		f := r.f
-		if f.links == nil {
-			f.links = f.linkBuf[:0]
+		if f.Links == nil {
+			f.Links = f.linkBuf[:0]
 		}
-		f.links = append(f.links, linkFact{traceID: r.linkTrace, spanID: r.linkSpan, kind: kind})
+		f.Links = append(f.Links, ledgerrule.Link{Trace: r.linkTrace, Span: r.linkSpan, Kind: kind})
 	}
 }
 
@@ -214,46 +153,7 @@ func (r *factReader) linkEnd() {
 func (r *factReader) end(cfg *ledgerConfig) {
 	r.linkEnd()
 	f := r.f
-	var rf ledgerrule.Facts
-	r.rule.Read(cfg.rule, &rf)
-	if rf.Member {
-		f.invocationID = rf.InvocationID
-	}
-	switch rf.Role {
-	case ledgerrule.RoleRoot:
-		f.role = roleRoot
-	case ledgerrule.RoleBackground:
-		f.role = roleBackground
-	case ledgerrule.RoleContinuation:
-		f.role = roleContinuation
-	}
-	f.children, f.followups, f.unrecorded, f.detached = rf.Children, rf.Followups, rf.Unrecorded, rf.Detached
-	f.malformed = rf.Malformed
-	if rf.Remote {
-		f.flags |= factRemote
-	}
-	if rf.LateChild {
-		f.flags |= factLateChild
-	}
-	if rf.Unattributed {
-		f.flags |= factUnattributed
-		f.unattributed = rf.UnattributedReason
-	}
-	if rf.Abandoned {
-		f.flags |= factAbandoned
-	}
-	if rf.Interrupted {
-		f.flags |= factInterrupted
-	}
-	if rf.UsageMismatch {
-		f.flags |= factUsageMismatch
-	}
-	if rf.ModelCall {
-		f.flags |= factModelCall
-		f.usagePresent = rf.UsagePresent
-		f.usageInt = rf.UsagePresent &^ rf.UsageInvalid
-		f.usage = rf.Usage
-	}
+	r.rule.Read(cfg.rule, &f.Facts)
 	f.model = r.responseModel
 	if f.model == "" {
 		f.model = r.requestModel
@@ -301,12 +201,4 @@ func readFacts(f *spanFacts, sp ptrace.Span, cfg *ledgerConfig) {
 		}
 	}
 	r.end(cfg)
-}
-
-// count returns a declared count's value when it is provable.
-func count(c ledgerrule.Count) (int32, bool) {
-	if c.State != ledgerrule.CountValid || c.N > math.MaxInt32 {
-		return 0, false
-	}
-	return int32(c.N), true
 }

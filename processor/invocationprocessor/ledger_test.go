@@ -563,8 +563,7 @@ func TestClosedInvocationKeepsCompactState(t *testing.T) {
 	assertStatus(t, requireOne(t, h, "inv-1"), contract.StatusFinal, 1)
 	inv := h.p.shards[0].invs["inv-1"]
 	assert.Empty(t, inv.Spans, "a final invocation owes nothing: no full span state is kept")
-	assert.Len(t, inv.Closed, 6, "one compact record per span ID, for duplicates and revisions")
-	assert.Nil(t, inv.index.names(), "lookup tables are dropped at close and rebuilt on demand")
+	assert.Equal(t, 6, inv.CompactedSpans(), "one compact record per span ID, for duplicates and revisions")
 
 	// A duplicate is still recognised: no revision.
 	h.consume(batch(spans[1]))
@@ -589,14 +588,14 @@ func TestClosedInvocationKeepsCompactState(t *testing.T) {
 	h2.advance(time.Minute)
 	inv2 := h2.p.shards[0].invs["inv-2"]
 	assert.Len(t, inv2.Spans, 1, "only the tool that still owes its child")
-	assert.Len(t, inv2.Closed, 2)
+	assert.Equal(t, 2, inv2.CompactedSpans())
 	h2.consume(batch(b[3:]...))
 	got2 := h2.of("inv-2")
 	require.Len(t, got2, 2)
 	assertStatus(t, got2[1], contract.StatusFinal, 2)
 	assert.Equal(t, []string{"late_span:background shell", "late_span:chat", "late_span:continue_agent coder"}, strsAttr(got2[1], contract.AttrAnomalies))
 	assert.Empty(t, inv2.Spans)
-	assert.Len(t, inv2.Closed, 6)
+	assert.Equal(t, 6, inv2.CompactedSpans())
 }
 
 func TestRevisionWaitsForRemoteSettle(t *testing.T) {

@@ -114,6 +114,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 			pendingDelay: int64(cfg.PendingDelay),
 			usageOps:     make(map[string]struct{}, len(cfg.UsageOperations)),
 			rule:         ledgerrule.NewConfig(cfg.UsageOperations, cfg.MaxSpansPerInvocation),
+			graph:        ledgerrule.GraphConfig{MaxSpans: cfg.MaxSpansPerInvocation, Settle: int64(cfg.RemoteSettle)},
 			prices:       cfg.Prices,
 			pricesActive: len(cfg.Prices) > 0,
 		},

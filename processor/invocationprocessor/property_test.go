@@ -3,6 +3,7 @@ package invocationprocessor
 import (
 	"context"
 	"fmt"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -21,7 +22,7 @@ import (
 // expected is what the generator knows an invocation's final summary must
 // say.
 type expected struct {
-	usage          usage
+	usage          ledgerrule.Usage
 	afterIn        int64
 	afterOut       int64
 	modelCalls     int64

@@ -1,6 +1,7 @@
 package invocationprocessor
 
 import (
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -69,7 +70,7 @@ type refVerdict struct {
 	why        string // why not, for messages
 	remote     bool   // a member is remote: final needs remote_settle of quiet
 	lastMember int64
-	usage      usage
+	usage      ledgerrule.Usage
 	afterIn    int64
 	afterOut   int64
 	modelCalls int64

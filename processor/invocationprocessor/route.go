@@ -92,7 +92,7 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 				}
 				f := &facts[used]
 				readFacts(f, sp, &p.cfg)
-				if f.invocationID == "" {
+				if f.InvocationID == "" {
 					continue
 				}
 				if !tenantOK {
@@ -100,7 +100,7 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 					continue
 				}
 				used++
-				key := ledgerKey(tenant, f.invocationID)
+				key := ledgerKey(tenant, f.InvocationID)
 				b.refs = append(b.refs, indexRef{shard: p.shardOf(key), id: key, facts: f, span: sp, res: rs.Resource()})
 			}
 		}

@@ -217,13 +217,13 @@ func (inv *invocation) nextDue(cfg *ledgerConfig) int64 {
 	if inv.Phase == phaseClosed {
 		due := inv.retentionEnd(cfg)
 		if inv.Dirty {
-			due = min(due, satAdd(inv.LastArrival, cfg.settle))
+			due = min(due, inv.SettleDue(&cfg.graph))
 		}
 		return due
 	}
 	due := satAdd(inv.FirstArrival, cfg.openTimeout)
 	if inv.obligationsMet() && inv.HasRemote {
-		due = min(due, satAdd(inv.LastArrival, cfg.settle))
+		due = min(due, inv.SettleDue(&cfg.graph))
 	}
 	if inv.pendingOwed(cfg) {
 		due = min(due, inv.pendingDue(cfg))
@@ -358,7 +358,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 		s.forget(inv)
 		return
 	}
-	inv.compactAll()
+	inv.Shut()
 	inv.dropJobTimes()
 	s.names.shareNames(inv)
 	s.schedule(inv)

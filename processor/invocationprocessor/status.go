@@ -58,7 +58,7 @@ func (inv *invocation) dropJobTimes() { inv.JobTimes = nil }
 // jobTimesOf returns a lookup of the background spans' times: a linear
 // search for a few jobs, a map built once for many.
 func (inv *invocation) jobTimesOf() func(pcommon.SpanID) jobTimes {
-	if len(inv.JobTimes) <= smallIndex {
+	if len(inv.JobTimes) <= 8 {
 		return func(id pcommon.SpanID) jobTimes {
 			for _, jt := range inv.JobTimes {
 				if jt.SpanID == id {
@@ -234,18 +234,18 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 			if !ok {
 				i = len(w.MissingChildren)
 				parentIdx[st.Name] = i
-				w.MissingChildren = append(w.MissingChildren, statusapi.MissingChildren{Parent: inv.name(st.Name)})
+				w.MissingChildren = append(w.MissingChildren, statusapi.MissingChildren{Parent: inv.Name(st.Name)})
 			}
 			w.MissingChildren[i].Missing += int(missing)
 			w.MissingChildren[i].Parents++
 		}
 		if missing := st.DeclaredFollowups - st.ArrivedFollowups; st.DeclaredFollowups >= 0 && missing > 0 {
-			jt := jobTimesOf(id)
+			jt := jobTimesOf(pcommon.SpanID(id))
 			w.ExpectedFollowups = append(w.ExpectedFollowups, statusapi.ExpectedFollowup{
-				Job: inv.name(st.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
+				Job: inv.Name(st.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
 			})
 		}
-		if name := inv.name(st.Name); st.Remote && !slices.Contains(remote, name) {
+		if name := inv.Name(st.Name); st.Remote && !slices.Contains(remote, name) {
 			remote = append(remote, name)
 		}
 	}
@@ -268,7 +268,7 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 		slices.Sort(remote)
 		w.RemoteSettling = &statusapi.RemoteSettling{
 			Spans: remote[:min(len(remote), maxRemoteNames)],
-			Until: unixTime(satAdd(inv.LastArrival, cfg.settle)),
+			Until: unixTime(inv.SettleDue(&cfg.graph)),
 		}
 	}
 	w.Unprovable = slices.Sorted(slices.Values(slices.Concat(inv.Invalid, inv.Taints)))

@@ -49,11 +49,7 @@ func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *stor
 // its totals can no longer be proven, so it can never be final. A closed
 // invocation gets a corrected summary saying so. mu must be held.
 func taintInvocation(inv *invocation) {
-	before := len(inv.Taints)
-	inv.addTaint(reasonStorageLost)
-	if len(inv.Taints) != before && inv.Phase == phaseClosed {
-		inv.Dirty = true
-	}
+	inv.Taint(reasonStorageLost)
 }
 
 // rearm re-schedules an invocation's timer after a restart. The restart
@@ -62,6 +58,7 @@ func taintInvocation(inv *invocation) {
 // open_timeout or retention that passed while down fires at the next tick.
 func (p *invocationProcessor) rearm(s *shard, inv *invocation, now int64) {
 	inv.LastArrival = max(inv.LastArrival, now)
+	inv.Resettle(now)
 	s.schedule(inv)
 }
 

@@ -2,6 +2,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"encoding/binary"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -32,7 +33,7 @@ type summary struct {
 	reasons        []string
 	anomalies      []string
 	links          []spanRef
-	usage          usage
+	usage          ledgerrule.Usage
 	afterIn        int64
 	afterOut       int64
 	modelCalls     int64
@@ -75,7 +76,7 @@ func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerC
 		hasCost:        cfg.pricesActive,
 	}
 	if len(inv.Traces) > 0 {
-		s.traceID = inv.Traces[0] // the first trace seen, until the root arrives
+		s.traceID = pcommon.TraceID(inv.Traces[0]) // the first trace seen, until the root arrives
 	}
 	if status != contract.StatusFinal {
 		s.reasons = inv.reasons(now, cfg)

@@ -2,6 +2,7 @@ package invocationprocessor
 
 import (
 	"fmt"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math/rand/v2"
 	"testing"
 
@@ -80,7 +81,7 @@ func TestFillAttributesInContractOrder(t *testing.T) {
 				revision:       rng.Int64N(5),
 				reasons:        strs(rng.IntN(3)),
 				anomalies:      strs(rng.IntN(3)),
-				usage:          usage{rng.Int64(), rng.Int64(), rng.Int64(), rng.Int64(), rng.Int64()},
+				usage:          ledgerrule.Usage{Input: rng.Int64(), Output: rng.Int64(), CacheRead: rng.Int64(), CacheCreation: rng.Int64(), Reasoning: rng.Int64()},
 				afterIn:        rng.Int64(),
 				afterOut:       rng.Int64(),
 				modelCalls:     rng.Int64(),

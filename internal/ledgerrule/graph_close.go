@@ -1,0 +1,235 @@
+package ledgerrule
+
+import (
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/agentledger/agentledger/contract"
+)
+
+// Obligations reduces the graph at now to the terms of the finality rule;
+// extraOpen counts obligations only the caller sees (the in-process
+// ledger's spans seen to start and not yet ended). cfg nil reads as not
+// settled when the graph has a remote span.
+func (g *Graph) Obligations(now int64, extraOpen int, cfg *GraphConfig) Obligations {
+	return Obligations{
+		RootArrived: g.RootArrived,
+		Open:        g.Open + extraOpen,
+		Unprovable:  len(g.Invalid) > 0 || g.SpanLimitHit,
+		Settling:    !g.Settled(now, cfg),
+		Tainted:     len(g.Taints) > 0,
+	}
+}
+
+// Settled reports condition 4: every remote span's subtree had its latest
+// arrival at least Settle ago.
+func (g *Graph) Settled(now int64, cfg *GraphConfig) bool {
+	return !g.HasRemote || (cfg != nil && now-g.SettleFrom >= cfg.Settle)
+}
+
+// SettleDue is when condition 4 will hold if nothing else arrives in a
+// remote subtree; without a remote span, Settle after the latest arrival
+// (when a half that batches revisions next looks).
+func (g *Graph) SettleDue(cfg *GraphConfig) int64 {
+	from := g.LastArrival
+	if g.HasRemote {
+		from = g.SettleFrom
+	}
+	if cfg.Settle > 0 && from > math.MaxInt64-cfg.Settle {
+		return math.MaxInt64
+	}
+	return from + cfg.Settle
+}
+
+// Resettle restarts condition 4 at now for every remote subtree: after a
+// restart nothing could be seen arriving while the half was down.
+func (g *Graph) Resettle(now int64) {
+	if g.HasRemote {
+		g.SettleFrom = max(g.SettleFrom, now)
+	}
+}
+
+// Reasons lists why the invocation is not final, each "kind:detail",
+// deterministic in order: root_missing, then open obligations and settling
+// remote spans sorted, then unprovable counts and taints sorted, then
+// span_limit. extra are obligations only the caller sees, sorted in with
+// the open ones.
+func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
+	var out []string
+	if !g.RootArrived {
+		out = append(out, contract.ReasonRootMissing)
+	}
+	settling := !g.Settled(now, cfg)
+	obl := append([]string(nil), extra...)
+	for _, st := range g.Spans {
+		if !st.Arrived {
+			continue
+		}
+		if st.DeclaredChildren > st.ArrivedChildren {
+			obl = append(obl, contract.ReasonMissingChildren+":"+g.Name(st.Name))
+		}
+		if st.DeclaredFollowups > st.ArrivedFollowups {
+			obl = append(obl, contract.ReasonOpenFollowup+":"+g.Name(st.Name))
+		}
+		if st.Remote && settling {
+			obl = append(obl, contract.ReasonRemoteSettling+":"+g.Name(st.Name))
+		}
+	}
+	if settling {
+		for _, c := range g.closed {
+			if c.flags&closedRemote != 0 {
+				obl = append(obl, contract.ReasonRemoteSettling+":"+g.Name(c.name))
+			}
+		}
+	}
+	for _, d := range g.Detached {
+		if d.Declared > d.Arrived {
+			obl = append(obl, contract.ReasonMissingDetached+":"+g.Name(d.Name))
+		}
+	}
+	sort.Strings(obl)
+	out = append(out, slices.Compact(obl)...)
+	problems := append(slices.Clone(g.Invalid), g.Taints...)
+	sort.Strings(problems)
+	out = append(out, problems...)
+	if g.SpanLimitHit {
+		out = append(out, ReasonSpanLimit)
+	}
+	return out
+}
+
+// AnomaliesFor lists the sticky anomalies and, for a final summary,
+// foreign followups: followup links whose target is not a member of this
+// invocation (it belongs to another one, so the link discharged nothing).
+// Before final a missing target may simply not have arrived yet, so it is
+// not reported.
+func (g *Graph) AnomaliesFor(final bool) []string {
+	out := slices.Clone(g.Anomalies)
+	for _, st := range g.Spans {
+		if !final {
+			break
+		}
+		if !st.Arrived && st.ArrivedFollowups > 0 {
+			a := contract.AnomalyForeignFollowup + ":" + g.Name(st.linkedBy())
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// compact moves an arrived span that owes nothing from Spans to closed.
+func (g *Graph) compact(id SpanID) {
+	i := g.spanAt(id)
+	if i < 0 || !g.Spans[i].Arrived || g.Spans[i].owes() {
+		return
+	}
+	g.appendClosed(g.Spans[i].closedForm())
+	g.removeSpan(i)
+}
+
+// closedForm is the compact record of an arrived span that owes nothing.
+func (e *SpanEntry) closedForm() closedSpan {
+	c := closedSpan{id: e.ID, up: e.up, trace: e.trace, name: e.Name}
+	if e.Remote {
+		c.flags |= closedRemote
+	}
+	if e.DeclaredChildren >= 0 {
+		c.flags |= closedDeclaredChildren
+	}
+	if e.DeclaredFollowups >= 0 {
+		c.flags |= closedDeclaredFollowups
+	}
+	if e.job&jobBackground != 0 {
+		c.flags |= closedBackground
+	}
+	return c
+}
+
+// Shut runs at the first close: every arrived span that owes nothing
+// keeps only its compact record, and Spans is reallocated to what is left
+// so its memory is released (nil when nothing is left). Spans arriving
+// later are late spans; each leaves the graph Dirty.
+func (g *Graph) Shut() {
+	g.IsShut = true
+	// The union-find links are kept as they are: a late span's find
+	// compresses the paths it walks, and most closed invocations see none.
+	keep := 0
+	for i := range g.Spans {
+		if e := &g.Spans[i]; !e.Arrived || e.owes() {
+			keep++
+		}
+	}
+	closed := make([]closedSpan, len(g.closed), len(g.closed)+len(g.Spans)-keep)
+	copy(closed, g.closed)
+	var left []SpanEntry // nil when nothing owes: most closes
+	if keep > 0 {
+		left = make([]SpanEntry, 0, keep)
+	}
+	for i := range g.Spans {
+		if e := &g.Spans[i]; e.Arrived && !e.owes() {
+			closed = append(closed, e.closedForm())
+		} else {
+			left = append(left, *e)
+		}
+	}
+	g.Spans, g.closed = left, closed
+	// The name and trace lookups are rebuilt if a late span needs them.
+	if m := g.maps; m != nil {
+		m.names, m.traces, m.linkTraces = nil, nil, nil
+	}
+	g.setSpanMaps(buildIndex(g.Spans), buildIndex(g.closed))
+}
+
+// compactTouched compacts, after the close, what indexing one late span
+// may have left owing nothing: the span, its parent and its link targets.
+func (g *Graph) compactTouched(id, parent SpanID, links []Link) {
+	g.compact(id)
+	if !parent.IsEmpty() {
+		g.compact(parent)
+	}
+	for _, l := range links {
+		g.compact(l.Span)
+	}
+}
+
+// HeldBackground calls fn for every arrived background span the graph
+// holds (in full or compacted).
+func (g *Graph) HeldBackground(fn func(SpanID)) {
+	for i := range g.Spans {
+		if g.Spans[i].job&jobBackground != 0 {
+			fn(g.Spans[i].ID)
+		}
+	}
+	for i := range g.closed {
+		if g.closed[i].flags&closedBackground != 0 {
+			fn(g.closed[i].id)
+		}
+	}
+}
+
+// ApproxBytes is an estimate of the memory the graph holds, for bounds.
+func (g *Graph) ApproxBytes() int {
+	n := cap(g.Spans)*48 + cap(g.closed)*40 + cap(g.Traces)*16 + cap(g.LinkTraces)*16 +
+		cap(g.Detached)*40 + cap(g.Early)*24
+	for _, s := range g.Names {
+		n += 16 + len(s)
+	}
+	for _, s := range g.Invalid {
+		n += 16 + len(s)
+	}
+	for _, s := range g.Taints {
+		n += 16 + len(s)
+	}
+	for _, s := range g.Anomalies {
+		n += 16 + len(s)
+	}
+	return n
+}
+
+// CompactedSpans is how many arrived span IDs a shut graph keeps only
+// in compact form.
+func (g *Graph) CompactedSpans() int { return len(g.closed) }
