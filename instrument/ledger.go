@@ -45,7 +45,9 @@ type Ledger struct {
 	settle   time.Duration
 	maxSpans int
 	// rule configures the contract's reader of spans (internal/ledgerrule).
-	rule          *ledgerrule.Config
+	rule *ledgerrule.Config
+	// graph configures the finality rule (ledgerrule.Graph).
+	graph         ledgerrule.GraphConfig
 	evictedCount  metric.Int64Counter
 	spanLimited   metric.Int64Counter
 	recordDropped metric.Int64Counter
@@ -62,39 +64,7 @@ type Ledger struct {
 	// record keeps the latest summaries of forgotten invocations for a
 	// late Wait.
 	record *summaryRecord
-	// spareCalls holds buffers for the model calls of invocations whose
-	// root has not arrived (invocationState.preRoot), returned once it
-	// did, so that an invocation whose root ends last (the usual order)
-	// costs no buffer of its own; at most maxSpareCalls.
-	spareCalls [][]modelCall
-	down       bool
-}
-
-// maxSpareCalls bounds Ledger.spareCalls.
-const maxSpareCalls = 64
-
-// lendCalls gives inv a buffer for the model calls that arrive before its
-// root. l.mu must be held.
-func (l *Ledger) lendCalls(inv *invocationState) {
-	if n := len(l.spareCalls); n > 0 {
-		inv.preRoot = l.spareCalls[n-1]
-		l.spareCalls[n-1] = nil
-		l.spareCalls = l.spareCalls[:n-1]
-		return
-	}
-	inv.preRoot = make([]modelCall, 0, 8)
-}
-
-// reclaimCalls takes back inv's buffer of model calls once its root
-// arrived. l.mu must be held.
-func (l *Ledger) reclaimCalls(inv *invocationState) {
-	if inv.preRoot == nil || !inv.rootArrived {
-		return
-	}
-	if len(l.spareCalls) < maxSpareCalls {
-		l.spareCalls = append(l.spareCalls, inv.preRoot[:0])
-	}
-	inv.preRoot = nil
+	down   bool
 }
 
 func newLedger(cfg config, meter metric.Meter) *Ledger {
@@ -108,6 +78,7 @@ func newLedger(cfg config, meter metric.Meter) *Ledger {
 		background: make(backgroundIndex),
 		record:     newSummaryRecord(cfg.closedRecords),
 	}
+	l.graph = ledgerrule.GraphConfig{MaxSpans: l.maxSpans, Settle: int64(cfg.remoteSettle)}
 	l.evictedCount, _ = meter.Int64Counter("agentledger.instrument.ledger.evicted",
 		metric.WithDescription("Invocations closed incomplete because the open-invocation limit was reached."),
 		metric.WithUnit("{invocation}"))
@@ -131,7 +102,7 @@ func (l *Ledger) lookup(id string, now time.Time) *invocationState {
 		l.evictedCount.Add(context.Background(), 1)
 		l.closeLocked(l.held.oldestOpen(), contract.StatusIncomplete, contract.ReasonEvicted, []string{contract.ReasonEvicted}, now)
 	}
-	inv := newInvocationState(id, now, &l.names)
+	inv := newInvocationState(id, now)
 	l.held.add(inv)
 	l.armTimeout(now)
 	return inv

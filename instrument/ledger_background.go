@@ -2,7 +2,6 @@ package instrument
 
 import (
 	"github.com/agentledger/agentledger/internal/ledgerrule"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -16,26 +15,22 @@ func (b backgroundIndex) add(sid trace.SpanID, id string) { b[sid] = id }
 
 // forget drops the background spans of inv, which the ledger forgets.
 func (b backgroundIndex) forget(inv *invocationState) {
-	for i := range inv.nodes.list {
-		if n := &inv.nodes.list[i]; n.job&jobBackground != 0 {
-			delete(b, n.sid)
-		}
-	}
+	inv.g.HeldBackground(func(sid ledgerrule.SpanID) { delete(b, trace.SpanID(sid)) })
 	for sid := range inv.openJobs {
 		delete(b, sid)
 	}
 }
 
-// foreignFollowup reports whether span s of invocation id carries a
-// followup link to a background span of another invocation. Such a link
-// discharges nothing: the target's node is in the other invocation, and
-// this one never indexes it as a member.
-func (b backgroundIndex) foreignFollowup(s sdktrace.ReadOnlySpan, id string) bool {
-	for _, link := range s.Links() {
-		if kind, _ := linkKind(link.Attributes); kind != ledgerrule.LinkFollowup {
+// foreignFollowup reports whether the span (facts f) of invocation id
+// carries a followup link to a background span of another invocation.
+// Such a link discharges nothing: the target is a member of the other
+// invocation, and never arrives in this one's Graph.
+func (b backgroundIndex) foreignFollowup(f *spanFacts, id string) bool {
+	for _, l := range f.Links {
+		if l.Kind != ledgerrule.LinkFollowup {
 			continue
 		}
-		if owner, ok := b[link.SpanContext.SpanID()]; ok && owner != id {
+		if owner, ok := b[trace.SpanID(l.Span)]; ok && owner != id {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"fmt"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"os"
 	"slices"
 	"strings"
@@ -130,8 +131,8 @@ func (r *ldRun) check(when string) {
 		if got := ldTotals(s.Usage); got != v.Totals {
 			r.fail("totals", "%s: %s final (revision %d) with %+v, model %+v", when, id, s.Revision, got, v.Totals)
 		}
-		// Beyond maxAnomalies entries the ledger keeps no more.
-		if got := ldModelAnomalies(s.Anomalies); len(s.Anomalies) < maxAnomalies && !slices.Equal(got, v.Anomalies) {
+		// Beyond ledgerrule.MaxAnomalies entries the ledger keeps no more.
+		if got := ldModelAnomalies(s.Anomalies); len(s.Anomalies) < ledgerrule.MaxAnomalies && !slices.Equal(got, v.Anomalies) {
 			r.fail("anomalies", "%s: %s final (revision %d) with anomalies %q, model %q", when, id, s.Revision, got, v.Anomalies)
 		}
 	}

@@ -9,21 +9,21 @@ import (
 
 // This file decides an invocation's status: its first close (final when
 // the contract's conditions hold, incomplete on a timer or when a rule
-// forbids final) and the revisions that spans arriving later cause.
+// forbids final) and the revisions that spans arriving later cause. The
+// conditions are the Graph's (internal/ledgerrule), as in the collector.
 
 // evaluate closes inv when the contract's conditions hold (final, or
 // incomplete when a rule forbids final), or schedules the settle timer.
 // l.mu must be held.
 func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
-	if inv.status != contract.StatusPending || !inv.obligationsMet() {
+	if inv.status != contract.StatusPending || !inv.obligations(now, &l.graph).Met() {
 		return
 	}
 	if l.settleLater(inv, now, (*Ledger).evaluate) {
 		return
 	}
-	reasons := inv.closingFailures()
-	if inv.obligations(now, reasons).Status() != contract.StatusFinal {
-		l.closeLocked(inv, contract.StatusIncomplete, "", reasons, now)
+	if inv.obligations(now, &l.graph).Status() != contract.StatusFinal {
+		l.closeLocked(inv, contract.StatusIncomplete, "", inv.reasons(now, &l.graph), now)
 		return
 	}
 	l.closeLocked(inv, contract.StatusFinal, "", nil, now)
@@ -32,7 +32,10 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 // settleLater reports whether inv's remote subtrees are still settling at
 // now; it then schedules then for when they are quiet. l.mu must be held.
 func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*Ledger, *invocationState, time.Time)) bool {
-	wait := inv.settleUntil.Sub(now)
+	if inv.g.Settled(now.UnixNano(), &l.graph) {
+		return false
+	}
+	wait := time.Unix(0, inv.g.SettleDue(&l.graph)).Sub(now)
 	if wait <= 0 {
 		return false
 	}
@@ -52,23 +55,21 @@ func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*Led
 // the obligations are met but a remote subtree settles, the latest
 // summary stands; otherwise incomplete at once. l.mu must be held.
 func (l *Ledger) revise(inv *invocationState, now time.Time) {
-	if !inv.dirty || l.down {
+	if !inv.g.Dirty || l.down {
 		return
 	}
-	met := inv.obligationsMet()
-	if met && l.settleLater(inv, now, (*Ledger).revise) {
+	if inv.obligations(now, &l.graph).Met() && l.settleLater(inv, now, (*Ledger).revise) {
 		return
 	}
-	inv.dirty = false
+	inv.g.Dirty = false
 	inv.revision++
-	failures := inv.closingFailures()
-	if inv.obligations(now, failures).Status() == contract.StatusFinal {
+	if inv.obligations(now, &l.graph).Status() == contract.StatusFinal {
 		inv.status = contract.StatusFinal
 		inv.emitted = inv.summary(inv.status, inv.revision, nil)
 		return
 	}
 	inv.status = contract.StatusIncomplete
-	reasons := inv.openReasons(now)
+	reasons := inv.reasons(now, &l.graph)
 	if inv.forced != "" && !slices.Contains(reasons, inv.forced) {
 		reasons = append([]string{inv.forced}, reasons...)
 	}
@@ -79,8 +80,7 @@ func (l *Ledger) revise(inv *invocationState, now time.Time) {
 // reason (open_timeout, evicted, shutdown, span_limit), listing what is
 // still open at now. l.mu must be held.
 func (l *Ledger) closeForced(inv *invocationState, reason string, now time.Time) {
-	inv.checkCycles()
-	reasons := inv.openReasons(now)
+	reasons := inv.reasons(now, &l.graph)
 	if !slices.Contains(reasons, reason) {
 		reasons = append([]string{reason}, reasons...)
 	}
@@ -98,6 +98,7 @@ func (l *Ledger) closeLocked(inv *invocationState, status, forced string, reason
 	inv.forced = forced
 	inv.revision = 1
 	inv.emitted = inv.summary(status, 1, reasons)
+	inv.g.Shut()
 	if inv.settleTimer != nil {
 		inv.settleTimer.Stop()
 	}

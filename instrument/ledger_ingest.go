@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
 // This file is how spans reach the Ledger: at their start (started, from
@@ -61,7 +62,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs,
 		}
 		inv.runningConts[sid] = struct{}{}
 	case contract.RoleRoot:
-		if attrs.unattributed != "" && !inv.rootArrived {
+		if attrs.unattributed != "" && !inv.g.RootArrived {
 			inv.unattributedRunning = true
 			inv.fail(contract.ReasonUnattributedWakeup, attrs.unattributed)
 		}
@@ -90,17 +91,19 @@ func (l *Ledger) setSession(inv *invocationState, session, agent string) {
 
 // arrived applies one ended, sampled span s of the SDK (without the
 // SpanProcessor's wrapper); children is the invocation.children the
-// SpanProcessor counted, countAbsent when it counted none.
+// SpanProcessor counted, countAbsent when it counted none. It is read as
+// exported (exportedSpan).
 func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
-	f := readFacts(s, children, l.rule)
+	out := exportedSpan(s, children, 0, 0)
+	f := readFacts(out, l.rule)
 	l.apply(s, &f, nil)
 }
 
 // apply applies one ended, sampled span s whose facts f were read with
-// readFacts (outside the ledger's lock). known, when not nil, is the
-// state the ledger had for the span's invocation at the span's start (or
-// its parent's): it saves the lookup by id while the ledger still holds
-// it.
+// readFacts (outside the ledger's lock) from the span as exported. known,
+// when not nil, is the state the ledger had for the span's invocation at
+// the span's start (or its parent's): it saves the lookup by id while the
+// ledger still holds it.
 func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationState) {
 	if f.id == "" {
 		return
@@ -117,21 +120,19 @@ func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationS
 		inv = l.lookup(f.id, now)
 	}
 	closed := inv.status != contract.StatusPending
-	if f.role == contract.RoleBackground {
+	if f.Role == ledgerrule.RoleBackground {
 		l.background.add(s.SpanContext().SpanID(), f.id)
 	}
-	if l.background.foreignFollowup(s, f.id) {
-		inv.anomaly(contract.AnomalyForeignFollowup, s.Name())
+	if l.background.foreignFollowup(f, f.id) {
+		inv.anomaly(contract.AnomalyForeignFollowup, f.Name)
 	}
-	if inv.preRoot == nil && !inv.rootArrived && f.modelCall {
-		l.lendCalls(inv)
-	}
-	result := inv.arrive(s, f, l.maxSpans)
-	l.reclaimCalls(inv)
-	switch result {
-	case arriveDuplicate:
+	// Span names repeat ("chat gpt-4o"): the invocation keeps the ledger's
+	// copy.
+	f.Name = l.names.intern(f.Name)
+	switch inv.arrive(s, f, now, &l.graph) {
+	case ledgerrule.Duplicate:
 		return
-	case arriveSpanLimit:
+	case ledgerrule.SpanLimit:
 		// Its totals can no longer be proven: it closes at once, as in
 		// the collector.
 		l.spanLimited.Add(context.Background(), 1)
@@ -139,26 +140,19 @@ func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationS
 			l.closeForced(inv, reasonSpanLimit, now)
 		}
 		return
-	case arriveNotIndexed:
+	case ledgerrule.Reused:
 		if !closed {
 			l.evaluate(inv, now)
+		} else {
+			l.revise(inv, now)
 		}
 		return
 	}
-	switch f.role {
-	case contract.RoleRoot, contract.RoleContinuation:
+	switch f.Role {
+	case ledgerrule.RoleRoot, ledgerrule.RoleContinuation:
 		l.setSession(inv, f.session, f.agent)
 	}
-	// Condition 4: a remote span's subtree must be quiet for the settle
-	// time after its latest arrival. Only in-process arrivals are seen.
-	if inv.underRemote(s.SpanContext().SpanID()) {
-		if until := now.Add(l.settle); until.After(inv.settleUntil) {
-			inv.settleUntil = until
-		}
-	}
 	if closed {
-		inv.anomaly(contract.AnomalyLateSpan, s.Name())
-		inv.dirty = true
 		l.revise(inv, now)
 		return
 	}
@@ -182,7 +176,6 @@ func (l *Ledger) unrecordedSpan(id, name string) {
 	inv := l.lookup(id, now)
 	inv.fail(contract.ReasonNotSampled, name)
 	if inv.status != contract.StatusPending {
-		inv.dirty = true
 		l.revise(inv, now)
 	}
 }

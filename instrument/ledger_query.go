@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentledger/agentledger/contract"
 )
 
@@ -17,7 +19,7 @@ import (
 // pending, else the latest final or incomplete summary. l.mu must be held.
 func (l *Ledger) summaryLocked(inv *invocationState) Summary {
 	if inv.status == contract.StatusPending {
-		return inv.summary(contract.StatusPending, 0, inv.openReasons(l.clock.Now()))
+		return inv.summary(contract.StatusPending, 0, inv.reasons(l.clock.Now(), &l.graph))
 	}
 	s := inv.emitted
 	s.Reasons = slices.Clone(s.Reasons)
@@ -35,7 +37,7 @@ func (l *Ledger) Usage(id string) (Usage, bool) {
 	if !ok {
 		return Usage{}, false
 	}
-	return inv.usage, true
+	return inv.usage(), true
 }
 
 // Summary returns the current summary of invocation id without waiting,
@@ -135,10 +137,10 @@ func (l *Ledger) Session(session string) SessionState {
 		for _, j := range inv.openJobs {
 			st.OpenJobs = append(st.OpenJobs, j)
 		}
-		for i := range inv.nodes.list {
-			if n := &inv.nodes.list[i]; n.arrived && n.declaredFollowups > n.arrivedFollowups {
+		for i := range inv.g.Spans {
+			if e := &inv.g.Spans[i]; e.Arrived && e.MissingFollowups() > 0 {
 				st.ExpectedFollowups = append(st.ExpectedFollowups,
-					JobInfo{InvocationID: inv.id, SpanID: n.sid, Name: inv.nameOf(n.name)})
+					JobInfo{InvocationID: inv.id, SpanID: trace.SpanID(e.ID), Name: inv.g.Name(e.Name)})
 			}
 		}
 		st.RunningContinuations += len(inv.runningConts)

@@ -55,7 +55,7 @@ func (r *retention) add(inv *invocationState) {
 // list.
 func (r *retention) markClosed(inv *invocationState, now time.Time) {
 	r.open.remove(inv)
-	inv.closedAt = now
+	inv.closedAt = now.UnixNano()
 	r.closed.pushBack(inv)
 }
 
@@ -70,14 +70,14 @@ func (r *retention) timedOut(now time.Time) *invocationState {
 
 // deadline is when inv's open timeout passes.
 func (r *retention) deadline(inv *invocationState) time.Time {
-	return inv.created.Add(r.openTimeout)
+	return time.Unix(0, inv.created).Add(r.openTimeout)
 }
 
 // expired unlists and unindexes the oldest closed invocation if the
 // retention has passed for it at now, and returns it; else nil.
 func (r *retention) expired(now time.Time) *invocationState {
 	inv := r.closed.front()
-	if inv == nil || now.Sub(inv.closedAt) < r.keep {
+	if inv == nil || now.Sub(time.Unix(0, inv.closedAt)) < r.keep {
 		return nil
 	}
 	r.closed.remove(inv)

@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"fmt"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"slices"
 	"strings"
 	"testing"
@@ -212,23 +213,28 @@ func TestRuleMissingUsage(t *testing.T) {
 }
 
 // TestRuleInvalidCounts: a count that cannot be proven never lets the
-// invocation be final (CONTRACT.md, v0.1 clarifications).
+// invocation be final (CONTRACT.md, v0.1 clarifications): it stays
+// pending, saying why, and closes incomplete at its open timeout, as in
+// the collector (one rule, internal/ledgerrule).
 func TestRuleInvalidCounts(t *testing.T) {
 	root := spanCtx(1, 1)
 	noFollowups := stub("background shell", spanCtx(1, 2), root, 150,
 		attribute.String(contract.AttrRole, contract.RoleBackground), attribute.Int(contract.AttrChildren, 0))
 	badChildren := stub("execute_tool shell", spanCtx(1, 2), root, 50, attribute.String(contract.AttrChildren, "1"))
 	for _, tc := range []struct {
-		span   tracetest.SpanStub
-		reason string
+		span    tracetest.SpanStub
+		reasons []string
 	}{
-		{noFollowups, "invalid_count:background shell"},
-		{withAttr(jobStub(spanCtx(1, 2), root, 0), attribute.Int(contract.AttrFollowups, -1)), "invalid_count:background shell"},
-		{badChildren, "invalid_count:execute_tool shell"},
+		{noFollowups, []string{"invalid_count:background shell"}},
+		{withAttr(jobStub(spanCtx(1, 2), root, 0), attribute.Int(contract.AttrFollowups, -1)), []string{"invalid_count:background shell"}},
+		// A string where an int belongs is also malformed (v0.6 rule 1).
+		{badChildren, []string{"invalid_count:execute_tool shell", "malformed_attribute:invocation.children on execute_tool shell"}},
 	} {
 		sl := newStubLedger(t)
 		sl.feed(rootStub(root, 1), tc.span)
-		wantStatus(t, sl.summary("inv"), contract.StatusIncomplete, tc.reason)
+		wantStatus(t, sl.summary("inv"), contract.StatusPending, tc.reasons...)
+		sl.clock.Advance(DefaultOpenTimeout)
+		wantStatus(t, sl.summary("inv"), contract.StatusIncomplete, append([]string{contract.ReasonOpenTimeout}, tc.reasons...)...)
 	}
 }
 
@@ -284,7 +290,7 @@ func TestAnomaliesAndFailuresBounded(t *testing.T) {
 		sl.feed(call)
 	}
 	s := sl.summary("inv")
-	if len(s.Anomalies) > maxAnomalies || len(s.Reasons) > maxAnomalies+1 || s.Status == contract.StatusFinal {
+	if len(s.Anomalies) > ledgerrule.MaxAnomalies || len(s.Reasons) > ledgerrule.MaxAnomalies+1 || s.Status == contract.StatusFinal {
 		t.Errorf("%d anomalies, %d reasons, status %s", len(s.Anomalies), len(s.Reasons), s.Status)
 	}
 }
@@ -298,5 +304,5 @@ func TestRuleLateChildMistyped(t *testing.T) {
 	sl.feed(rootStub(root, 1), toolStub(tool, root, 1),
 		stub("late work", spanCtx(1, 3), tool, 60, attribute.String(contract.AttrLateChild, "yes"), attribute.Int(contract.AttrChildren, 0)))
 	wantStatus(t, sl.summary("inv"), contract.StatusPending,
-		"malformed_attribute:invocation.late_child on late work", "missing_children:execute_tool shell")
+		"missing_children:execute_tool shell", "malformed_attribute:invocation.late_child on late work")
 }

@@ -1,6 +1,8 @@
 package instrument
 
 import (
+	"time"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -9,83 +11,34 @@ import (
 	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
-// Counts of invocation.children and invocation.followups as spanFacts
-// holds them.
-const (
-	// countAbsent: the span declares no count.
-	countAbsent = -1
-	// childrenInvalid: the span declares a count that cannot be proven
-	// (not a non-negative integer, or larger than the per-invocation span
-	// bound): the invocation can never be final (invalid_count).
-	childrenInvalid = -2
-)
-
-// Usage attribute indexes in spanFacts.usage.
-var usageKeys = [5]attribute.Key{
-	contract.AttrUsageInputTokens, contract.AttrUsageOutputTokens,
-	contract.AttrUsageCacheReadTokens, contract.AttrUsageCacheCreateTokens,
-	contract.AttrUsageReasoningTokens,
-}
+// countAbsent is a child count the SpanProcessor did not keep (the span
+// was not tracked): the span's own invocation.children, if any, stands.
+const countAbsent = -1
 
 // spanFacts is what the ledger reads from one ended span, in one pass over
-// its attributes and outside the ledger's lock.
+// its attributes and links and outside the ledger's lock: the
+// ledgerrule.Span its invocation's Graph reads, read by the contract's one
+// reader (internal/ledgerrule) from the span as it is exported, and what
+// the ledger keeps besides (session, agent).
 type spanFacts struct {
-	id, role, session, agent string
-	// modelCall: gen_ai.operation.name is a usage operation.
-	modelCall bool
-	// unattributed is the reason of an unattributed turn's root, or "".
-	unattributed string
-	// abandoned: the span carries invocation.followup.reason = abandoned.
-	abandoned bool
-	// interrupted: the span carries invocation.followup.reason =
-	// interrupted; the jobs its followup links discharge are named
-	// followup_interrupted (v0.7).
-	interrupted bool
-	// usageMismatch: the span carries invocation.usage.mismatch = true
-	// (v0.8).
-	usageMismatch bool
-	// children and followups are the declared counts, countAbsent or
-	// childrenInvalid.
-	children, followups int
-	remote, late        bool
-	usage               [5]int64
-	// hasUsage: the span carries input or output token usage (valid or
-	// not): it is not missing usage (rule 5).
-	hasUsage bool
-	// invalidUsage lists usage keys whose value is not a non-negative
-	// integer (rare; nil otherwise).
-	invalidUsage []string
-	// failed: the span's status is Error.
-	failed bool
-	// malformed has a bit per ledgerrule.Key whose value is malformed.
-	malformed uint32
-	// stamped: the span itself carries invocation.children equal to the
-	// count the SpanProcessor passed (it stamps 0 at the span's start).
-	stamped bool
-
-	// unrecorded: the span's invocation.unrecorded is above 0 (or not a
-	// non-negative int, the reading that fails closed); 0 or 1.
-	unrecorded int
-	// detached is the span's invocation.detached: 0 when absent,
-	// childrenInvalid when it cannot be proven.
-	detached int
+	ledgerrule.Span
+	// id is the span's invocation, "" when it is no member.
+	id string
+	// role is the contract's name of the role the rule reads, or "".
+	role           string
+	session, agent string
+	linkBuf        [2]ledgerrule.Link
 }
 
-// readFacts reads a span's facts through the contract's one reader
-// (internal/ledgerrule), as the collector reads the exported span:
-// children is the invocation.children the SpanProcessor counted
-// (countAbsent when it counted none), which is what the exported span
-// carries, so it is read in place of the attribute.
-func readFacts(s sdktrace.ReadOnlySpan, children int, rule *ledgerrule.Config) spanFacts {
-	f := spanFacts{children: countAbsent, followups: countAbsent}
+// readFacts reads an ended span's facts as the collector reads the
+// exported span: s is that span, with the counts the SpanProcessor
+// declared (exported).
+func readFacts(s sdktrace.ReadOnlySpan, rule *ledgerrule.Config) spanFacts {
+	var f spanFacts
 	var r ledgerrule.SpanReader
 	sessionSeen, agentSeen := false, false
 	for _, kv := range s.Attributes() {
 		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
-			if k == ledgerrule.KeyChildren {
-				f.stamped = children >= 0 && kv.Value.Type() == attribute.INT64 && kv.Value.AsInt64() == int64(children)
-				continue
-			}
 			r.Attr(k, ruleValue(kv.Value))
 			continue
 		}
@@ -101,61 +54,45 @@ func readFacts(s sdktrace.ReadOnlySpan, children int, rule *ledgerrule.Config) s
 			}
 		}
 	}
-	if children != countAbsent {
-		r.Attr(ledgerrule.KeyChildren, ledgerrule.IntValue(int64(children)))
+	r.Read(rule, &f.Facts)
+	if f.Member {
+		f.id = f.InvocationID
 	}
-	var rf ledgerrule.Facts
-	r.Read(rule, &rf)
-	if rf.Member {
-		f.id = rf.InvocationID
+	f.role = roleName(f.Role)
+	sc := s.SpanContext()
+	f.Name = s.Name()
+	f.Trace, f.ID = ledgerrule.TraceID(sc.TraceID()), ledgerrule.SpanID(sc.SpanID())
+	if p := s.Parent(); p.IsValid() {
+		// OTLP carries the parent's span ID alone, in the span's trace: so
+		// the collector reads it, and so does the ledger.
+		f.Parent = ledgerrule.SpanID(p.SpanID())
 	}
-	f.role = roleName(rf.Role)
-	f.modelCall = rf.ModelCall
-	f.children = countOf(rf.Children)
-	f.followups = countOf(rf.Followups)
-	// v0.6 rules 3 and 4: unrecorded is 1 when the span declares any
-	// unrecorded child or an unprovable count (failing closed), detached
-	// 0 when absent.
-	if rf.Unrecorded.State == ledgerrule.CountInvalid || rf.Unrecorded.N > 0 {
-		f.unrecorded = 1
-	}
-	if rf.Detached.Declared() {
-		f.detached = countOf(rf.Detached)
-	}
-	f.remote, f.late = rf.Remote, rf.LateChild
-	if rf.Unattributed {
-		f.unattributed = rf.UnattributedReason
-		if f.unattributed == "" {
-			f.unattributed = UnattributedUnknown
+	f.Start, f.End = unixNanos(s.StartTime()), unixNanos(s.EndTime())
+	f.Failed = s.Status().Code == codes.Error
+	for _, l := range s.Links() {
+		kind, bad := linkKind(l.Attributes)
+		if bad {
+			f.LinkMalformed = true
 		}
-	}
-	f.abandoned = rf.Abandoned
-	f.interrupted = rf.Interrupted
-	f.usageMismatch = rf.UsageMismatch
-	f.malformed = rf.Malformed
-	if rf.ModelCall {
-		f.hasUsage = rf.HasUsage()
-		for i := range ledgerrule.NumUsage {
-			if rf.UsageInvalid&(1<<i) != 0 {
-				f.invalidUsage = append(f.invalidUsage, string(usageKeys[i]))
-				continue
+		switch kind {
+		case ledgerrule.LinkFollowup, ledgerrule.LinkConsumed, ledgerrule.LinkDetachedFrom:
+			if f.Links == nil {
+				f.Links = f.linkBuf[:0]
 			}
-			f.usage[i] = rf.Usage[i]
+			f.Links = append(f.Links, ledgerrule.Link{
+				Trace: ledgerrule.TraceID(l.SpanContext.TraceID()), Span: ledgerrule.SpanID(l.SpanContext.SpanID()), Kind: kind,
+			})
 		}
 	}
-	f.failed = s.Status().Code == codes.Error
 	return f
 }
 
-// countOf converts a count as the reader read it.
-func countOf(c ledgerrule.Count) int {
-	switch c.State {
-	case ledgerrule.CountValid:
-		return int(c.N)
-	case ledgerrule.CountInvalid:
-		return childrenInvalid
+// unixNanos is t in Unix nanoseconds, 0 before 1970.
+func unixNanos(t time.Time) uint64 {
+	if n := t.UnixNano(); n > 0 {
+		return uint64(n)
 	}
-	return countAbsent
+	return 0
 }
 
 // roleName is the contract's name of a role the rule tells apart, or "".
@@ -255,50 +192,3 @@ func readStartAttrs(attrs []attribute.KeyValue) startAttrs {
 // startRule configures the reading at a span's start, which reads no
 // counts or usage.
 var startRule = ledgerrule.NewConfig(nil, 0)
-
-// linkFacts is what a span's links say, checked before any of them
-// discharges (rules 2 and 3).
-type linkFacts struct {
-	// malformed: a followup or consumed link to the span itself, or a followup and a
-	// consumed link to the same target; such links discharge nothing.
-	malformed bool
-	// duplicate: some target is named by more than one followup link.
-	duplicate bool
-	// malformedKind: some link's invocation.link is malformed (v0.6 rule
-	// 1); that link discharges nothing.
-	malformedKind bool
-}
-
-// checkLinks inspects the followup and consumed links of span s.
-func checkLinks(s sdktrace.ReadOnlySpan) linkFacts {
-	var lf linkFacts
-	links := s.Links()
-	self := s.SpanContext().SpanID()
-	for i, link := range links {
-		kind, bad := linkKind(link.Attributes)
-		if bad {
-			lf.malformedKind = true
-		}
-		if kind != ledgerrule.LinkFollowup && kind != ledgerrule.LinkConsumed {
-			continue
-		}
-		target := link.SpanContext.SpanID()
-		if target == self {
-			lf.malformed = true
-		}
-		for _, prev := range links[:i] {
-			if prev.SpanContext.SpanID() != target {
-				continue
-			}
-			switch prevKind, _ := linkKind(prev.Attributes); prevKind {
-			case kind:
-				if kind == ledgerrule.LinkFollowup {
-					lf.duplicate = true
-				}
-			case ledgerrule.LinkFollowup, ledgerrule.LinkConsumed:
-				lf.malformed = true
-			}
-		}
-	}
-	return lf
-}

@@ -399,17 +399,11 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 	p.mu.Unlock()
 
-	f := readFacts(s, children, p.ledger.rule)
-	out := s
-	if unrecorded != 0 || detached != 0 {
-		// Rules 3 and 4: the counts are the SpanProcessor's, as children.
-		out = p.declared(s, &f, children, unrecorded, detached)
-	} else if children != countAbsent && !f.stamped {
-		// The count OnStart stamped is not the span's (it has children,
-		// or its attributes changed the stamp or dropped it).
-		out = &countedSpan{ReadOnlySpan: s, children: children}
-	}
-	if dropped && f.modelCall && f.id != "" {
+	// Rules 3 and 4: the counts are the SpanProcessor's, as children. The
+	// ledger reads the span as it is exported, as the collector does.
+	out := exportedSpan(s, children, unrecorded, detached)
+	f := readFacts(out, p.ledger.rule)
+	if dropped && f.ModelCall && f.id != "" {
 		// A model call recorded without being sampled inside a recording
 		// span of its invocation (rule 3): its usage is never exported.
 		p.ledger.unrecordedSpan(f.id, s.Name())
@@ -449,6 +443,9 @@ func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
 	return nil
 }
 
+// maxAncestorWalk bounds the walk up the records of open spans.
+const maxAncestorWalk = 64
+
 // openAncestor returns the nearest span of invocation id on the ancestry
 // of the ended span launching that is still open in this processor, and
 // false when none is. The walk goes up the records of open spans from the
@@ -463,7 +460,7 @@ func (p *SpanProcessor) openAncestor(id string, launching sdktrace.ReadOnlySpan)
 	defer p.mu.Unlock()
 	if psc.IsValid() && !psc.IsRemote() {
 		sid := psc.SpanID()
-		for i := 0; i < maxRemoteWalk && sid != (trace.SpanID{}); i++ {
+		for i := 0; i < maxAncestorWalk && sid != (trace.SpanID{}); i++ {
 			rec := p.lookupOpen(tid, sid)
 			if rec == nil {
 				break
@@ -485,6 +482,38 @@ func (p *SpanProcessor) openSpans() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.openCount
+}
+
+// exportedSpan is the ended span s as the SpanProcessor exports it: with
+// the invocation.children it counted (children; countAbsent when it
+// counted none), and the invocation.unrecorded and invocation.detached it
+// counted when not 0 (contract v0.6 rules 3 and 4). A span that already
+// carries the count it stamped at its start is exported as it is.
+func exportedSpan(s sdktrace.ReadOnlySpan, children, unrecorded, detached int) sdktrace.ReadOnlySpan {
+	if unrecorded != 0 || detached != 0 {
+		return &declaredSpan{ReadOnlySpan: s, children: children,
+			unrecorded: int32(min(unrecorded, math.MaxInt32)), detached: int32(min(detached, math.MaxInt32))}
+	}
+	if children == countAbsent || carriesCount(s.Attributes(), children) {
+		return s
+	}
+	return &countedSpan{ReadOnlySpan: s, children: children}
+}
+
+// carriesCount reports whether attrs hold invocation.children, every time
+// as the int children (a stamp its attributes kept).
+func carriesCount(attrs []attribute.KeyValue, children int) bool {
+	found := false
+	for _, kv := range attrs {
+		if kv.Key != contract.AttrChildren {
+			continue
+		}
+		if kv.Value.Type() != attribute.INT64 || kv.Value.AsInt64() != int64(children) {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // countedSpan is an ended span with invocation.children added.
@@ -521,14 +550,16 @@ func (s *declaredSpan) Attributes() []attribute.KeyValue {
 	out := make([]attribute.KeyValue, 0, len(base)+3)
 	for _, kv := range base {
 		switch {
-		case kv.Key == contract.AttrChildren:
+		case kv.Key == contract.AttrChildren && s.children != countAbsent:
 		case kv.Key == contract.AttrUnrecorded && s.unrecorded != 0:
 		case kv.Key == contract.AttrDetached && s.detached != 0:
 		default:
 			out = append(out, kv)
 		}
 	}
-	out = append(out, attribute.Int(contract.AttrChildren, s.children))
+	if s.children != countAbsent {
+		out = append(out, attribute.Int(contract.AttrChildren, s.children))
+	}
 	if s.unrecorded != 0 {
 		out = append(out, attribute.Int(contract.AttrUnrecorded, int(s.unrecorded)))
 	}

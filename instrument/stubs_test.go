@@ -35,23 +35,8 @@ func newStubLedger(t *testing.T, opts ...Option) *stubLedger {
 // span's attributes, as the SpanProcessor passes it.
 func (sl *stubLedger) feed(spans ...tracetest.SpanStub) {
 	for _, s := range spans {
-		sl.l.arrived(s.Snapshot(), childrenOf(s.Attributes))
+		sl.l.arrived(s.Snapshot(), countAbsent)
 	}
-}
-
-// childrenOf reads invocation.children from attrs as the ledger's arrived
-// expects it: -1 when absent, childrenInvalid when not a non-negative int.
-func childrenOf(attrs []attribute.KeyValue) int {
-	for _, kv := range attrs {
-		if kv.Key != contract.AttrChildren {
-			continue
-		}
-		if kv.Value.Type() != attribute.INT64 || kv.Value.AsInt64() < 0 || kv.Value.AsInt64() > DefaultMaxSpansPerInvocation {
-			return childrenInvalid
-		}
-		return int(kv.Value.AsInt64())
-	}
-	return -1
 }
 
 // known reports whether the ledger has state for invocation "inv".

@@ -196,23 +196,6 @@ func (p *SpanProcessor) detachedStart(parent context.Context, id string, sc trac
 	return trace.SpanContext{}, false, false
 }
 
-// declared returns the ended span s with the counts of rules 3 and 4 (and
-// its children), and puts them in its facts f. maxSpans bounds a provable
-// detached count, as it does children.
-func (p *SpanProcessor) declared(s sdktrace.ReadOnlySpan, f *spanFacts, children, unrecorded, detached int) sdktrace.ReadOnlySpan {
-	if unrecorded != 0 {
-		f.unrecorded = 1
-	}
-	if detached != 0 {
-		f.detached = detached
-		if detached > p.ledger.maxSpans {
-			f.detached = childrenInvalid
-		}
-	}
-	// Both fit in 32 bits: the record keeps them so.
-	return &declaredSpan{ReadOnlySpan: s, children: children, unrecorded: int32(unrecorded), detached: int32(detached)}
-}
-
 // processors lists the live SpanProcessors, for NoteUnrecorded: a client
 // wrapper knows the span in its context, not the processor that tracks
 // it. It holds them weakly, so that a processor nobody uses is collected.

@@ -45,7 +45,7 @@ type SpanState struct {
 	// trace is, once the span arrived, its trace (an index into
 	// Graph.Traces); before, the trace of its first reference, a child or
 	// a followup link (an index into Traces, or below noIndex into
-	// Graph.LinkTraces for a trace no span arrived in: linkTraceIndex).
+	// graphRare.linkTraces for a trace no span arrived in: linkTraceIndex).
 	// Every later reference and the arrival must be in the same trace
 	// (v0.6 rule 2): sameTrace compares them.
 	trace int32
@@ -529,13 +529,14 @@ func (g *Graph) linkTraceIndex(t TraceID) int32 {
 	if g.maps != nil {
 		links = g.maps.linkTraces
 	}
+	r := g.rareOf()
 	if links == nil {
-		if i := slices.Index(g.LinkTraces, t); i >= 0 {
+		if i := slices.Index(r.linkTraces, t); i >= 0 {
 			return noIndex - 1 - int32(i)
 		}
-		if len(g.LinkTraces) >= smallIndex {
-			links = make(map[TraceID]int32, 2*len(g.LinkTraces))
-			for i, l := range g.LinkTraces {
+		if len(r.linkTraces) >= smallIndex {
+			links = make(map[TraceID]int32, 2*len(r.linkTraces))
+			for i, l := range r.linkTraces {
 				links[l] = int32(i)
 			}
 			g.lookup().linkTraces = links
@@ -543,8 +544,8 @@ func (g *Graph) linkTraceIndex(t TraceID) int32 {
 	} else if i, ok := links[t]; ok {
 		return noIndex - 1 - i
 	}
-	i := int32(len(g.LinkTraces))
-	g.LinkTraces = append(g.LinkTraces, t)
+	i := int32(len(r.linkTraces))
+	r.linkTraces = append(r.linkTraces, t)
 	if links != nil {
 		links[t] = i
 	}
@@ -557,7 +558,7 @@ func (g *Graph) traceAt(i int32) TraceID {
 	if i >= 0 {
 		return g.Traces[i]
 	}
-	return g.LinkTraces[noIndex-1-i]
+	return g.rare.linkTraces[noIndex-1-i]
 }
 
 // sameTrace reports whether two trace values (neither noIndex) name the

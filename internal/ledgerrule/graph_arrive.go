@@ -165,14 +165,9 @@ type Graph struct {
 	Names []string
 	// Traces lists the invocation's trace IDs in arrival order.
 	Traces []TraceID
-	// LinkTraces lists the traces followup links named for targets that
-	// had not arrived, when no span of the invocation arrived in them;
-	// not traces of the invocation.
-	LinkTraces []TraceID
-	// Detached holds the invocation.detached obligations: nil unless a
-	// span declared one or linked with detached_from.
-	Detached []DetachedCount
-	Early    []EarlyCall
+	// rare holds what few invocations need (nil for most, so that a
+	// retained Graph stays small).
+	rare *graphRare
 
 	Usage                   Usage
 	AfterInput, AfterOutput int64
@@ -184,6 +179,35 @@ type Graph struct {
 	maps *lookupMaps
 }
 
+// graphRare is the part of a Graph few invocations need.
+type graphRare struct {
+	// linkTraces lists the traces followup links named for targets that
+	// had not arrived, when no span of the invocation arrived in them;
+	// not traces of the invocation.
+	linkTraces []TraceID
+	// detached holds the invocation.detached obligations: nil unless a
+	// span declared one or linked with detached_from.
+	detached []DetachedCount
+	// early holds the model calls that arrived before the root.
+	early []EarlyCall
+}
+
+// rareOf returns g.rare, allocating it on first use.
+func (g *Graph) rareOf() *graphRare {
+	if g.rare == nil {
+		g.rare = &graphRare{}
+	}
+	return g.rare
+}
+
+// detachedList returns the invocation.detached obligations (nil for most).
+func (g *Graph) detachedList() []DetachedCount {
+	if g.rare == nil {
+		return nil
+	}
+	return g.rare.detached
+}
+
 // Init readies a zero Graph for an invocation first seen at now.
 func (g *Graph) Init(now int64) {
 	g.Open = 1
@@ -191,7 +215,7 @@ func (g *Graph) Init(now int64) {
 }
 
 // HeldIDs is how many span IDs the graph holds, toward the span bound.
-func (g *Graph) HeldIDs() int { return len(g.Spans) + len(g.closed) + len(g.Detached) }
+func (g *Graph) HeldIDs() int { return len(g.Spans) + len(g.closed) + len(g.detachedList()) }
 
 // AddAnomaly records an anomaly once (at most MaxAnomalies).
 func (g *Graph) AddAnomaly(a string) {
@@ -377,7 +401,7 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 	// st is not used below: reserving, attaching and linking may grow
 	// Spans.
 	nameIdx := st.Name
-	if len(g.Detached) > 0 {
+	if len(g.detachedList()) > 0 {
 		g.arriveDetached(s)
 	}
 	if s.Detached.Declared() {
@@ -446,13 +470,16 @@ func (g *Graph) arriveRoot(s *Span, now int64) {
 	g.RootArrived = true
 	g.discharge(now)
 	g.RootStart, g.RootEnd = s.Start, s.End
-	for _, e := range g.Early {
+	if g.rare == nil {
+		return
+	}
+	for _, e := range g.rare.early {
 		if e.Start > g.RootEnd {
 			g.AfterInput += e.Input
 			g.AfterOutput += e.Output
 		}
 	}
-	g.Early = nil
+	g.rare.early = nil
 }
 
 // Taint records that a span of the invocation named name was not
@@ -561,10 +588,11 @@ func (g *Graph) addModelCall(s *Span) Usage {
 			g.AfterOutput += c.Output
 		}
 	} else if c.Input != 0 || c.Output != 0 {
-		if g.Early == nil {
-			g.Early = make([]EarlyCall, 0, 4)
+		r := g.rareOf()
+		if r.early == nil {
+			r.early = make([]EarlyCall, 0, 4)
 		}
-		g.Early = append(g.Early, EarlyCall{Start: s.Start, Input: c.Input, Output: c.Output})
+		r.early = append(r.early, EarlyCall{Start: s.Start, Input: c.Input, Output: c.Output})
 	}
 	return c
 }

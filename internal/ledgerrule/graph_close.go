@@ -83,7 +83,7 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 			}
 		}
 	}
-	for _, d := range g.Detached {
+	for _, d := range g.detachedList() {
 		if d.Declared > d.Arrived {
 			obl = append(obl, contract.ReasonMissingDetached+":"+g.Name(d.Name))
 		}
@@ -213,8 +213,10 @@ func (g *Graph) HeldBackground(fn func(SpanID)) {
 
 // ApproxBytes is an estimate of the memory the graph holds, for bounds.
 func (g *Graph) ApproxBytes() int {
-	n := cap(g.Spans)*48 + cap(g.closed)*40 + cap(g.Traces)*16 + cap(g.LinkTraces)*16 +
-		cap(g.Detached)*40 + cap(g.Early)*24
+	n := cap(g.Spans)*48 + cap(g.closed)*40 + cap(g.Traces)*16
+	if r := g.rare; r != nil {
+		n += 80 + cap(r.linkTraces)*16 + cap(r.detached)*40 + cap(r.early)*24
+	}
 	for _, s := range g.Names {
 		n += 16 + len(s)
 	}

@@ -6,7 +6,7 @@ import "github.com/agentledger/agentledger/contract"
 // invocation.detached (CONTRACT.md v0.6 rule 4): how many spans of the
 // invocation that started new traces from its context will link to it
 // with detached_from, and how many did. Such spans are rare, so the
-// counts live in a short list on the Graph (nil for almost all) rather
+// counts live in a short list on the Graph (graphRare) (nil for almost all) rather
 // than in every span's state.
 type DetachedCount struct {
 	ID SpanID
@@ -23,8 +23,8 @@ type DetachedCount struct {
 
 // detachedAt returns the index in Detached of a span ID, or -1.
 func (g *Graph) detachedAt(id SpanID) int {
-	for i := range g.Detached {
-		if g.Detached[i].ID == id {
+	for i, d := range g.detachedList() {
+		if d.ID == id {
 			return i
 		}
 	}
@@ -36,8 +36,9 @@ func (g *Graph) detachedSlot(id SpanID, trace TraceID) int {
 	if i := g.detachedAt(id); i >= 0 {
 		return i
 	}
-	g.Detached = append(g.Detached, DetachedCount{ID: id, Trace: trace, Name: noIndex, Declared: noIndex})
-	return len(g.Detached) - 1
+	r := g.rareOf()
+	r.detached = append(r.detached, DetachedCount{ID: id, Trace: trace, Name: noIndex, Declared: noIndex})
+	return len(r.detached) - 1
 }
 
 // declareDetached records an arrived span's invocation.detached.
@@ -54,7 +55,7 @@ func (g *Graph) declareDetached(s *Span, nameIdx int32, cfg *GraphConfig) {
 		return
 	}
 	// arriveDetached made an entry's trace the span's own.
-	d := &g.Detached[g.detachedSlot(s.ID, s.Trace)]
+	d := &g.rare.detached[g.detachedSlot(s.ID, s.Trace)]
 	d.Name, d.Declared = nameIdx, n
 	if n > d.Arrived {
 		g.Open += int(n - d.Arrived)
@@ -71,7 +72,7 @@ func (g *Graph) arriveDetached(s *Span) {
 	if i < 0 {
 		return
 	}
-	if d := &g.Detached[i]; d.Trace != s.Trace {
+	if d := &g.rare.detached[i]; d.Trace != s.Trace {
 		g.AddTaint(contract.ReasonMalformedLink + ":" + g.Name(d.Name))
 		d.Trace, d.Arrived = s.Trace, 0
 	}
@@ -109,7 +110,7 @@ func (g *Graph) applyDetachedLinks(id SpanID, nameIdx int32, links []Link, late 
 		if g.detachedAt(l.Span) < 0 && !g.room(cfg) {
 			return
 		}
-		d := &g.Detached[g.detachedSlot(l.Span, l.Trace)]
+		d := &g.rare.detached[g.detachedSlot(l.Span, l.Trace)]
 		if d.Trace != l.Trace {
 			g.AddTaint(contract.ReasonMalformedLink + ":" + g.Name(nameIdx))
 			continue
