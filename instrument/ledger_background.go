@@ -26,7 +26,7 @@ func (b backgroundIndex) forget(inv *invocationState) {
 // Such a link discharges nothing: the target is a member of the other
 // invocation, and never arrives in this one's Graph.
 func (b backgroundIndex) foreignFollowup(f *spanFacts, id string) bool {
-	for _, l := range f.Links {
+	for _, l := range f.Links.All() {
 		if l.Kind != ledgerrule.LinkFollowup {
 			continue
 		}

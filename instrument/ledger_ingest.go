@@ -92,10 +92,10 @@ func (l *Ledger) setSession(inv *invocationState, session, agent string) {
 // arrived applies one ended, sampled span s of the SDK (without the
 // SpanProcessor's wrapper); children is the invocation.children the
 // SpanProcessor counted, countAbsent when it counted none. It is read as
-// exported (exportedSpan).
+// exported (exportCounts).
 func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
-	out := exportedSpan(s, children, 0, 0)
-	f := readFacts(out, l.rule)
+	var f spanFacts
+	readFacts(&f, s, countsOf(s, children, 0, 0), l.rule)
 	l.apply(s, &f, nil)
 }
 

@@ -27,20 +27,20 @@ type spanFacts struct {
 	// role is the contract's name of the role the rule reads, or "".
 	role           string
 	session, agent string
-	linkBuf        [2]ledgerrule.Link
 }
 
 // readFacts reads an ended span's facts as the collector reads the
-// exported span: s is that span, with the counts the SpanProcessor
-// declared (exported).
-func readFacts(s sdktrace.ReadOnlySpan, rule *ledgerrule.Config) spanFacts {
-	var f spanFacts
+// exported span: s with the counts the SpanProcessor exports on it
+// (exportCounts: keeps and added, which the exported span's attributes
+// also come from).
+func readFacts(f *spanFacts, s sdktrace.ReadOnlySpan, counts exportCounts, rule *ledgerrule.Config) {
+	*f = spanFacts{}
 	var r ledgerrule.SpanReader
 	sessionSeen, agentSeen := false, false
-	for _, kv := range s.Attributes() {
+	attr := func(kv attribute.KeyValue) {
 		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
 			r.Attr(k, ruleValue(kv.Value))
-			continue
+			return
 		}
 		// Copied into summaries, not read by the rule: the first counts.
 		switch kv.Key {
@@ -53,6 +53,15 @@ func readFacts(s sdktrace.ReadOnlySpan, rule *ledgerrule.Config) spanFacts {
 				agentSeen, f.agent = true, kv.Value.AsString()
 			}
 		}
+	}
+	for _, kv := range s.Attributes() {
+		if counts.keeps(kv) {
+			attr(kv)
+		}
+	}
+	var buf [3]attribute.KeyValue
+	for _, kv := range counts.added(&buf) {
+		attr(kv)
 	}
 	r.Read(rule, &f.Facts)
 	if f.Member {
@@ -76,15 +85,11 @@ func readFacts(s sdktrace.ReadOnlySpan, rule *ledgerrule.Config) spanFacts {
 		}
 		switch kind {
 		case ledgerrule.LinkFollowup, ledgerrule.LinkConsumed, ledgerrule.LinkDetachedFrom:
-			if f.Links == nil {
-				f.Links = f.linkBuf[:0]
-			}
-			f.Links = append(f.Links, ledgerrule.Link{
+			f.Links.Add(ledgerrule.Link{
 				Trace: ledgerrule.TraceID(l.SpanContext.TraceID()), Span: ledgerrule.SpanID(l.SpanContext.SpanID()), Kind: kind,
 			})
 		}
 	}
-	return f
 }
 
 // unixNanos is t in Unix nanoseconds, 0 before 1970.

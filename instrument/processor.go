@@ -401,8 +401,10 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 
 	// Rules 3 and 4: the counts are the SpanProcessor's, as children. The
 	// ledger reads the span as it is exported, as the collector does.
-	out := exportedSpan(s, children, unrecorded, detached)
-	f := readFacts(out, p.ledger.rule)
+	counts := countsOf(s, children, unrecorded, detached)
+	out := counts.span(s)
+	var f spanFacts
+	readFacts(&f, s, counts, p.ledger.rule)
 	if dropped && f.ModelCall && f.id != "" {
 		// A model call recorded without being sampled inside a recording
 		// span of its invocation (rule 3): its usage is never exported.
@@ -484,20 +486,87 @@ func (p *SpanProcessor) openSpans() int {
 	return p.openCount
 }
 
-// exportedSpan is the ended span s as the SpanProcessor exports it: with
-// the invocation.children it counted (children; countAbsent when it
-// counted none), and the invocation.unrecorded and invocation.detached it
-// counted when not 0 (contract v0.6 rules 3 and 4). A span that already
-// carries the count it stamped at its start is exported as it is.
-func exportedSpan(s sdktrace.ReadOnlySpan, children, unrecorded, detached int) sdktrace.ReadOnlySpan {
-	if unrecorded != 0 || detached != 0 {
-		return &declaredSpan{ReadOnlySpan: s, children: children,
-			unrecorded: int32(min(unrecorded, math.MaxInt32)), detached: int32(min(detached, math.MaxInt32))}
-	}
-	if children == countAbsent || carriesCount(s.Attributes(), children) {
+// exportCounts are the counts the SpanProcessor puts on an ended span
+// as it exports it: the invocation.children it counted (countAbsent when
+// it counted none) and the invocation.unrecorded and invocation.detached
+// it counted when not 0 (contract v0.6 rules 3 and 4). wrap is false when
+// the span is exported as it is (it counted nothing, or the span carries
+// the count it stamped at its start). The exported span (span) and the
+// ledger's reading of it (readFacts) both take its attributes from
+// exportedAttrs, so they cannot differ.
+type exportCounts struct {
+	children             int
+	unrecorded, detached int32
+	wrap                 bool
+}
+
+// countsOf returns how the SpanProcessor exports the ended span s.
+func countsOf(s sdktrace.ReadOnlySpan, children, unrecorded, detached int) exportCounts {
+	c := exportCounts{children: children,
+		unrecorded: int32(min(unrecorded, math.MaxInt32)), detached: int32(min(detached, math.MaxInt32))}
+	c.wrap = c.unrecorded != 0 || c.detached != 0 ||
+		(children != countAbsent && !carriesCount(s.Attributes(), children))
+	return c
+}
+
+// span returns s as exported.
+func (c exportCounts) span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
+	switch {
+	case !c.wrap:
 		return s
+	case c.unrecorded != 0 || c.detached != 0:
+		return &declaredSpan{ReadOnlySpan: s, children: c.children, unrecorded: c.unrecorded, detached: c.detached}
 	}
-	return &countedSpan{ReadOnlySpan: s, children: children}
+	return &countedSpan{ReadOnlySpan: s, children: c.children}
+}
+
+// keeps reports whether the span's own attribute kv is exported as it is
+// under the counts c (a count the SpanProcessor puts replaces the span's).
+func (c exportCounts) keeps(kv attribute.KeyValue) bool {
+	if !c.wrap {
+		return true
+	}
+	switch kv.Key {
+	case contract.AttrChildren:
+		return c.children == countAbsent
+	case contract.AttrUnrecorded:
+		return c.unrecorded == 0
+	case contract.AttrDetached:
+		return c.detached == 0
+	}
+	return true
+}
+
+// added returns, in buf, the attributes the counts c add after the span's
+// own (those keeps keeps).
+func (c exportCounts) added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
+	out := buf[:0]
+	if !c.wrap {
+		return out
+	}
+	if c.children != countAbsent {
+		out = append(out, attribute.Int(contract.AttrChildren, c.children))
+	}
+	if c.unrecorded != 0 {
+		out = append(out, attribute.Int(contract.AttrUnrecorded, int(c.unrecorded)))
+	}
+	if c.detached != 0 {
+		out = append(out, attribute.Int(contract.AttrDetached, int(c.detached)))
+	}
+	return out
+}
+
+// collectAttrs returns the attributes of the span whose own are base as
+// exported with the counts c: what keeps keeps, then what added adds.
+func collectAttrs(base []attribute.KeyValue, c exportCounts) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, len(base)+3)
+	for _, kv := range base {
+		if c.keeps(kv) {
+			out = append(out, kv)
+		}
+	}
+	var buf [3]attribute.KeyValue
+	return append(out, c.added(&buf)...)
 }
 
 // carriesCount reports whether attrs hold invocation.children, every time
@@ -524,14 +593,7 @@ type countedSpan struct {
 
 // Attributes returns the span's attributes with invocation.children.
 func (s *countedSpan) Attributes() []attribute.KeyValue {
-	base := s.ReadOnlySpan.Attributes()
-	out := make([]attribute.KeyValue, 0, len(base)+1)
-	for _, kv := range base {
-		if kv.Key != contract.AttrChildren {
-			out = append(out, kv)
-		}
-	}
-	return append(out, attribute.Int(contract.AttrChildren, s.children))
+	return collectAttrs(s.ReadOnlySpan.Attributes(), exportCounts{children: s.children, wrap: true})
 }
 
 // declaredSpan is an ended span with invocation.children added, and
@@ -546,25 +608,6 @@ type declaredSpan struct {
 
 // Attributes returns the span's attributes with its counts.
 func (s *declaredSpan) Attributes() []attribute.KeyValue {
-	base := s.ReadOnlySpan.Attributes()
-	out := make([]attribute.KeyValue, 0, len(base)+3)
-	for _, kv := range base {
-		switch {
-		case kv.Key == contract.AttrChildren && s.children != countAbsent:
-		case kv.Key == contract.AttrUnrecorded && s.unrecorded != 0:
-		case kv.Key == contract.AttrDetached && s.detached != 0:
-		default:
-			out = append(out, kv)
-		}
-	}
-	if s.children != countAbsent {
-		out = append(out, attribute.Int(contract.AttrChildren, s.children))
-	}
-	if s.unrecorded != 0 {
-		out = append(out, attribute.Int(contract.AttrUnrecorded, int(s.unrecorded)))
-	}
-	if s.detached != 0 {
-		out = append(out, attribute.Int(contract.AttrDetached, int(s.detached)))
-	}
-	return out
+	return collectAttrs(s.ReadOnlySpan.Attributes(),
+		exportCounts{children: s.children, unrecorded: s.unrecorded, detached: s.detached, wrap: true})
 }

@@ -54,7 +54,40 @@ type Span struct {
 	// LinkMalformed: some link's invocation.link is malformed (v0.6 rule
 	// 1); that link discharges nothing and is not in Links.
 	LinkMalformed bool
-	Links         []Link
+	Links         Links
+}
+
+// Links are a span's links the rule reads (kinds LinkFollowup,
+// LinkConsumed and LinkDetachedFrom), in order: the first few in place,
+// so that reading a span allocates nothing, and a Span holds no pointer
+// into itself (it can live on its reader's stack).
+type Links struct {
+	n    int
+	buf  [2]Link
+	more []Link
+}
+
+// Add appends a link.
+func (l *Links) Add(x Link) {
+	switch {
+	case l.more != nil:
+		l.more = append(l.more, x)
+	case l.n < len(l.buf):
+		l.buf[l.n] = x
+		l.n++
+	default:
+		l.more = make([]Link, l.n, 2*l.n+2)
+		copy(l.more, l.buf[:l.n])
+		l.more = append(l.more, x)
+	}
+}
+
+// All returns the links, in order.
+func (l *Links) All() []Link {
+	if l.more != nil {
+		return l.more
+	}
+	return l.buf[:l.n]
 }
 
 // GraphConfig is what a Graph's rule depends on beyond its spans.
@@ -420,7 +453,7 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		res.Call = g.addModelCall(s)
 	}
 	if g.IsShut {
-		g.compactTouched(id, s.Parent, s.Links)
+		g.compactTouched(id, s.Parent, s.Links.All())
 	}
 	return res
 }

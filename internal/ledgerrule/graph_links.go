@@ -114,7 +114,7 @@ func compareSpanIDs(a, b SpanID) int {
 // the span bound (v0.6 rule 5). A followup an interrupted span discharges
 // marks its job (v0.7).
 func (g *Graph) applyLinks(s *Span, nameIdx int32, now int64, cfg *GraphConfig) {
-	id, links := s.ID, s.Links
+	id, links := s.ID, s.Links.All()
 	if len(links) == 0 {
 		return
 	}

@@ -36,10 +36,6 @@ var usageKeys = [numUsage]string{
 // (factReader), repeats included, so live and replayed facts are the same.
 type spanFacts struct {
 	ledgerrule.Span
-	// linkBuf holds the first few links without an allocation, so
-	// spanFacts is used in place (through a pointer), never copied once
-	// read.
-	linkBuf [2]ledgerrule.Link
 
 	// model is gen_ai.response.model, else gen_ai.request.model (strings
 	// only); read only for model calls when prices are configured.
@@ -141,10 +137,7 @@ func (r *factReader) linkEnd() {
 	switch kind {
 	case ledgerrule.LinkFollowup, ledgerrule.LinkConsumed, ledgerrule.LinkDetachedFrom:
 		f := r.f
-		if f.Links == nil {
-			f.Links = f.linkBuf[:0]
-		}
-		f.Links = append(f.Links, ledgerrule.Link{Trace: r.linkTrace, Span: r.linkSpan, Kind: kind})
+		f.Links.Add(ledgerrule.Link{Trace: r.linkTrace, Span: r.linkSpan, Kind: kind})
 	}
 }
 
