@@ -173,6 +173,12 @@ type invIndex struct {
 	// seq orders invocations across shards: when opened while open, when
 	// closed while closed (the global bounds evict the lowest).
 	seq uint64
+	// tenant, tprev and tnext place the invocation in its tenant's list
+	// of the shard (quota.go); bytes is its last byte estimate, counted
+	// in the bounds (bytes.go).
+	tenant       *tenantState
+	tprev, tnext *invocation
+	bytes        int64
 
 	// maps holds the lookup maps of an invocation grown beyond linear
 	// search: nil for most invocations, which so carry one pointer
