@@ -351,12 +351,12 @@ func (s *shard) revise(inv *invocation, now int64) {
 // 1), keeps only what retention needs of the invocation's spans, and moves
 // it to the closed list.
 func (s *shard) closeInvocation(inv *invocation, status, forced string, now int64, stats *stats) {
+	s.unaccount(inv) // from the open bytes; counted again, closed, below
 	inv.Forced = forced
 	inv.Phase = phaseClosed
 	inv.Revision = 1
 	inv.Dirty = false
 	inv.LastSummary = now
-	s.unaccount(inv)
 	s.open.remove(inv)
 	s.bounds.open.Add(-1)
 	s.closeTenant(inv)
