@@ -20,6 +20,7 @@ var pageTemplate string
 // (oldest first) and recently closed ones (latest first).
 type pageRenderer struct {
 	tmpl      *template.Template
+	csp       string
 	jaegerURL string
 	refresh   time.Duration
 	rows      int
@@ -32,8 +33,13 @@ func newPageRenderer(cfg *Config) (*pageRenderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invocation_status: page template: %w", err)
 	}
+	csp, err := pageCSP(pageTemplate)
+	if err != nil {
+		return nil, err
+	}
 	return &pageRenderer{
 		tmpl:      tmpl,
+		csp:       csp,
 		jaegerURL: strings.TrimRight(cfg.JaegerURL, "/"),
 		refresh:   cfg.PageRefresh,
 		rows:      cfg.PageRows,
@@ -60,6 +66,9 @@ type pageRow struct {
 	Waits []string
 	// Links point at its traces in Jaeger.
 	Links []pageLink
+	// Self is the API path of the invocation, relative to the page, with
+	// its tenant: ids are each tenant's own.
+	Self string
 }
 
 type pageLink struct {
@@ -88,6 +97,7 @@ func (e *statusExtension) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", e.page.csp)
 	_, _ = w.Write(buf.Bytes())
 }
 
@@ -112,7 +122,7 @@ func (p *pageRenderer) data(s *store, now time.Time) pageData {
 }
 
 func (p *pageRenderer) row(v statusapi.Invocation, now time.Time) pageRow {
-	r := pageRow{Invocation: v, Age: roundAge(now.Sub(v.Started))}
+	r := pageRow{Invocation: v, Age: roundAge(now.Sub(v.Started)), Self: invocationPath(v.Tenant, v.ID)}
 	if w := v.Waiting; w != nil {
 		if w.RootMissing {
 			r.Waits = append(r.Waits, "root span not arrived yet")
@@ -150,6 +160,16 @@ func (p *pageRenderer) row(v statusapi.Invocation, now time.Time) pageRow {
 		}
 	}
 	return r
+}
+
+// invocationPath is the API path of a tenant's invocation, relative to
+// the page.
+func invocationPath(tenant, id string) string {
+	p := "v1/invocations/" + url.PathEscape(id)
+	if tenant != "" {
+		p += "?" + url.Values{"tenant": {tenant}}.Encode()
+	}
+	return p
 }
 
 // roundAge prints a duration to the second (to the millisecond below one
