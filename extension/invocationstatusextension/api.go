@@ -34,7 +34,7 @@ func (e *statusExtension) handler() http.Handler {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API path %s", r.URL.Path))
 	})
 	mux.HandleFunc("GET /{$}", e.servePage)
-	return e.guard(mux)
+	return e.guard(e.scope(mux))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -97,6 +97,10 @@ func (e *statusExtension) getInvocation(w http.ResponseWriter, r *http.Request) 
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if tenant, err = ownTenant(r, tenant); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	id := r.PathValue("id")
 	v, ok := e.store.get(tenant, id)
 	if !ok {
@@ -110,6 +114,10 @@ func (e *statusExtension) getSession(w http.ResponseWriter, r *http.Request) {
 	tenant, err := tenantParam(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if tenant, err = ownTenant(r, tenant); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
 	session := r.PathValue("session")
@@ -260,6 +268,10 @@ func (e *statusExtension) listInvocations(w http.ResponseWriter, r *http.Request
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := scopeFilter(r, &q.filter); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
 	views := e.store.list(q.filter)

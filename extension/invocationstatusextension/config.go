@@ -49,6 +49,10 @@ type Config struct {
 	// every host. Default none.
 	AllowedHosts []string `mapstructure:"allowed_hosts"`
 
+	// Tenant scopes the API and the page to the caller's tenant (it needs
+	// auth). Default none: every caller sees every tenant.
+	Tenant *TenantScopeConfig `mapstructure:"tenant"`
+
 	// PageRefresh is how often the page reloads its tables. Default 2s;
 	// must be at least 100ms.
 	PageRefresh time.Duration `mapstructure:"page_refresh"`
@@ -89,6 +93,7 @@ func (cfg *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("allowed_hosts[%d] must be a host name without scheme, port or path, got %q", i, h))
 		}
 	}
+	errs = append(errs, cfg.Tenant.validate(cfg))
 	if cfg.PageRefresh < 100*time.Millisecond {
 		errs = append(errs, errors.New("page_refresh must be at least 100ms"))
 	}

@@ -85,7 +85,9 @@ func (e *statusExtension) servePage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := e.now()
-	data := e.page.data(e.store, now)
+	var only filter // the caller's tenant when the API is scoped
+	_ = scopeFilter(r, &only)
+	data := e.page.data(e.store, now, only)
 	name := "page"
 	if q.Get("fragment") == "1" {
 		name = "content"
@@ -101,19 +103,21 @@ func (e *statusExtension) servePage(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (p *pageRenderer) data(s *store, now time.Time) pageData {
+// data renders the store's views, only those of one tenant when only says
+// so (byTenant).
+func (p *pageRenderer) data(s *store, now time.Time, only filter) pageData {
 	d := pageData{
 		Now:       now.UTC().Format(time.RFC3339),
 		RefreshMS: p.refresh.Milliseconds(),
 		Rows:      p.rows,
 		Jaeger:    p.jaegerURL != "",
 	}
-	open := s.list(filter{status: statusapi.StatusPending, now: now})
+	open := s.list(filter{status: statusapi.StatusPending, now: now, tenant: only.tenant, byTenant: only.byTenant})
 	d.OpenTotal = len(open)
 	for _, v := range open[:min(len(open), p.rows)] {
 		d.Open = append(d.Open, p.row(present(v, now), now))
 	}
-	closed, total := s.recentlyClosed(p.rows)
+	closed, total := s.recentlyClosed(p.rows, only)
 	d.ClosedTotal = total
 	for _, v := range closed {
 		d.Closed = append(d.Closed, p.row(*v, now))

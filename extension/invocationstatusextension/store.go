@@ -212,19 +212,29 @@ func byStarted(a, b *statusapi.Invocation) int {
 	return strings.Compare(viewKey(a.Tenant, a.ID), viewKey(b.Tenant, b.ID))
 }
 
-// recentlyClosed returns up to n closed views, the most recently closed
-// first, and how many closed views there are.
-func (s *store) recentlyClosed(n int) ([]*statusapi.Invocation, int) {
+// recentlyClosed returns up to n closed views that f keeps (its tenant
+// alone when byTenant), the most recently closed first, and how many
+// closed views it keeps.
+func (s *store) recentlyClosed(n int, f filter) ([]*statusapi.Invocation, int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]*statusapi.Invocation, 0, min(n, len(s.closed)))
+	total := len(s.closed)
+	if f.byTenant {
+		total = 0
+		for _, e := range s.closed {
+			if e.view.Tenant == f.tenant {
+				total++
+			}
+		}
+	}
 	for i := len(s.closings) - 1; i >= s.head && len(out) < n; i-- {
 		c := s.closings[i]
-		if e, ok := s.closed[c.key]; ok && e.seq == c.seq {
+		if e, ok := s.closed[c.key]; ok && e.seq == c.seq && (!f.byTenant || e.view.Tenant == f.tenant) {
 			out = append(out, e.view)
 		}
 	}
-	return out, len(s.closed)
+	return out, total
 }
 
 // counts returns how many open and closed views the store holds.
