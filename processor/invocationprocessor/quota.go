@@ -84,9 +84,8 @@ func (s *shard) forgetTenant(inv *invocation) {
 		l.open.remove(inv)
 		ts.open.Add(-1)
 	}
-	if l.open.head == nil && l.closed.head == nil {
-		delete(s.byTenant, ts)
-	}
+	// The emptied lists stay: tenants are few (bounds.tenant), and a
+	// tenant's next invocation reuses them.
 }
 
 // account brings the bounds' byte counts up to the invocation's current
