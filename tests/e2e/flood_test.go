@@ -66,13 +66,15 @@ func linkFlood(t0 time.Time, invocationID string, n int, seed byte) ptrace.Trace
 // TestSharedCollectorFlood is issue 23's flood at small scale, on the real
 // binary with shared.yaml (its memory limiter and bounds scaled down by
 // an overlay): the tenant "flooder" sends 120 roots with a 256 KiB
-// invocation.id and a 16 KiB agent name, then 300 invocations of 2000
-// link targets each, while the tenant "victim" has five invocations open,
-// each waiting on a background job. It reports, as figures, the peak RSS
-// against the memory limit, the victim's invocations evicted, and the
-// seconds until the victim's export is accepted after the flood, and
-// fails when the victim lost an invocation, the peak RSS passed twice the
-// limit, or the victim waited more than 10 seconds.
+// invocation.id and a 16 KiB agent name, then 1500 invocations of 2000
+// link targets each (about 375 MiB of ledger state), while the tenant
+// "victim" has five invocations open, each waiting on a background job.
+// It reports, as figures, the peak RSS against the memory limit, how
+// often the limiter refused and the ledger shed, the victim's
+// invocations evicted, and the seconds until the victim's export is
+// accepted after the flood, and fails when the victim lost an
+// invocation, the peak RSS passed 2.5 times the limit, or the victim
+// waited more than 10 seconds.
 func TestSharedCollectorFlood(t *testing.T) {
 	bin := collectorBin(t)
 	dir := t.TempDir()
@@ -81,17 +83,18 @@ func TestSharedCollectorFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The memory limiter refuses above 110 MiB of heap (150 minus a 40
-	// MiB spike); the ledger sheds from 90 MiB; the flooder's quota (48
-	// MiB of ledger state) can take the heap there.
+	// MiB spike) and the ledger sheds from 90 MiB. The byte budgets are
+	// set far above (384 MiB for a tenant): only shedding under pressure
+	// keeps the heap down and lets the limiter accept data again.
 	const limitMiB = 150
 	overlay := filepath.Join(dir, "flood.yaml")
 	if err := os.WriteFile(overlay, []byte(`processors:
   invocation:
     max_open_invocations: 4000
-    max_open_bytes: 67108864      # 64 MiB
+    max_open_bytes: 536870912     # 512 MiB: only shedding keeps the heap down
     tenant:
       max_open_invocations: 3000
-      max_open_bytes: 50331648    # 48 MiB
+      max_open_bytes: 402653184   # 384 MiB
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +163,8 @@ func TestSharedCollectorFlood(t *testing.T) {
 			refused++
 		}
 	}
-	for i := range 600 {
+	const floods = 1500
+	for i := range floods {
 		if err := exportGRPC(t, addrs.OTLPGRPC, flooder, linkFlood(t0, fmt.Sprintf("flood-%d", i), 2000, byte(i))); err != nil {
 			refused++
 		}
@@ -197,10 +201,13 @@ func TestSharedCollectorFlood(t *testing.T) {
 	logText, _ := os.ReadFile(p.LogPath)
 	t.Logf("collector log: memory limiter refusing data %d times, ledger shed under pressure %d times",
 		strings.Count(string(logText), "Refusing data"), strings.Count(string(logText), "memory pressure: shed"))
-	t.Logf("flood figures: peak RSS %d MiB against a memory limit of %d MiB (ratio %.2f); flooder exports refused %d of 720; victim invocations evicted %d of 5; victim served again %.1fs after the flood; bound hits %.0f",
-		peak.Load(), limitMiB, float64(peak.Load())/limitMiB, refused, evicted, waited.Seconds(), boundHits)
-	if peak.Load() > 2*limitMiB {
-		t.Errorf("peak RSS %d MiB, more than twice the memory limit %d MiB", peak.Load(), limitMiB)
+	t.Logf("flood figures: peak RSS %d MiB against a memory limit of %d MiB (ratio %.2f); flooder exports refused %d of %d; victim invocations evicted %d of 5; victim served again %.1fs after the flood; bound hits %.0f",
+		peak.Load(), limitMiB, float64(peak.Load())/limitMiB, refused, 120+floods, evicted, waited.Seconds(), boundHits)
+	// The limiter bounds the heap's objects; between collections Go's heap
+	// holds up to twice its live objects (GOGC 100), and RSS returns to the
+	// OS later still.
+	if peak.Load() > 5*limitMiB/2 {
+		t.Errorf("peak RSS %d MiB, more than 2.5 times the memory limit %d MiB", peak.Load(), limitMiB)
 	}
 	if waited > 10*time.Second {
 		t.Errorf("the victim was served again %s after the flood, want within 10s", waited)
