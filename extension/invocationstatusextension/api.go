@@ -34,7 +34,7 @@ func (e *statusExtension) handler() http.Handler {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API path %s", r.URL.Path))
 	})
 	mux.HandleFunc("GET /{$}", e.servePage)
-	return mux
+	return e.guard(e.scope(mux))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -97,6 +97,10 @@ func (e *statusExtension) getInvocation(w http.ResponseWriter, r *http.Request) 
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if tenant, err = ownTenant(r, tenant); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	id := r.PathValue("id")
 	v, ok := e.store.get(tenant, id)
 	if !ok {
@@ -112,13 +116,31 @@ func (e *statusExtension) getSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if tenant, err = ownTenant(r, tenant); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	session := r.PathValue("session")
+	if err := e.checkSession(session); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	views := e.store.list(filter{session: session, tenant: tenant, byTenant: true})
 	if len(views) == 0 {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no open or recently closed invocation of session %q%s", session, ofTenant(tenant)))
 		return
 	}
 	writeJSON(w, sessionOf(session, views, e.now()))
+}
+
+// checkSession refuses a session name longer than the ledger keeps: its
+// invocations are listed under the cut name, so no answer about it would
+// be true ("owes no work" least of all).
+func (e *statusExtension) checkSession(session string) error {
+	if limit := e.nameLimit.Load(); limit > 0 && int64(len(session)) > limit {
+		return fmt.Errorf("session name of %d bytes: the ledger keeps at most %d bytes of a session name (max_name_bytes), so it cannot say what this session owes", len(session), limit)
+	}
+	return nil
 }
 
 func ofTenant(tenant string) string {
@@ -241,8 +263,15 @@ func parseListQuery(q url.Values, now time.Time) (listQuery, error) {
 func (e *statusExtension) listInvocations(w http.ResponseWriter, r *http.Request) {
 	now := e.now()
 	q, err := parseListQuery(r.URL.Query(), now)
+	if err == nil {
+		err = e.checkSession(q.filter.session)
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := scopeFilter(r, &q.filter); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
 	views := e.store.list(q.filter)

@@ -243,13 +243,13 @@ func TestClosedWindowIsBounded(t *testing.T) {
 	}
 	code, _ := get(t, srv, "/v1/sessions/s00")
 	assert.Equal(t, http.StatusNotFound, code, "a forgotten invocation leaves its session")
-	recent, _ := e.store.recentlyClosed(3)
+	recent, _ := e.store.recentlyClosed(3, filter{})
 	assert.Equal(t, []string{"c30", "c25", "c29"}, ids(derefs(recent)))
 	assert.LessOrEqual(t, len(e.store.closings), 2*10+64, "the closing order is compacted")
 }
 
 func TestStoreMovesBetweenOpenAndClosed(t *testing.T) {
-	s := newStore(5)
+	s := newStore(5, 1<<30)
 	s.publish([]statusapi.Invocation{openView("a", "s1", time.Minute, childWaiting("p"))})
 	s.publish([]statusapi.Invocation{closedView("a", "s1", statusapi.StatusIncomplete, 1, time.Minute)})
 	open, closed := s.counts()

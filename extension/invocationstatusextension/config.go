@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -34,6 +35,23 @@ type Config struct {
 	// invocations are all kept: the processor's max_open_invocations
 	// bounds them.
 	MaxClosed int `mapstructure:"max_closed"`
+
+	// MaxClosedBytes bounds the closed views kept, in bytes (an estimate
+	// of each view's strings and lists): past it the earliest closed are
+	// dropped, as past max_closed. Default 64 MiB; must be positive.
+	MaxClosedBytes int64 `mapstructure:"max_closed_bytes"`
+
+	// AllowedHosts lists the host names, besides localhost and the
+	// endpoint's host, that a request's Host header may name (IP
+	// addresses are always accepted). Any other gets 421 Misdirected
+	// Request, so that a web page cannot read the API through a name of
+	// its own that resolves to this machine (DNS rebinding). "*" accepts
+	// every host. Default none.
+	AllowedHosts []string `mapstructure:"allowed_hosts"`
+
+	// Tenant scopes the API and the page to the caller's tenant (it needs
+	// auth). Default none: every caller sees every tenant.
+	Tenant *TenantScopeConfig `mapstructure:"tenant"`
 
 	// PageRefresh is how often the page reloads its tables. Default 2s;
 	// must be at least 100ms.
@@ -67,6 +85,15 @@ func (cfg *Config) Validate() error {
 	if cfg.MaxClosed <= 0 {
 		errs = append(errs, errors.New("max_closed must be positive"))
 	}
+	if cfg.MaxClosedBytes <= 0 {
+		errs = append(errs, errors.New("max_closed_bytes must be positive"))
+	}
+	for i, h := range cfg.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/:@ ") && !strings.HasPrefix(h, "[") {
+			errs = append(errs, fmt.Errorf("allowed_hosts[%d] must be a host name without scheme, port or path, got %q", i, h))
+		}
+	}
+	errs = append(errs, cfg.Tenant.validate(cfg))
 	if cfg.PageRefresh < 100*time.Millisecond {
 		errs = append(errs, errors.New("page_refresh must be at least 100ms"))
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -25,6 +26,10 @@ type statusExtension struct {
 	now   func() time.Time
 	store *store
 	page  *pageRenderer
+	hosts hostGuard
+	// nameLimit is the longest session name the ledger keeps (the
+	// processor's max_name_bytes, told by LimitNames); 0 until told.
+	nameLimit atomic.Int64
 
 	// lifeMu guards server, served and addr, the HTTP server's lifecycle.
 	lifeMu sync.Mutex
@@ -43,13 +48,32 @@ func newExtension(cfg *Config, set component.TelemetrySettings, now func() time.
 	if err != nil {
 		return nil, err
 	}
-	return &statusExtension{cfg: cfg, set: set, now: now, store: newStore(cfg.MaxClosed), page: page}, nil
+	return &statusExtension{
+		cfg: cfg, set: set, now: now,
+		store: newStore(cfg.MaxClosed, cfg.MaxClosedBytes),
+		page:  page,
+		hosts: newHostGuard(cfg.ServerConfig.NetAddr.Endpoint, cfg.AllowedHosts),
+	}, nil
 }
 
 // PublishInvocations records the processor's latest views (see
 // invocationprocessor.StatusSink).
 func (e *statusExtension) PublishInvocations(views []statusapi.Invocation) {
 	e.store.publish(views)
+}
+
+// LimitNames tells the extension the longest name the ledger keeps of a
+// session (the processor's max_name_bytes): the ledger cuts a longer one,
+// so a question about a longer session cannot be answered and is refused
+// rather than answered "owes no work". With several processors the
+// smallest limit holds.
+func (e *statusExtension) LimitNames(maxBytes int) {
+	for {
+		cur := e.nameLimit.Load()
+		if cur != 0 && cur <= int64(maxBytes) || e.nameLimit.CompareAndSwap(cur, int64(maxBytes)) {
+			return
+		}
+	}
 }
 
 // Start listens on the configured endpoint and serves the API and the page.

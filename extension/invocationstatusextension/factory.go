@@ -14,6 +14,7 @@ import (
 const (
 	defaultEndpoint    = "127.0.0.1:55690"
 	defaultMaxClosed   = 1000
+	defaultMaxClosedMB = 64
 	defaultPageRefresh = 2 * time.Second
 	defaultPageRows    = 200
 )
@@ -32,10 +33,11 @@ func createDefaultConfig() component.Config {
 	server := confighttp.NewDefaultServerConfig()
 	server.NetAddr.Endpoint = defaultEndpoint
 	return &Config{
-		ServerConfig: server,
-		MaxClosed:    defaultMaxClosed,
-		PageRefresh:  defaultPageRefresh,
-		PageRows:     defaultPageRows,
+		ServerConfig:   server,
+		MaxClosed:      defaultMaxClosed,
+		MaxClosedBytes: defaultMaxClosedMB << 20,
+		PageRefresh:    defaultPageRefresh,
+		PageRows:       defaultPageRows,
 	}
 }
 

@@ -20,6 +20,7 @@ var pageTemplate string
 // (oldest first) and recently closed ones (latest first).
 type pageRenderer struct {
 	tmpl      *template.Template
+	csp       string
 	jaegerURL string
 	refresh   time.Duration
 	rows      int
@@ -32,8 +33,13 @@ func newPageRenderer(cfg *Config) (*pageRenderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invocation_status: page template: %w", err)
 	}
+	csp, err := pageCSP(pageTemplate)
+	if err != nil {
+		return nil, err
+	}
 	return &pageRenderer{
 		tmpl:      tmpl,
+		csp:       csp,
 		jaegerURL: strings.TrimRight(cfg.JaegerURL, "/"),
 		refresh:   cfg.PageRefresh,
 		rows:      cfg.PageRows,
@@ -60,6 +66,9 @@ type pageRow struct {
 	Waits []string
 	// Links point at its traces in Jaeger.
 	Links []pageLink
+	// Self is the API path of the invocation, relative to the page, with
+	// its tenant: ids are each tenant's own.
+	Self string
 }
 
 type pageLink struct {
@@ -76,7 +85,9 @@ func (e *statusExtension) servePage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := e.now()
-	data := e.page.data(e.store, now)
+	var only filter // the caller's tenant when the API is scoped
+	_ = scopeFilter(r, &only)
+	data := e.page.data(e.store, now, only)
 	name := "page"
 	if q.Get("fragment") == "1" {
 		name = "content"
@@ -88,22 +99,25 @@ func (e *statusExtension) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", e.page.csp)
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (p *pageRenderer) data(s *store, now time.Time) pageData {
+// data renders the store's views, only those of one tenant when only says
+// so (byTenant).
+func (p *pageRenderer) data(s *store, now time.Time, only filter) pageData {
 	d := pageData{
 		Now:       now.UTC().Format(time.RFC3339),
 		RefreshMS: p.refresh.Milliseconds(),
 		Rows:      p.rows,
 		Jaeger:    p.jaegerURL != "",
 	}
-	open := s.list(filter{status: statusapi.StatusPending, now: now})
+	open := s.list(filter{status: statusapi.StatusPending, now: now, tenant: only.tenant, byTenant: only.byTenant})
 	d.OpenTotal = len(open)
 	for _, v := range open[:min(len(open), p.rows)] {
 		d.Open = append(d.Open, p.row(present(v, now), now))
 	}
-	closed, total := s.recentlyClosed(p.rows)
+	closed, total := s.recentlyClosed(p.rows, only)
 	d.ClosedTotal = total
 	for _, v := range closed {
 		d.Closed = append(d.Closed, p.row(*v, now))
@@ -112,7 +126,7 @@ func (p *pageRenderer) data(s *store, now time.Time) pageData {
 }
 
 func (p *pageRenderer) row(v statusapi.Invocation, now time.Time) pageRow {
-	r := pageRow{Invocation: v, Age: roundAge(now.Sub(v.Started))}
+	r := pageRow{Invocation: v, Age: roundAge(now.Sub(v.Started)), Self: invocationPath(v.Tenant, v.ID)}
 	if w := v.Waiting; w != nil {
 		if w.RootMissing {
 			r.Waits = append(r.Waits, "root span not arrived yet")
@@ -150,6 +164,16 @@ func (p *pageRenderer) row(v statusapi.Invocation, now time.Time) pageRow {
 		}
 	}
 	return r
+}
+
+// invocationPath is the API path of a tenant's invocation, relative to
+// the page.
+func invocationPath(tenant, id string) string {
+	p := "v1/invocations/" + url.PathEscape(id)
+	if tenant != "" {
+		p += "?" + url.Values{"tenant": {tenant}}.Encode()
+	}
+	return p
 }
 
 // roundAge prints a duration to the second (to the millisecond below one

@@ -15,13 +15,16 @@ import (
 // known by its tenant and ID together (viewKey): tenants may reuse each
 // other's invocation IDs and session names.
 type store struct {
-	maxClosed int
+	maxClosed      int
+	maxClosedBytes int64
 
 	// mu guards every field below: the open and closed views by viewKey,
 	// the closing order, and the session index.
 	mu     sync.RWMutex
 	open   map[string]*statusapi.Invocation
 	closed map[string]*closedEntry
+	// closedBytes is the closed views' estimated size (viewBytes).
+	closedBytes int64
 	// closings lists closed views in the order they were stored, oldest
 	// first, from head; an entry whose seq no longer matches closed[id] is
 	// stale (revised, reopened) and skipped.
@@ -38,8 +41,9 @@ type store struct {
 func viewKey(tenant, id string) string { return tenant + "\x00" + id }
 
 type closedEntry struct {
-	view *statusapi.Invocation
-	seq  uint64
+	view  *statusapi.Invocation
+	seq   uint64
+	bytes int64
 }
 
 type closing struct {
@@ -47,12 +51,13 @@ type closing struct {
 	seq uint64
 }
 
-func newStore(maxClosed int) *store {
+func newStore(maxClosed int, maxClosedBytes int64) *store {
 	return &store{
-		maxClosed: maxClosed,
-		open:      make(map[string]*statusapi.Invocation),
-		closed:    make(map[string]*closedEntry),
-		sessions:  make(map[string]map[string]struct{}),
+		maxClosed:      maxClosed,
+		maxClosedBytes: maxClosedBytes,
+		open:           make(map[string]*statusapi.Invocation),
+		closed:         make(map[string]*closedEntry),
+		sessions:       make(map[string]map[string]struct{}),
 	}
 }
 
@@ -71,10 +76,12 @@ func (s *store) publish(views []statusapi.Invocation) {
 			continue
 		}
 		s.seq++
-		s.closed[key] = &closedEntry{view: &v, seq: s.seq}
+		e := &closedEntry{view: &v, seq: s.seq, bytes: viewBytes(&v)}
+		s.closed[key] = e
+		s.closedBytes += e.bytes
 		s.closings = append(s.closings, closing{key: key, seq: s.seq})
 	}
-	for len(s.closed) > s.maxClosed {
+	for len(s.closed) > s.maxClosed || s.closedBytes > s.maxClosedBytes && len(s.closed) > 0 {
 		c := s.closings[s.head]
 		s.head++
 		if e, ok := s.closed[c.key]; ok && e.seq == c.seq {
@@ -103,6 +110,7 @@ func (s *store) remove(key string) {
 		delete(s.open, key)
 	} else if e, ok := s.closed[key]; ok {
 		v = e.view
+		s.closedBytes -= e.bytes
 		delete(s.closed, key)
 	} else {
 		return
@@ -204,19 +212,29 @@ func byStarted(a, b *statusapi.Invocation) int {
 	return strings.Compare(viewKey(a.Tenant, a.ID), viewKey(b.Tenant, b.ID))
 }
 
-// recentlyClosed returns up to n closed views, the most recently closed
-// first, and how many closed views there are.
-func (s *store) recentlyClosed(n int) ([]*statusapi.Invocation, int) {
+// recentlyClosed returns up to n closed views that f keeps (its tenant
+// alone when byTenant), the most recently closed first, and how many
+// closed views it keeps.
+func (s *store) recentlyClosed(n int, f filter) ([]*statusapi.Invocation, int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]*statusapi.Invocation, 0, min(n, len(s.closed)))
+	total := len(s.closed)
+	if f.byTenant {
+		total = 0
+		for _, e := range s.closed {
+			if e.view.Tenant == f.tenant {
+				total++
+			}
+		}
+	}
 	for i := len(s.closings) - 1; i >= s.head && len(out) < n; i-- {
 		c := s.closings[i]
-		if e, ok := s.closed[c.key]; ok && e.seq == c.seq {
+		if e, ok := s.closed[c.key]; ok && e.seq == c.seq && (!f.byTenant || e.view.Tenant == f.tenant) {
 			out = append(out, e.view)
 		}
 	}
-	return out, len(s.closed)
+	return out, total
 }
 
 // counts returns how many open and closed views the store holds.
@@ -224,4 +242,21 @@ func (s *store) counts() (open, closed int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return len(s.open), len(s.closed)
+}
+
+// viewOverhead is what a closed view costs besides its strings and lists:
+// the struct, its times, the map entries that find it, rounded up.
+const viewOverhead = 1024
+
+// viewBytes estimates a view's size: its strings and lists, whatever a
+// sender made them, and a fixed overhead. Its error is the overhead's:
+// within about a kilobyte of the heap a view holds.
+func viewBytes(v *statusapi.Invocation) int64 {
+	n := int64(viewOverhead + 2*len(v.ID) + len(v.Tenant) + len(v.Session) + len(v.Agent) + len(v.Service))
+	for _, l := range [][]string{v.TraceIDs, v.Reasons, v.Anomalies} {
+		for _, s := range l {
+			n += int64(16 + len(s))
+		}
+	}
+	return n
 }

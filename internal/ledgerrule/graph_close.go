@@ -1,6 +1,7 @@
 package ledgerrule
 
 import (
+	"unsafe"
 	"math"
 	"slices"
 	"sort"
@@ -211,23 +212,43 @@ func (g *Graph) HeldBackground(fn func(SpanID)) {
 	}
 }
 
-// ApproxBytes is an estimate of the memory the graph holds, for bounds.
-func (g *Graph) ApproxBytes() int {
-	n := cap(g.Spans)*48 + cap(g.closed)*40 + cap(g.Traces)*16
+// Sizes for ApproxBytes.
+const (
+	sizeString   = int64(unsafe.Sizeof(""))
+	sizeMapEntry = 48 // a Go map's cost per entry beyond key and value, rounded up
+)
+
+// ApproxBytes estimates the memory the graph holds beyond its own struct:
+// every slice at its capacity, the strings it keeps, its lookup maps at a
+// per-entry cost. Not counted: what Go's allocator rounds up and map
+// buckets beyond sizeMapEntry. It grows with every byte a sender
+// controls (names, spans, links), so a half can bound its state in bytes.
+func (g *Graph) ApproxBytes() int64 {
+	n := int64(cap(g.Spans))*int64(unsafe.Sizeof(SpanEntry{})) +
+		int64(cap(g.closed))*int64(unsafe.Sizeof(closedSpan{})) +
+		int64(cap(g.Traces))*int64(unsafe.Sizeof(TraceID{}))
+	n += stringsBytes(g.Names) + stringsBytes(g.Invalid) + stringsBytes(g.Taints) + stringsBytes(g.Anomalies)
 	if r := g.rare; r != nil {
-		n += 80 + cap(r.linkTraces)*16 + cap(r.detached)*40 + cap(r.early)*24
+		n += int64(unsafe.Sizeof(graphRare{})) +
+			int64(cap(r.linkTraces))*int64(unsafe.Sizeof(TraceID{})) +
+			int64(cap(r.detached))*int64(unsafe.Sizeof(DetachedCount{})) +
+			int64(cap(r.early))*int64(unsafe.Sizeof(EarlyCall{}))
 	}
-	for _, s := range g.Names {
-		n += 16 + len(s)
+	if m := g.maps; m != nil {
+		n += int64(unsafe.Sizeof(lookupMaps{}))
+		n += int64(len(m.names)) * (sizeString + 4 + sizeMapEntry)
+		n += int64(len(m.traces)+len(m.linkTraces)) * (int64(unsafe.Sizeof(TraceID{})) + 4 + sizeMapEntry)
+		n += int64(len(m.spans)+len(m.closed)) * (8 + 4 + sizeMapEntry)
 	}
-	for _, s := range g.Invalid {
-		n += 16 + len(s)
-	}
-	for _, s := range g.Taints {
-		n += 16 + len(s)
-	}
-	for _, s := range g.Anomalies {
-		n += 16 + len(s)
+	return n
+}
+
+// stringsBytes is a string slice's headers at its capacity and its
+// strings' bytes.
+func stringsBytes(l []string) int64 {
+	n := int64(cap(l)) * sizeString
+	for _, s := range l {
+		n += int64(len(s))
 	}
 	return n
 }

@@ -53,6 +53,43 @@ type Config struct {
 	// be positive.
 	MaxSpansPerInvocation int `mapstructure:"max_spans_per_invocation"`
 
+	// MaxInvocationIDBytes bounds the length of an invocation.id the
+	// ledger indexes. A span whose id is longer passes through but is not
+	// indexed and is counted (bound_hits, bound max_invocation_id_bytes):
+	// its invocation gets no summary at all, so it is never reported
+	// final. Default 256 (as for tenant names); must be positive.
+	MaxInvocationIDBytes int `mapstructure:"max_invocation_id_bytes"`
+
+	// MaxNameBytes bounds each name the ledger keeps of a span: its span
+	// name, gen_ai.agent.name, gen_ai.conversation.id (the session),
+	// invocation.unattributed and an unpriced model's name. A longer one is
+	// cut at a UTF-8 boundary and ends with "…"; names label reasons,
+	// anomalies and status views and prove nothing, so the accounting is
+	// unchanged. Counted in bound_hits (bound max_name_bytes). Default 256;
+	// must be at least 16.
+	MaxNameBytes int `mapstructure:"max_name_bytes"`
+
+	// MaxOpenBytes is an approximate budget, in bytes, for the state of
+	// the open invocations across all shards (bytes.go says what is
+	// counted). While it is exceeded the oldest open invocation of the
+	// tenant holding the most is summarised incomplete with reason
+	// evicted, as for max_open_invocations. The same budget bounds the
+	// closed invocations kept in full for retention. Default 512 MiB; must
+	// be positive.
+	MaxOpenBytes int64 `mapstructure:"max_open_bytes"`
+
+	// ShedHeapBytes makes the ledger give memory back under pressure:
+	// while the Go heap's live objects exceed it (read every tick from
+	// runtime/metrics, without data arriving), the processor forgets
+	// closed invocations and evicts open ones, the tenant holding the
+	// most bytes and its oldest first, each open one summarised
+	// incomplete with reason evicted, then runs the garbage collector.
+	// Set it a little below the memory_limiter's soft limit (limit_mib
+	// minus spike_limit_mib) so the ledger sheds before the limiter
+	// refuses data, and keeps shedding while it does. Default 0: never.
+	// Must not be negative.
+	ShedHeapBytes int64 `mapstructure:"shed_heap_bytes"`
+
 	// EmitPending emits a pending summary (revision 0) when the root span
 	// arrives while obligations are still open. Default true.
 	EmitPending bool `mapstructure:"emit_pending"`
@@ -125,6 +162,18 @@ type TenantConfig struct {
 	// load-balancing tier in collector-config stamps invocation.tenant)
 	// that holds the tenant. No default: it must be set.
 	Attribute string `mapstructure:"attribute"`
+
+	// MaxOpenInvocations is the quota of open invocations of one tenant.
+	// Past it the tenant's oldest open invocation is summarised
+	// incomplete with reason evicted; another tenant's never is. Default
+	// 0: a quarter of the processor's max_open_invocations. Must not be
+	// negative nor exceed max_open_invocations.
+	MaxOpenInvocations int `mapstructure:"max_open_invocations"`
+	// MaxOpenBytes is the quota of one tenant's open state in bytes,
+	// counted as max_open_bytes is, enforced the same way. Default 0: a
+	// quarter of the processor's max_open_bytes. Must not be negative nor
+	// exceed max_open_bytes.
+	MaxOpenBytes int64 `mapstructure:"max_open_bytes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -199,6 +248,18 @@ func (cfg *Config) Validate() error {
 	if cfg.MaxSpansPerInvocation <= 0 {
 		errs = append(errs, errors.New("max_spans_per_invocation must be positive"))
 	}
+	if cfg.MaxInvocationIDBytes <= 0 {
+		errs = append(errs, errors.New("max_invocation_id_bytes must be positive"))
+	}
+	if cfg.MaxNameBytes < minNameBytes {
+		errs = append(errs, fmt.Errorf("max_name_bytes must be at least %d", minNameBytes))
+	}
+	if cfg.MaxOpenBytes <= 0 {
+		errs = append(errs, errors.New("max_open_bytes must be positive"))
+	}
+	if cfg.ShedHeapBytes < 0 {
+		errs = append(errs, errors.New("shed_heap_bytes must not be negative (0 never sheds)"))
+	}
 	if len(cfg.UsageOperations) == 0 {
 		errs = append(errs, errors.New("usage_operations must not be empty"))
 	}
@@ -210,7 +271,7 @@ func (cfg *Config) Validate() error {
 	if cfg.Storage != nil && cfg.Storage.Type().String() == "" {
 		errs = append(errs, errors.New("storage must name a storage extension"))
 	}
-	errs = append(errs, cfg.Tenant.validate(), cfg.Summaries.validate())
+	errs = append(errs, cfg.Tenant.validate(cfg), cfg.Summaries.validate())
 	models := make([]string, 0, len(cfg.Prices))
 	for m := range cfg.Prices {
 		models = append(models, m)

@@ -34,6 +34,10 @@ func TestLoadConfig(t *testing.T) {
 				MaxOpenInvocations:    1000,
 				MaxClosedInvocations:  20000,
 				MaxSpansPerInvocation: 500,
+				MaxInvocationIDBytes:  64,
+				MaxNameBytes:          100,
+				MaxOpenBytes:          1 << 20,
+				ShedHeapBytes:         256 << 20,
 				EmitPending:           false,
 				UsageOperations:       []string{"chat", "responses"},
 				Prices: map[string]Price{
@@ -66,6 +70,25 @@ func TestLoadConfig(t *testing.T) {
 				cfg.PendingDelay = 1500 * time.Millisecond
 				return cfg
 			}(),
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "quotas"),
+			want: func() *Config {
+				cfg := createDefaultConfig().(*Config)
+				cfg.MaxOpenInvocations = 1000
+				cfg.MaxOpenBytes = 4000000
+				cfg.Tenant = &TenantConfig{Source: TenantFromAuth, Attribute: "username", MaxOpenInvocations: 100, MaxOpenBytes: 400000}
+				return cfg
+			}(),
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "badquotas"),
+			valErr: "max_invocation_id_bytes must be positive\n" +
+				"max_name_bytes must be at least 16\n" +
+				"max_open_bytes must be positive\n" +
+				"shed_heap_bytes must not be negative (0 never sheds)\n" +
+				"tenant::max_open_invocations (1001) must not exceed max_open_invocations (1000)\n" +
+				"tenant::max_open_bytes must not be negative (0: a quarter of max_open_bytes)",
 		},
 		{id: component.NewIDWithName(metadata.Type, "badpendingdelay"), valErr: "pending_delay must be less than open_timeout"},
 		{id: component.NewIDWithName(metadata.Type, "badtenant"), valErr: `tenant::source "header" must be auth or resource`},

@@ -22,6 +22,9 @@ const (
 	defaultMaxOpenInvocations    = 100000
 	defaultMaxClosedInvocations  = 1000000
 	defaultMaxSpansPerInvocation = 100000
+	defaultMaxInvocationIDBytes  = 256
+	defaultMaxNameBytes          = 256
+	defaultMaxOpenBytes          = 512 << 20
 )
 
 // NewFactory returns a factory for the invocation processor.
@@ -41,6 +44,9 @@ func createDefaultConfig() component.Config {
 		MaxOpenInvocations:    defaultMaxOpenInvocations,
 		MaxClosedInvocations:  defaultMaxClosedInvocations,
 		MaxSpansPerInvocation: defaultMaxSpansPerInvocation,
+		MaxInvocationIDBytes:  defaultMaxInvocationIDBytes,
+		MaxNameBytes:          defaultMaxNameBytes,
+		MaxOpenBytes:          defaultMaxOpenBytes,
 		EmitPending:           true,
 		UsageOperations:       slices.Clone(contract.DefaultUsageOperations),
 	}

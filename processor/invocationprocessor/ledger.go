@@ -80,6 +80,12 @@ type invIndex struct {
 	// seq orders invocations across shards: when opened while open, when
 	// closed while closed (the global bounds evict the lowest).
 	seq uint64
+	// tenant, tprev and tnext place the invocation in its tenant's list
+	// of the shard (quota.go); bytes is its last byte estimate, counted
+	// in the bounds (bytes.go).
+	tenant       *tenantState
+	tprev, tnext *invocation
+	bytes        int64
 }
 
 // invocationBlock is an invocation allocated together with room for its

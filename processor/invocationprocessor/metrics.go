@@ -16,6 +16,14 @@ const (
 	boundSpans     = "max_spans_per_invocation"
 	boundRetention = "retention_capacity"
 	boundOutbox    = "summary_outbox"
+	// The byte bounds, the tenant quotas and memory pressure.
+	boundOpenBytes       = "max_open_bytes"
+	boundTenantOpen      = "tenant_max_open_invocations"
+	boundTenantOpenBytes = "tenant_max_open_bytes"
+	boundRetentionBytes  = "retention_bytes"
+	boundShed            = "shed_heap_bytes"
+	boundIDBytes         = "max_invocation_id_bytes"
+	boundNameBytes       = "max_name_bytes"
 )
 
 var (
@@ -23,6 +31,17 @@ var (
 	boundSpansAttr     = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundSpans)))
 	boundRetentionAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundRetention)))
 	boundOutboxAttr    = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundOutbox)))
+
+	boundOpenBytesAttr       = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundOpenBytes)))
+	boundTenantOpenAttr      = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundTenantOpen)))
+	boundTenantOpenBytesAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundTenantOpenBytes)))
+	boundRetentionBytesAttr  = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundRetentionBytes)))
+	boundShedAttr            = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundShed)))
+	boundIDBytesAttr         = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundIDBytes)))
+	boundNameBytesAttr       = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundNameBytes)))
+
+	stateOpenAttr   = metric.WithAttributeSet(attribute.NewSet(attribute.String("state", "open")))
+	stateClosedAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("state", "closed")))
 )
 
 // record adds what a locked section did to the internal telemetry.
@@ -56,6 +75,25 @@ func (p *invocationProcessor) record(ctx context.Context, done *stats) {
 	for _, d := range done.delays {
 		t.ProcessorInvocationFinalityDelay.Record(ctx, d)
 	}
+	for _, c := range []struct {
+		n    int64
+		attr metric.AddOption
+	}{
+		{done.evictedBytes, boundOpenBytesAttr},
+		{done.evictedTenant, boundTenantOpenAttr},
+		{done.evictedTenantBytes, boundTenantOpenBytesAttr},
+		{done.forgottenBytes, boundRetentionBytesAttr},
+		{done.shed, boundShedAttr},
+	} {
+		if c.n > 0 {
+			t.ProcessorInvocationBoundHits.Add(ctx, c.n, c.attr)
+		}
+	}
+	if done.shed > 0 {
+		p.logger.Warn("memory pressure: shed ledger state (closed invocations forgotten, open ones summarised incomplete with evicted)",
+			zap.Int64("invocations", done.shed), zap.Uint64("shed_heap_bytes", p.shedHeap))
+	}
+	p.recordBytes(ctx)
 	if done.outboxDropped > 0 {
 		t.ProcessorInvocationBoundHits.Add(ctx, done.outboxDropped, boundOutboxAttr)
 		p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", done.outboxDropped))
@@ -89,5 +127,28 @@ func (p *invocationProcessor) countSent(ctx context.Context, sent []summary) {
 		if c.n > 0 {
 			p.tel.ProcessorInvocationSummaries.Add(ctx, c.n, c.attr)
 		}
+	}
+}
+
+// recordBytes brings the ledger_bytes metric up to the bounds' counts.
+func (p *invocationProcessor) recordBytes(ctx context.Context) {
+	b := p.bounds
+	if d := b.openBytes.Load(); d != b.reportedOpenBytes.Load() {
+		p.tel.ProcessorInvocationLedgerBytes.Add(ctx, d-b.reportedOpenBytes.Swap(d), stateOpenAttr)
+	}
+	if d := b.closedBytes.Load(); d != b.reportedClosedBytes.Load() {
+		p.tel.ProcessorInvocationLedgerBytes.Add(ctx, d-b.reportedClosedBytes.Swap(d), stateClosedAttr)
+	}
+}
+
+// recordCapped counts the spans refused for an over-long invocation.id
+// and the names cut, with a rate-limited warning for the former.
+func (p *invocationProcessor) recordCapped(ctx context.Context, r refused, now int64) {
+	if r.idTooLong > 0 {
+		p.tel.ProcessorInvocationBoundHits.Add(ctx, r.idTooLong, boundIDBytesAttr)
+		p.warnIDBytes.note(p.logger, now, r.idTooLong, zap.Int("max_invocation_id_bytes", p.limits.idBytes))
+	}
+	if r.namesCut > 0 {
+		p.tel.ProcessorInvocationBoundHits.Add(ctx, r.namesCut, boundNameBytesAttr)
 	}
 }

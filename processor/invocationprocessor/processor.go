@@ -54,7 +54,14 @@ type invocationProcessor struct {
 	tel    *metadata.TelemetryBuilder
 	shards []*shard
 	bounds *bounds
-	tickIv time.Duration
+	// limits are the byte caps on ids and names (bytes.go).
+	limits limits
+	// shedHeap is shed_heap_bytes (0: never); heapBytes reads the Go
+	// heap's live objects (shed.go), replaced in tests.
+	shedHeap  uint64
+	heapBytes func() uint64
+	gc        func()
+	tickIv    time.Duration
 	// outboxLimit is the number of summaries a shard keeps for a next
 	// consumer that does not take them.
 	outboxLimit int
@@ -71,10 +78,10 @@ type invocationProcessor struct {
 
 	// tenants reads each span's tenant (tenant.go); trust decides which
 	// incoming summaries pass and marks the ones made here (trust.go).
-	tenants                   tenants
-	trust                     trust
-	warnSummaries, warnTenant rateLimitedWarning
-	warnClosedIDs             rateLimitedWarning
+	tenants                    tenants
+	trust                      trust
+	warnSummaries, warnTenant  rateLimitedWarning
+	warnClosedIDs, warnIDBytes rateLimitedWarning
 
 	// scratch pools batchScratch values (route.go), so that routing a
 	// batch allocates nothing once warm.
@@ -123,8 +130,13 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		logger: set.Logger,
 		tel:    tel,
 		shards: make([]*shard, numShards),
-		bounds: &bounds{limit: int64(cfg.MaxOpenInvocations), closedIDLimit: int64(cfg.MaxClosedInvocations)},
-		tickIv: tickInterval(cfg),
+		bounds: newBounds(cfg),
+		limits: limits{idBytes: cfg.MaxInvocationIDBytes, nameBytes: cfg.MaxNameBytes},
+		// shed_heap_bytes is validated non-negative.
+		shedHeap:  uint64(cfg.ShedHeapBytes),
+		heapBytes: heapObjectBytes,
+		gc:        runtime.GC,
+		tickIv:    tickInterval(cfg),
 		// A shard's share of the open invocations' summaries, and slack.
 		outboxLimit: (cfg.MaxOpenInvocations+numShards-1)/numShards + outboxSlack,
 		set:         set,
@@ -138,6 +150,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	p.trust = trust
 	p.warnSummaries.msg = "dropped incoming invocation.summary spans: only the invocation processor writes summaries (summaries::accept_from names trusted collectors)"
 	p.warnClosedIDs.msg = "dropped remembered ids of closed invocations (max_closed_invocations): a late span of one opens a new invocation, whose summary may be a second revision 1"
+	p.warnIDBytes.msg = "spans whose invocation.id is longer than max_invocation_id_bytes were passed on without being indexed: their invocations get no summary"
 	p.warnTenant.msg = "spans without a tenant were passed on without being indexed (see the processor's tenant setting)"
 	for _, op := range cfg.UsageOperations {
 		p.cfg.usageOps[op] = struct{}{}
@@ -326,6 +339,9 @@ func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 		s.mu.Unlock()
 	}
 	for _, s := range p.enforceBounds(n, &stats) {
+		pending = appendShard(pending, s)
+	}
+	for _, s := range p.shedUnderPressure(n, &stats) {
 		pending = appendShard(pending, s)
 	}
 	p.record(ctx, &stats)

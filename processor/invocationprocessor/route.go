@@ -99,6 +99,13 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 					refusedSpans.withoutTenant++
 					continue
 				}
+				if len(f.InvocationID) > p.limits.idBytes {
+					// Not indexed under a shortened id: its invocation
+					// gets no summary, so it is never reported final.
+					refusedSpans.idTooLong++
+					continue
+				}
+				refusedSpans.namesCut += p.limits.capNames(f, &p.cfg)
 				used++
 				key := ledgerKey(tenant, f.InvocationID)
 				b.refs = append(b.refs, indexRef{shard: p.shardOf(key), id: key, facts: f, span: sp, res: rs.Resource()})

@@ -11,7 +11,8 @@ import (
 // shard owns the invocations whose id hashes to it. A load-balancing tier
 // routing by invocation.id makes a collector own whole invocations in the
 // same way. The bounds on open and closed invocations are global
-// (bounds.go); a shard only keeps its invocations in age order for them.
+// (bounds.go); a shard only keeps its invocations in age order for them,
+// all together and per tenant (quota.go).
 type shard struct {
 	cfg    *ledgerConfig
 	bounds *bounds
@@ -37,6 +38,9 @@ type shard struct {
 	// then leave the retry to the timer goroutine instead of rebuilding
 	// the whole outbox for every batch.
 	sendFailed bool
+	// byTenant lists the shard's invocations of each tenant, open and
+	// closed, in age order (quota.go).
+	byTenant map[*tenantState]*tenantLists
 	// closedIDs remembers the invocations forgotten before their
 	// retention ended (closedids.go).
 	closedIDs closedIDs
@@ -60,6 +64,7 @@ func newShard(cfg *ledgerConfig, b *bounds, outboxLimit int) *shard {
 		cfg:         cfg,
 		bounds:      b,
 		invs:        make(map[string]*invocation),
+		byTenant:    make(map[*tenantState]*tenantLists),
 		outboxLimit: outboxLimit,
 		sending:     make(chan struct{}, 1),
 	}
@@ -100,6 +105,9 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 	}
 	for _, inv := range s.touched {
 		s.evaluate(inv, now, stats)
+		if s.live(inv) {
+			s.account(inv)
+		}
 	}
 	s.publishOpen(s.touched, now)
 	clear(s.touched)
@@ -128,7 +136,12 @@ type stats struct {
 	afterForget, closedIDsDropped int64
 	opened, closed                int64
 	outboxDropped                 int64
-	delays                        []float64
+	// Evictions and forgettings by the byte budget, the tenant quotas
+	// and memory pressure (bounds.go, shed.go).
+	evictedBytes, forgottenBytes      int64
+	evictedTenant, evictedTenantBytes int64
+	shed                              int64
+	delays                            []float64
 	// delaysBuf holds the first delays, so a batch closing a few
 	// invocations does not grow delays.
 	delaysBuf [16]float64
@@ -262,6 +275,7 @@ func (s *shard) ensure(id string, now int64, stats *stats) *invocation {
 	s.bounds.open.Add(1)
 	s.invs[id] = inv
 	s.open.pushBack(inv)
+	s.openTenant(inv)
 	stats.opened++
 	s.schedule(inv)
 	return inv
@@ -337,6 +351,7 @@ func (s *shard) revise(inv *invocation, now int64) {
 // 1), keeps only what retention needs of the invocation's spans, and moves
 // it to the closed list.
 func (s *shard) closeInvocation(inv *invocation, status, forced string, now int64, stats *stats) {
+	s.unaccount(inv) // from the open bytes; counted again, closed, below
 	inv.Forced = forced
 	inv.Phase = phaseClosed
 	inv.Revision = 1
@@ -344,6 +359,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 	inv.LastSummary = now
 	s.open.remove(inv)
 	s.bounds.open.Add(-1)
+	s.closeTenant(inv)
 	stats.closed++
 	if stats.delays == nil {
 		stats.delays = stats.delaysBuf[:0]
@@ -361,6 +377,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 	inv.Shut()
 	inv.dropJobTimes()
 	s.names.shareNames(inv)
+	s.account(inv)
 	s.schedule(inv)
 }
 
@@ -368,6 +385,8 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 // closed invocations was reached.
 func (s *shard) forget(inv *invocation) {
 	s.journalForget(inv)
+	s.unaccount(inv)
+	s.forgetTenant(inv)
 	if inv.index.heapIdx >= 0 {
 		heap.Remove(&s.timers, inv.index.heapIdx)
 	}
@@ -444,64 +463,4 @@ func (s *shard) shutdown(now int64, stats *stats) {
 			s.revise(inv, now)
 		}
 	}
-}
-
-// oldestOpen returns the sequence number of the shard's oldest open
-// invocation.
-func (s *shard) oldestOpen() (uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.open.head == nil {
-		return 0, false
-	}
-	return s.open.head.index.seq, true
-}
-
-// oldestClosed returns the sequence number of the shard's earliest closed
-// invocation.
-func (s *shard) oldestClosed() (uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.head == nil {
-		return 0, false
-	}
-	return s.closed.head.index.seq, true
-}
-
-// evictOpen closes the shard's oldest open invocation incomplete with
-// reason evicted, if it is still the one numbered seq.
-func (s *shard) evictOpen(seq uint64, now int64, stats *stats) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	inv := s.open.head
-	if inv == nil || inv.index.seq != seq {
-		return false
-	}
-	s.journalBegin()
-	stats.evicted++
-	s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonEvicted, now, stats)
-	s.journalEnd(now)
-	stats.outboxDropped += s.trimOutbox()
-	return true
-}
-
-// forgetClosed forgets the shard's earliest closed invocation, if it is
-// still the one numbered seq. A revision it still owes is emitted first.
-func (s *shard) forgetClosed(seq uint64, now int64, stats *stats) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	inv := s.closed.head
-	if inv == nil || inv.index.seq != seq {
-		return false
-	}
-	s.journalBegin()
-	if inv.Dirty {
-		s.revise(inv, now)
-	}
-	stats.forgotten++
-	s.forget(inv)
-	s.rememberClosed(inv.ID, inv.retentionEnd(s.cfg), now)
-	s.journalEnd(now)
-	stats.outboxDropped += s.trimOutbox()
-	return true
 }

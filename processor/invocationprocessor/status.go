@@ -89,12 +89,22 @@ func (p *invocationProcessor) startStatus(host component.Host) error {
 	if !ok {
 		return fmt.Errorf("status: extension %q does not take invocation state (use an invocation_status extension)", p.statusID)
 	}
+	if l, ok := sink.(nameLimiter); ok {
+		l.LimitNames(p.limits.nameBytes)
+	}
 	for _, s := range p.shards {
 		s.mu.Lock()
 		s.status = sink
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// nameLimiter is a StatusSink that is told max_name_bytes, so that it
+// refuses questions about a session longer than the ledger keeps (the
+// ledger cut it, and no answer about the long name would be true).
+type nameLimiter interface {
+	LimitNames(maxBytes int)
 }
 
 // publishClosed publishes the view of the final or incomplete summary just

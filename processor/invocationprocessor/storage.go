@@ -234,6 +234,7 @@ func (p *invocationProcessor) load(ctx context.Context) {
 		s.persist = ps
 		s.mu.Unlock()
 		p.loadPartition(ctx, s, ps, now, unreadable)
+		s.accountAll()
 		s.mu.Lock()
 		restored += len(s.invs)
 		s.mu.Unlock()
@@ -459,6 +460,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				if ps.taintAll > op.time || ps.tainted[ev.id] > op.time {
 					taintInvocation(inv)
 				}
+				p.limits.capNames(&facts, &p.cfg) // as routing cut them live
 				inv.add(&facts, r, &s.resources, op.time, &p.cfg)
 			case evEmit:
 				if ev.flags&emitSent == 0 {

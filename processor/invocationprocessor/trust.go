@@ -146,6 +146,8 @@ func (w *rateLimitedWarning) note(logger *zap.Logger, now, events int64, fields 
 type refused struct {
 	summaries     int64 // spans named invocation.summary from an untrusted sender: dropped
 	withoutTenant int64 // member spans without a valid tenant: passed on, not indexed
+	idTooLong     int64 // member spans whose invocation.id exceeds max_invocation_id_bytes: likewise
+	namesCut      int64 // names cut at max_name_bytes (the span is indexed)
 }
 
 // recordRefused adds a batch's refused spans to the telemetry and the
@@ -161,4 +163,5 @@ func (p *invocationProcessor) recordRefused(ctx context.Context, r refused, now 
 		p.warnTenant.note(p.logger, now, r.withoutTenant,
 			zap.String("tenant_source", p.tenants.source), zap.String("tenant_attribute", p.tenants.attribute))
 	}
+	p.recordCapped(ctx, r, now)
 }

@@ -31,6 +31,7 @@ type TelemetryBuilder struct {
 	ProcessorInvocationDuplicateSpans           metric.Int64Counter
 	ProcessorInvocationFinalityDelay            metric.Float64Histogram
 	ProcessorInvocationIncomingSummariesDropped metric.Int64Counter
+	ProcessorInvocationLedgerBytes              metric.Int64UpDownCounter
 	ProcessorInvocationOpenInvocations          metric.Int64UpDownCounter
 	ProcessorInvocationSpansAfterForget         metric.Int64Counter
 	ProcessorInvocationSpansIndexed             metric.Int64Counter
@@ -75,7 +76,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	var err, errs error
 	builder.ProcessorInvocationBoundHits, err = builder.meter.Int64Counter(
 		"otelcol_processor_invocation_bound_hits",
-		metric.WithDescription("Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended, a waiting summary dropped). [Alpha]"),
+		metric.WithDescription("Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended, a waiting summary dropped, a name cut). [Alpha]"),
 		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
@@ -102,6 +103,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_invocation_incoming_summaries_dropped",
 		metric.WithDescription("Number of incoming spans named invocation.summary dropped because they did not come from a collector listed in summaries::accept_from (only the processor writes summaries). [Alpha]"),
 		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationLedgerBytes, err = builder.meter.Int64UpDownCounter(
+		"otelcol_processor_invocation_ledger_bytes",
+		metric.WithDescription("Approximate bytes held by the ledger's invocations (the estimate max_open_bytes and the tenant quotas bound), by state. [Alpha]"),
+		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorInvocationOpenInvocations, err = builder.meter.Int64UpDownCounter(

@@ -24,7 +24,7 @@ func NewSettings(tt *componenttest.Telemetry) processor.Settings {
 func AssertEqualProcessorInvocationBoundHits(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_invocation_bound_hits",
-		Description: "Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended, a waiting summary dropped). [Alpha]",
+		Description: "Number of times a memory bound was hit (an open invocation evicted, a span not indexed, a closed invocation forgotten before its retention ended, a waiting summary dropped, a name cut). [Alpha]",
 		Unit:        "{event}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -96,6 +96,22 @@ func AssertEqualProcessorInvocationIncomingSummariesDropped(t *testing.T, tt *co
 		},
 	}
 	got, err := tt.GetMetric("otelcol_processor_invocation_incoming_summaries_dropped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualProcessorInvocationLedgerBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_invocation_ledger_bytes",
+		Description: "Approximate bytes held by the ledger's invocations (the estimate max_open_bytes and the tenant quotas bound), by state. [Alpha]",
+		Unit:        "By",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: false,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_invocation_ledger_bytes")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

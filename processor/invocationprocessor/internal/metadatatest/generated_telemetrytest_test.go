@@ -24,6 +24,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorInvocationDuplicateSpans.Add(context.Background(), 1)
 	tb.ProcessorInvocationFinalityDelay.Record(context.Background(), 1)
 	tb.ProcessorInvocationIncomingSummariesDropped.Add(context.Background(), 1)
+	tb.ProcessorInvocationLedgerBytes.Add(context.Background(), 1)
 	tb.ProcessorInvocationOpenInvocations.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansAfterForget.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansIndexed.Add(context.Background(), 1)
@@ -48,6 +49,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationIncomingSummariesDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationLedgerBytes(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationOpenInvocations(t, testTel,
