@@ -1,10 +1,10 @@
 package ledgerrule
 
 import (
-	"unsafe"
 	"math"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/agentledger/agentledger/contract"
 )
