@@ -305,12 +305,18 @@ func testHostContinues(t *testing.T, h *harness) {
 func testCloseWhileRunning(t *testing.T, h *harness) {
 	c, work := h.client(t, "close_while_running")
 	g := newGate(t, work, "a")
-	h.router.SetRules(backgroundRules("BG-A", g.command("never"))...)
+	pidFile := filepath.Join(work, "bg.pid")
+	h.router.SetRules(backgroundRules("BG-A", "echo $$ > "+pidFile+"; "+g.command("never"))...)
 	s := h.start(t, c)
 	a := h.prompt(t, s, "BG-A: run it in the background")
 	if err := s.Close(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, "the command killed with app-server", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && perr == nil && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	})
 	sa := h.wait(t, c, a.InvocationID)
 	wantSummary(t, "invocation", sa, contract.StatusFinal, nil, []string{contract.AnomalyFollowupInterrupted + ":background shell"}, 1, 0)
 	checkUsage(t, "invocation", sa, h.want([]string{"launch-BG-A", "after-launch-BG-A"}, nil))
