@@ -18,6 +18,9 @@ OPENCODE_BIN := $(OPENCODE_PREFIX)/node_modules/opencode-linux-x64/bin/opencode
 CLAUDE_VERSION := 2.1.328
 CLAUDE_PREFIX := $(abspath .cache/claude)
 CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/@anthropic-ai/claude-code-linux-x64/claude
+CODEX_VERSION := 0.169.0
+CODEX_PREFIX := $(abspath .cache/codex)
+CODEX_BIN := $(CODEX_PREFIX)/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex
 
 # The long builds and installs (collector, Jaeger, demo, npm) run through
 # buildprogress (tests/demo/buildprogress, standard library only): it prints
@@ -41,7 +44,8 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 	PROMETHEUS_BIN=$(PROMETHEUS_BIN) \
 	CHROMIUM_BIN=$(CHROMIUM_BIN) \
 	OPENCODE_BIN=$(OPENCODE_BIN) \
-	CLAUDE_BIN=$(CLAUDE_BIN)
+	CLAUDE_BIN=$(CLAUDE_BIN) \
+	CODEX_BIN=$(CODEX_BIN)
 
 # Every Go module of the repository but the tools: the root (instrument and
 # contract), the client adapters, the processor, the extension, the
@@ -50,7 +54,7 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 # Go build cache.
 MODULES := $(shell find . -name go.mod -not -path './tools/*' -not -path './.*/*' -printf '%h\n' | sort)
 
-.PHONY: help build jaeger prometheus chromium opencode claude test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
+.PHONY: help build jaeger prometheus chromium opencode claude codex test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
 
 help:
 	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
@@ -62,6 +66,7 @@ help:
 	@echo "make chromium      apt-get install chromium when missing (headless, for the status page test; needs root)"
 	@echo "make opencode      npm install opencode-ai@$(OPENCODE_VERSION) into .cache/opencode"
 	@echo "make claude        npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into .cache/claude"
+	@echo "make codex         npm install @openai/codex@$(CODEX_VERSION) into .cache/codex"
 	@echo "make dashboards    regenerate the Grafana dashboards"
 	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
 	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) interleaved rounds, into out/bench.txt; benchstat compares modes (-col /mode)"
@@ -130,7 +135,15 @@ claude: | $(PROGRESS)
 			npm install --no-audit --no-fund --loglevel info --prefix $(CLAUDE_PREFIX) @anthropic-ai/claude-code@$(CLAUDE_VERSION); \
 	fi
 
-test: build jaeger prometheus chromium opencode claude tidy-check consumer-check ocb-check
+codex: | $(PROGRESS)
+	@if [ -x $(CODEX_BIN) ]; then echo ">> $(CODEX_BIN) present"; else \
+		echo ">> npm install @openai/codex@$(CODEX_VERSION) into $(CODEX_PREFIX)"; \
+		mkdir -p $(CODEX_PREFIX); \
+		$(PROGRESS) -name codex -log $(LOGS)/codex-npm.log -- \
+			npm install --no-audit --no-fund --loglevel info --prefix $(CODEX_PREFIX) @openai/codex@$(CODEX_VERSION); \
+	fi
+
+test: build jaeger prometheus chromium opencode claude codex tidy-check consumer-check ocb-check
 	@echo ">> go test -race ./... in each module (AGENTLEDGER_E2E=$(E2E))"
 	@failed=; for m in $(MODULES); do \
 		echo ">> $$m"; \

@@ -84,6 +84,17 @@ func (s *Server) serveResponses(w http.ResponseWriter, hr *http.Request) {
 
 	e := newSSE(w, st.CutAfter)
 	seqNo := 0
+	if st.MinimalStream {
+		for i, it := range output {
+			e.event("response.output_item.done", map[string]any{"type": "response.output_item.done", "output_index": i, "item": it})
+		}
+		done := map[string]any{"id": id}
+		if !st.OmitUsage {
+			done["usage"] = st.responsesUsage()
+		}
+		e.event("response.completed", map[string]any{"type": "response.completed", "response": done})
+		return
+	}
 	emit := func(typ string, fields map[string]any) {
 		fields["type"] = typ
 		fields["sequence_number"] = seqNo

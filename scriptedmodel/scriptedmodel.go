@@ -69,6 +69,10 @@ type Step struct {
 	// Embeddings is the number of vectors an embeddings request returns
 	// (default: one per input).
 	Embeddings int
+	// MinimalStream, on a streamed Responses request, sends only what
+	// Codex needs: one response.output_item.done per output item, then
+	// response.completed whose response holds only id and usage.
+	MinimalStream bool
 }
 
 // Request is one request the server received.

@@ -189,6 +189,7 @@ type responsesObject struct {
 type responsesEvent struct {
 	Type     string           `json:"type"`
 	Response *responsesObject `json:"response"`
+	Item     *responsesItem   `json:"item"`
 	Delta    string           `json:"delta"`
 	Message  string           `json:"message"`
 	Code     any              `json:"code"`
@@ -254,6 +255,15 @@ func fromResponses(r *genaicall.Result, resp *responsesObject, capture bool) {
 	} else {
 		r.AddFinish(resp.Status)
 	}
+	if len(resp.Output) == 0 {
+		// A terminal event with no output (the smallest stream a client
+		// such as Codex accepts: response.output_item.done per item, then
+		// response.completed with id and usage) keeps the tool calls and
+		// text its output_item events gave.
+		resp.Usage.into(&r.Usage)
+		resp.Error.into(r)
+		return
+	}
 	r.ToolCalls = r.ToolCalls[:0]
 	r.Text.Reset()
 	for _, it := range resp.Output {
@@ -270,6 +280,16 @@ func fromResponses(r *genaicall.Result, resp *responsesObject, capture bool) {
 	}
 	resp.Usage.into(&r.Usage)
 	resp.Error.into(r)
+}
+
+// hasToolCall reports whether r already holds the tool call id.
+func hasToolCall(r *genaicall.Result, id string) bool {
+	for _, tc := range r.ToolCalls {
+		if i := strings.LastIndexByte(tc, ':'); i >= 0 && tc[i+1:] == id {
+			return true
+		}
+	}
+	return false
 }
 
 var doneData = []byte("[DONE]")
@@ -333,6 +353,12 @@ func (p parser) ParseEvent(data []byte, r *genaicall.Result, capture bool) (keep
 		case "response.output_text.delta":
 			if capture {
 				r.Text.WriteString(ev.Delta)
+			}
+		case "response.output_item.done":
+			// A tool call is known at its item's end, before the terminal
+			// event, which may not repeat the output.
+			if it := ev.Item; it != nil && (it.Type == "function_call" || it.Type == "custom_tool_call") && it.CallID != "" && !hasToolCall(r, it.CallID) {
+				r.AddToolCall(it.Name, it.CallID)
 			}
 		case "response.completed", "response.incomplete", "response.failed":
 			if ev.Response != nil {
