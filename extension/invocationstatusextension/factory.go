@@ -16,6 +16,12 @@ const (
 	defaultMaxClosed   = 1000
 	defaultPageRefresh = 2 * time.Second
 	defaultPageRows    = 200
+	// defaultMaxWatchWait and defaultWriteTimeout: a watch may wait a
+	// minute, and its answer is written within the server's write
+	// timeout, which confighttp sets to 30s by default.
+	defaultMaxWatchWait      = time.Minute
+	defaultWriteTimeout      = 90 * time.Second
+	defaultMaxSessionWatches = 1000
 )
 
 // NewFactory returns a factory for the invocation_status extension.
@@ -31,11 +37,14 @@ func NewFactory() extension.Factory {
 func createDefaultConfig() component.Config {
 	server := confighttp.NewDefaultServerConfig()
 	server.NetAddr.Endpoint = defaultEndpoint
+	server.WriteTimeout = defaultWriteTimeout
 	return &Config{
-		ServerConfig: server,
-		MaxClosed:    defaultMaxClosed,
-		PageRefresh:  defaultPageRefresh,
-		PageRows:     defaultPageRows,
+		ServerConfig:      server,
+		MaxClosed:         defaultMaxClosed,
+		PageRefresh:       defaultPageRefresh,
+		PageRows:          defaultPageRows,
+		MaxWatchWait:      defaultMaxWatchWait,
+		MaxSessionWatches: defaultMaxSessionWatches,
 	}
 }
 
