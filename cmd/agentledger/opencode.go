@@ -152,4 +152,3 @@ func runOpencodeProxy(ctx context.Context, env environ, args []string, io stdio)
 	}
 	return 0
 }
-

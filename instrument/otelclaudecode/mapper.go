@@ -116,8 +116,8 @@ type prompt struct {
 	// unnamed is set for a host's prompt without a uuid (Exec): no
 	// result names it, results answer such prompts in order.
 	unnamed bool
-	ctx  context.Context
-	inv  *instrument.Invocation
+	ctx     context.Context
+	inv     *instrument.Invocation
 	// done is closed once res or err is set.
 	done chan struct{}
 	res  Result
