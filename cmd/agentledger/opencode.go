@@ -23,6 +23,8 @@ type proxyConfig struct {
 	// modelUpstream, when set, starts the model-wire proxy in front of
 	// it, on modelListen (a free loopback port when "").
 	modelUpstream, modelListen string
+	// connectTimeout bounds the wait for opencode serve's event stream.
+	connectTimeout time.Duration
 }
 
 func parseProxyFlags(args []string, io stdio) (proxyConfig, error) {
@@ -34,8 +36,12 @@ func parseProxyFlags(args []string, io stdio) (proxyConfig, error) {
 	fs.StringVar(&upstream, "upstream", "", "base URL of `opencode serve`, e.g. http://127.0.0.1:4096 (required)")
 	fs.StringVar(&c.modelUpstream, "model-upstream", "", "the model endpoint OpenCode's provider calls (its base URL, e.g. https://api.openai.com/v1): count every model request on the wire through a proxy in front of it; point the provider's baseURL at the proxy")
 	fs.StringVar(&c.modelListen, "model-listen", "", "address of the model-wire proxy (host:port; default a free loopback port, printed), so that OpenCode's config can name it before it starts")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 30*time.Second, "how long to wait at start for opencode serve's event stream")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.connectTimeout <= 0 {
+		return c, fmt.Errorf("--connect-timeout %s: want a positive duration", c.connectTimeout)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -112,11 +118,15 @@ func runOpencodeProxy(ctx context.Context, env environ, args []string, io stdio)
 		defer cancel()
 		_ = client.Shutdown(sctx)
 	}()
-	// The event stream connects, and reconnects, in the background: the
-	// proxy serves at once, and opencode serve may start after it.
-	started, cancel := context.WithCancel(ctx)
+	// Prompts are recorded from the event stream: serve only once it is
+	// connected (it reconnects by itself after).
+	sctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
+	err = client.Start(sctx)
 	cancel()
-	_ = client.Start(started)
+	if err != nil {
+		fmt.Fprintf(io.err, "agentledger opencode-proxy: the event stream of %s (GET /event) did not connect within %s (--connect-timeout): %v\n", c.upstream, c.connectTimeout, err)
+		return 1
+	}
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
