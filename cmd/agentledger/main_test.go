@@ -33,10 +33,10 @@ func TestReadExportConfig(t *testing.T) {
 		t.Fatalf("none: %+v %v", c, err)
 	}
 	for env, want := range map[string]string{
-		"OTEL_TRACES_EXPORTER=zipkin":        `OTEL_TRACES_EXPORTER="zipkin": agentledger exports with otlp or none`,
+		"OTEL_TRACES_EXPORTER=zipkin":           `OTEL_TRACES_EXPORTER="zipkin": agentledger exports with otlp or none`,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/json": `OTEL_EXPORTER_OTLP_PROTOCOL="http/json": agentledger exports OTLP over grpc or http/protobuf`,
-		"AGENTLEDGER_SHUTDOWN_TIMEOUT=soon":  `AGENTLEDGER_SHUTDOWN_TIMEOUT="soon": want a positive duration`,
-		"AGENTLEDGER_SHUTDOWN_TIMEOUT=-1s":   "want a positive duration",
+		"AGENTLEDGER_SHUTDOWN_TIMEOUT=soon":     `AGENTLEDGER_SHUTDOWN_TIMEOUT="soon": want a positive duration`,
+		"AGENTLEDGER_SHUTDOWN_TIMEOUT=-1s":      "want a positive duration",
 	} {
 		if _, err := readExportConfig(envOf(env)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", env, err, want)
