@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -38,21 +39,9 @@ type proc struct {
 // environment entries, with its own model-wire proxy whose calls m
 // attributes. withStdin keeps a pipe to its stdin.
 func (c *Client) launch(ctx context.Context, m *mapper, args, trailing, extraEnv []string, withStdin bool) (*proc, error) {
-	wire := genaicall.New(genaicall.Config{
-		TracerProvider: c.cfg.tracerProvider,
-		MeterProvider:  c.cfg.meterProvider,
-		// The proxy adds no header of its own to the requests.
-		Propagators: propagation.NewCompositeTextMapPropagator(),
-	}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerAttr.Value.AsString()})
-	proxy, err := wireproxy.Start(wireproxy.Config{
-		Upstream:   c.upstream,
-		Middleware: wire,
-		Describe:   describe,
-		Attribute:  m.attribute,
-		Oversized:  func(*http.Request) { m.oversized() },
-	})
+	proxy, err := c.startProxy(m, c.upstream, m.attribute)
 	if err != nil {
-		return nil, fmt.Errorf("otelcodex: model-wire proxy: %w", err)
+		return nil, err
 	}
 	p := &proc{proxy: proxy, stderr: &tail{max: 8 << 10}, exited: make(chan struct{})}
 	full := append(append(append(append([]string(nil), c.cfg.args...), args...), c.overrides(proxy.URL())...), trailing...)
@@ -87,6 +76,28 @@ func (c *Client) launch(ctx context.Context, m *mapper, args, trailing, extraEnv
 		return nil, fmt.Errorf("otelcodex: start %s: %w", c.bin, err)
 	}
 	return p, nil
+}
+
+// startProxy starts a model-wire proxy forwarding to upstream, whose
+// calls attribute decides and m's spans record.
+func (c *Client) startProxy(m *mapper, upstream *url.URL, attribute func(*http.Request, []byte) wireproxy.Decision) (*wireproxy.Proxy, error) {
+	wire := genaicall.New(genaicall.Config{
+		TracerProvider: c.cfg.tracerProvider,
+		MeterProvider:  c.cfg.meterProvider,
+		// The proxy adds no header of its own to the requests.
+		Propagators: propagation.NewCompositeTextMapPropagator(),
+	}.WithDefaults(), genaicall.Scope{Name: ScopeName, Version: Version(), Provider: providerAttr.Value.AsString()})
+	proxy, err := wireproxy.Start(wireproxy.Config{
+		Upstream:   upstream,
+		Middleware: wire,
+		Describe:   describe,
+		Attribute:  attribute,
+		Oversized:  func(*http.Request) { m.oversized() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("otelcodex: model-wire proxy: %w", err)
+	}
+	return proxy, nil
 }
 
 // lines reads the process's stdout line by line until EOF, handing each
