@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -57,24 +58,35 @@ func runClaude(ctx context.Context, env environ, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "agentledger claude: %v\n", err)
 		return 127
 	}
-	interactive := isTerminal(io.in)
-	for done := false; !done; {
+	relaySignals(sigs, p, isTerminal(io.in), "agentledger claude", io.err)
+	shutdownPipeline(tp, cfg, io.err)
+	return exitCode(p.ExitState())
+}
+
+// runtime is a drop-in's running runtime: otelclaudecode's and
+// otelcodex's Process.
+type runtime interface {
+	Signal(os.Signal) error
+	Exited() <-chan struct{}
+}
+
+// relaySignals passes the signals caught on sigs on to p until it has
+// exited. With a terminal on stdin (interactive), the terminal's own
+// signals reach the runtime in our process group by themselves.
+func relaySignals(sigs <-chan os.Signal, p runtime, interactive bool, name string, errs io.Writer) {
+	for {
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGPIPE || interactive && fromTerminal(sig) {
-				// A terminal's signals reach the CLI in our process
-				// group by themselves.
 				continue
 			}
 			if err := p.Signal(sig); err != nil {
-				fmt.Fprintf(io.err, "agentledger claude: passing on %v: %v\n", sig, err)
+				fmt.Fprintf(errs, "%s: passing on %v: %v\n", name, sig, err)
 			}
 		case <-p.Exited():
-			done = true
+			return
 		}
 	}
-	shutdownPipeline(tp, cfg, io.err)
-	return exitCode(p.ExitState())
 }
 
 // fromTerminal reports whether a terminal sends sig to its foreground
@@ -116,7 +128,14 @@ func exitCode(st *os.ProcessState) int {
 // executable claude on PATH that is not this binary (installed as
 // claude, agentledger must not run itself).
 func claudeBin(env environ) (string, error) {
-	if v, ok := env(envClaudeBin); ok && v != "" {
+	return findBin(env, envClaudeBin, "claude", "claude CLI")
+}
+
+// findBin finds a runtime's real executable: the path in the variable
+// named override, else the first executable name on PATH that is not
+// this binary.
+func findBin(env environ, override, name, what string) (string, error) {
+	if v, ok := env(override); ok && v != "" {
 		return v, nil
 	}
 	self, err := os.Executable()
@@ -128,7 +147,7 @@ func claudeBin(env environ) (string, error) {
 		if dir == "" {
 			dir = "."
 		}
-		cand := filepath.Join(dir, "claude")
+		cand := filepath.Join(dir, name)
 		st, err := os.Stat(cand)
 		if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			continue
@@ -138,5 +157,5 @@ func claudeBin(env environ) (string, error) {
 		}
 		return cand, nil
 	}
-	return "", errors.New("no claude CLI found: set " + envClaudeBin + " to the real CLI's path, or put it on PATH")
+	return "", errors.New("no " + what + " found: set " + override + " to the real " + what + "'s path, or put it on PATH")
 }

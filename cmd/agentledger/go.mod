@@ -6,6 +6,7 @@ replace (
 	github.com/agentledger/agentledger => ../..
 	github.com/agentledger/agentledger/extension/invocationstatusextension => ../../extension/invocationstatusextension
 	github.com/agentledger/agentledger/instrument/otelclaudecode => ../../instrument/otelclaudecode
+	github.com/agentledger/agentledger/instrument/otelcodex => ../../instrument/otelcodex
 	github.com/agentledger/agentledger/instrument/otelopencode => ../../instrument/otelopencode
 	github.com/agentledger/agentledger/internal/testbin => ../../internal/testbin
 )
@@ -13,6 +14,7 @@ replace (
 require (
 	github.com/agentledger/agentledger v0.0.0-00010101000000-000000000000
 	github.com/agentledger/agentledger/instrument/otelclaudecode v0.0.0-00010101000000-000000000000
+	github.com/agentledger/agentledger/instrument/otelcodex v0.0.0-00010101000000-000000000000
 	github.com/agentledger/agentledger/instrument/otelopencode v0.0.0-00010101000000-000000000000
 	github.com/agentledger/agentledger/internal/testbin v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0

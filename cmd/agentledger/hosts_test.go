@@ -359,3 +359,116 @@ func TestOpenCodeSDK(t *testing.T) {
 		t.Errorf("collector totals in %d out %d calls %d; the scripted model answered %+v in %d requests", in, out, calls, want, n)
 	}
 }
+
+const codexCLI = ".cache/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+
+// codexModel answers Codex's Responses requests like a model: a prompt
+// saying FOREGROUND gets an exec_command that ends at once, BACKGROUND
+// one left running (a small yield_time_ms), their results a short text,
+// anything else a plain answer.
+func codexModel() *scriptedmodel.Router {
+	say := func(text string) func(scriptedmodel.Request) scriptedmodel.Step {
+		return func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: text} }
+	}
+	call := func(tc scriptedmodel.ToolCall) func(scriptedmodel.Request) scriptedmodel.Step {
+		return func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{tc}} }
+	}
+	returns := func(word string) func(scriptedmodel.Request) bool {
+		return func(r scriptedmodel.Request) bool {
+			for _, o := range r.FunctionOutputs() {
+				if o.Name == "exec_command" && strings.Contains(o.Text, word) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	asks := func(word string) func(scriptedmodel.Request) bool {
+		return func(r scriptedmodel.Request) bool { return strings.Contains(r.NewUserText(), word) }
+	}
+	return scriptedmodel.NewRouter(scriptedUsage,
+		scriptedmodel.Rule{Name: "foreground", Match: asks("FOREGROUND"), Answer: call(scriptedmodel.ExecCommandCall("echo foreground-ok", 0))},
+		scriptedmodel.Rule{Name: "after foreground", Match: returns("foreground-ok"), Answer: say("It printed foreground-ok.")},
+		scriptedmodel.Rule{Name: "launch", Match: asks("BACKGROUND"), Answer: call(scriptedmodel.ExecCommandCall("exec sleep 300", 200))},
+		scriptedmodel.Rule{Name: "after launch", Match: returns("Process running"), Answer: say("The tests run in the background.")},
+		scriptedmodel.Rule{Name: "plain", Answer: say("Hello from the scripted model.")},
+	)
+}
+
+// TestCodexSDK runs the official TypeScript Codex SDK with
+// codexPathOverride set to `agentledger codex` (a link named codex),
+// against the real CLI, the scripted model (the host's own provider
+// config, which the drop-in points at its proxy) and the real collector:
+// the host's events equal the plain CLI's, each turn is an invocation the
+// status API knows by the thread id, and the collector's totals balance
+// the scripted model's.
+func TestCodexSDK(t *testing.T) {
+	cli := testbin.Require(t, "CODEX_BIN", "make codex", codexCLI)
+	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
+	col := testbin.StartLocalCollector(t)
+	model := codexModel()
+	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
+	t.Cleanup(srv.Close)
+	plainSrv := scriptedmodel.New(scriptedmodel.Options{Responder: codexModel().Respond}).Start()
+	t.Cleanup(plainSrv.Close)
+
+	// Codex warns about its helper binaries under the system's temporary
+	// directory: its homes go under the repository's out/.
+	root, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(filepath.Join(root, "out"), "agentledger-codex-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin := testbin.BuildT(t, "cmd/agentledger")
+	link := filepath.Join(dir, "bin", "codex")
+	home, project := filepath.Join(dir, "home"), filepath.Join(dir, "project")
+	for _, d := range []string{filepath.Dir(link), home, project} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(bin, link); err != nil {
+		t.Fatal(err)
+	}
+	lines := runHost(t, "codex.test.mjs", []string{
+		"AGENTLEDGER_CODEX=" + link, "CODEX_CLI=" + cli,
+		"MODEL_URL=" + srv.URL() + "/v1", "PLAIN_MODEL_URL=" + plainSrv.URL() + "/v1",
+		"OTLP_HTTP=http://" + col.Addrs.OTLPHTTP, "STATUS_URL=http://" + col.Addrs.Status,
+		"HOST_HOME=" + home, "HOST_DIR=" + project,
+	})
+	var invocations int
+	for _, l := range lines {
+		switch l.Kind {
+		case "first_message_ms":
+			t.Logf("first event after the turn started: plain CLI %.0f ms, agentledger codex %.0f ms", l.Plain, l.DropIn)
+		default:
+			invocations++
+		}
+	}
+	if invocations != 3 {
+		t.Fatalf("the host reported %v", lines)
+	}
+	// The balance: every request the drop-in's Codex made is in exactly
+	// one final invocation, with the scripted model's usage.
+	closed := closedSummaries(t, col.Addrs.TracesFile, invocations)
+	var in, out, cacheRead, reasoning, calls int64
+	for id, s := range closed {
+		if s.Status != "final" {
+			t.Errorf("invocation %s: %s %v", id, s.Status, s.IncompleteReasons)
+		}
+		in, out, cacheRead, reasoning, calls = in+s.InputTokens, out+s.OutputTokens, cacheRead+s.CacheReadTokens, reasoning+s.ReasoningTokens, calls+s.ModelCalls
+	}
+	want, n := model.Sum("foreground", "after foreground", "launch", "after launch", "plain")
+	if in != int64(want.InputTokens) || out != int64(want.OutputTokens) || cacheRead != int64(want.CacheReadTokens) ||
+		reasoning != int64(want.ReasoningTokens) || calls != int64(n) {
+		t.Errorf("collector totals in %d out %d cache read %d reasoning %d calls %d; the scripted model answered %+v in %d requests (%v)",
+			in, out, cacheRead, reasoning, calls, want, n, model.Labels())
+	}
+}

@@ -6,10 +6,12 @@
 // collector's invocation_status API answers by the runtime's own ids.
 //
 //	agentledger claude [claude args...]
+//	agentledger codex [codex args...]
 //	agentledger opencode-proxy --listen ADDR --upstream URL [--model-upstream URL --model-listen ADDR]
 //
-// Each subcommand is one small file (claude.go, opencode.go) over one
-// adapter (instrument/otelclaudecode, instrument/otelopencode); a drop-in
+// Each subcommand is one small file (claude.go, codex.go, opencode.go)
+// over one adapter (instrument/otelclaudecode, instrument/otelcodex,
+// instrument/otelopencode); a drop-in
 // for another runtime is one more entry in subcommands.
 package main
 
@@ -30,12 +32,10 @@ type subcommand struct {
 	run         func(ctx context.Context, env environ, args []string, stdio stdio) int
 }
 
-// subcommands are the drop-ins. A Codex drop-in (`agentledger codex`,
-// for `codex exec` and `codex app-server` under @openai/codex-sdk's
-// codexPathOverride) goes here once instrument/otelcodex has an Exec
-// like otelclaudecode's: see README.md, "Adding a drop-in".
+// subcommands are the drop-ins: see README.md, "Adding a drop-in".
 var subcommands = []subcommand{
 	{"claude", "agentledger claude [claude args...]: run the Claude Code CLI (AGENTLEDGER_CLAUDE_BIN, else claude on PATH) as a drop-in", runClaude},
+	{"codex", "agentledger codex [codex args...]: run the Codex CLI (AGENTLEDGER_CODEX_BIN, else codex on PATH) as a drop-in for codex exec and codex app-server", runCodex},
 	{"opencode-proxy", "agentledger opencode-proxy --listen ADDR --upstream URL: a reverse proxy in front of opencode serve that records its prompts", runOpencodeProxy},
 }
 
@@ -54,11 +54,16 @@ func main() {
 }
 
 // run dispatches on the subcommand, or on the name the binary was called
-// by: installed (or linked) as "claude", agentledger is `agentledger
-// claude`.
+// by: installed (or linked) as "claude" or "codex", agentledger is
+// `agentledger claude` or `agentledger codex`.
 func run(ctx context.Context, env environ, argv []string, io stdio) int {
-	if len(argv) > 0 && strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == "claude" {
-		return runClaude(ctx, env, argv[1:], io)
+	if len(argv) > 0 {
+		switch strings.TrimSuffix(filepath.Base(argv[0]), ".exe") {
+		case "claude":
+			return runClaude(ctx, env, argv[1:], io)
+		case "codex":
+			return runCodex(ctx, env, argv[1:], io)
+		}
 	}
 	if len(argv) < 2 || slices.Contains([]string{"-h", "-help", "--help", "help"}, argv[1]) {
 		usage(io.err)
