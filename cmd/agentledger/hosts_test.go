@@ -371,7 +371,9 @@ func codexModel() *scriptedmodel.Router {
 		return func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: text} }
 	}
 	call := func(tc scriptedmodel.ToolCall) func(scriptedmodel.Request) scriptedmodel.Step {
-		return func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{tc}} }
+		return func(scriptedmodel.Request) scriptedmodel.Step {
+			return scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{tc}}
+		}
 	}
 	returns := func(word string) func(scriptedmodel.Request) bool {
 		return func(r scriptedmodel.Request) bool {
