@@ -238,11 +238,8 @@ func readConfigFile(path string) map[string]string {
 		if !ok {
 			continue
 		}
-		k = strings.TrimSpace(k)
-		if i := strings.Index(v, " #"); i >= 0 && !strings.Contains(v[:i], `"`) {
-			v = v[:i]
-		}
-		v = tomlString(v)
+		k = strings.Trim(strings.TrimSpace(k), `"`)
+		v = tomlString(withoutComment(strings.TrimSpace(v)))
 		switch {
 		case table == "" && (k == "model_provider" || k == "openai_base_url"):
 			out[k] = v
@@ -251,4 +248,29 @@ func readConfigFile(path string) map[string]string {
 		}
 	}
 	return out
+}
+
+// withoutComment returns a TOML value without the comment after it: up
+// to the closing quote of a string, else up to a '#'.
+func withoutComment(v string) string {
+	switch {
+	case strings.HasPrefix(v, `"`):
+		for i := 1; i < len(v); i++ {
+			switch v[i] {
+			case '\\':
+				i++
+			case '"':
+				return v[:i+1]
+			}
+		}
+	case strings.HasPrefix(v, "'"):
+		if i := strings.IndexByte(v[1:], '\''); i >= 0 {
+			return v[:i+2]
+		}
+	default:
+		if i := strings.IndexByte(v, '#'); i >= 0 {
+			return strings.TrimSpace(v[:i])
+		}
+	}
+	return v
 }
