@@ -26,11 +26,13 @@ func TestCodex(t *testing.T) {
 	}{
 		{"exec_foreground", testExecForeground},
 		{"exec_kills_background", testExecKillsBackground},
+		{"exec_dropin", testExecDropIn},
 		{"session_foreground", testSessionForeground},
 		{"background_continuation", testBackgroundContinuation},
 		{"second_prompt_meanwhile", testSecondPromptMeanwhile},
 		{"consumed_by_second_prompt", testConsumedBySecondPrompt},
 		{"host_continues", testHostContinues},
+		{"appserver_dropin", testAppServerDropIn},
 		{"close_while_running", testCloseWhileRunning},
 	} {
 		if !t.Run(tc.name, func(t *testing.T) { tc.f(t, h) }) {
