@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,5 +124,94 @@ func TestPassthroughSignals(t *testing.T) {
 	ws := exit.Sys().(syscall.WaitStatus)
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL || string(out) != "bye\n" {
 		t.Fatalf("killed CLI: status %v, stdout %q; want killed by SIGKILL after its output", ws, out)
+	}
+}
+
+// codexDropIn is dropIn for `agentledger codex`: the fake CLI stands in
+// for codex.
+func codexDropIn(t *testing.T) func(mode string, args ...string) *exec.Cmd {
+	t.Helper()
+	bin := testbin.BuildT(t, "cmd/agentledger")
+	cli := filepath.Join(t.TempDir(), "codex")
+	if err := os.WriteFile(cli, []byte(fakeCLI), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	return func(mode string, args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, append([]string{"codex"}, args...)...)
+		cmd.Env = append(os.Environ(), "AGENTLEDGER_CODEX_BIN="+cli, "OTEL_TRACES_EXPORTER=none", "FAKE_MODE="+mode,
+			"HOME="+home, "CODEX_HOME="+filepath.Join(home, ".codex"))
+		return cmd
+	}
+}
+
+// TestCodexPassthrough checks `agentledger codex`: stdin and stdout pass
+// byte for byte, the exit code is Codex's, the arguments arrive unchanged
+// but for the provider's base URL, which is the proxy's (given in place
+// and once more after the host's), and a subcommand it does not record
+// gets its arguments exactly.
+func TestCodexPassthrough(t *testing.T) {
+	run := codexDropIn(t)
+	input := []byte("the prompt \x00\xff\n" + strings.Repeat("y", 100<<10) + "\nno newline")
+	proxied := regexp.MustCompile(`^exec\|--json\|-c\|model_provider="p"\|-c\|model_providers\.p\.base_url="(http://127\.0\.0\.1:\d+)"\|-\|-c\|model_providers\.p\.base_url="(http://127\.0\.0\.1:\d+)"\|$`)
+	for _, code := range []int{0, 3} {
+		cmd := run("", "exec", "--json", "-c", `model_provider="p"`, "-c", `model_providers.p.base_url="http://upstream.invalid/v1"`, "-")
+		cmd.Env = append(cmd.Env, "FAKE_EXIT="+string(rune('0'+code)))
+		cmd.Stdin = bytes.NewReader(input)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		switch {
+		case code == 0 && err != nil, code != 0 && (!errors.As(err, &exit) || exit.ExitCode() != code):
+			t.Fatalf("exit: %v, want %d; stderr %s", err, code, stderr.String())
+		}
+		if !bytes.Equal(stdout.Bytes(), input) {
+			t.Errorf("stdout differs from stdin: %d bytes, want %d", stdout.Len(), len(input))
+		}
+		if m := proxied.FindStringSubmatch(stderr.String()); m == nil || m[1] != m[2] {
+			t.Errorf("args %q, want the base URL the proxy's", stderr.String())
+		}
+	}
+	cmd := run("", "--version")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil || stderr.String() != "--version|" {
+		t.Errorf("codex --version: %v, args %q", err, stderr.String())
+	}
+}
+
+// TestCodexPassthroughSignals checks that a signal the host sends reaches
+// Codex through `agentledger codex exec`.
+func TestCodexPassthroughSignals(t *testing.T) {
+	run := codexDropIn(t)
+	cmd := run("term", "exec", "--json", "hi")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make([]byte, len("ready\n"))
+	if _, err := stdout.Read(ready); err != nil || string(ready) != "ready\n" {
+		t.Fatalf("fake CLI not ready: %q %v", ready, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the drop-in did not exit after SIGTERM")
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 143 || !strings.Contains(stderr.String(), "got-TERM") {
+		t.Fatalf("after SIGTERM: %v, stderr %q; want Codex's exit 143 after it got TERM", err, stderr.String())
 	}
 }
