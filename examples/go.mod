@@ -8,6 +8,7 @@ replace (
 	github.com/agentledger/agentledger/extension/invocationstatusextension => ../extension/invocationstatusextension
 	github.com/agentledger/agentledger/instrument/otelanthropic => ../instrument/otelanthropic
 	github.com/agentledger/agentledger/instrument/otelclaudecode => ../instrument/otelclaudecode
+	github.com/agentledger/agentledger/instrument/otelcodex => ../instrument/otelcodex
 	github.com/agentledger/agentledger/instrument/otelopenai => ../instrument/otelopenai
 	github.com/agentledger/agentledger/instrument/otelopencode => ../instrument/otelopencode
 	github.com/agentledger/agentledger/internal/testbin => ../internal/testbin
@@ -19,6 +20,7 @@ require (
 	github.com/agentledger/agentledger/extension/invocationstatusextension v0.0.0-00010101000000-000000000000
 	github.com/agentledger/agentledger/instrument/otelanthropic v0.0.0-00010101000000-000000000000
 	github.com/agentledger/agentledger/instrument/otelclaudecode v0.0.0-00010101000000-000000000000
+	github.com/agentledger/agentledger/instrument/otelcodex v0.0.0-00010101000000-000000000000
 	github.com/agentledger/agentledger/instrument/otelopenai v0.0.0-00010101000000-000000000000
 	github.com/agentledger/agentledger/instrument/otelopencode v0.0.0-00010101000000-000000000000
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
