@@ -27,6 +27,13 @@
 // turn/start during a running turn with that turn's id (the prompt joins
 // it, and its requests would have two owners).
 //
+// Client.Exec runs Codex for a host that drives it itself (a drop-in for
+// the codex executable, as @openai/codex-sdk's codexPathOverride runs
+// it): the host's arguments and streams unchanged but for the provider's
+// base URL, which is the proxy's; `codex exec` is one invocation and each
+// app-server turn/start one, known by Codex's turn ids, in the session of
+// their thread.
+//
 // A request is attributed by what it carries: the turn id of its
 // X-Codex-Turn-Metadata header (which its body's client_metadata must
 // repeat) names the turn, and so the prompt or continuation, that a
