@@ -2,6 +2,8 @@ package otelcodex
 
 import (
 	"context"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +52,22 @@ func TestNoGoroutineLeft(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+		}
+		// Exec: a codex exec, an app-server whose host input ends, and a
+		// subcommand passed through.
+		for _, args := range [][]string{
+			append(append([]string{"exec", "--json", "--skip-git-repo-check"}, h.hostConfig()...), "LEAK: say hi"),
+			append(h.hostConfig(), "app-server"),
+			{"--version"},
+		} {
+			p, err := c.Exec(ctx, args, Stdio{Stdin: strings.NewReader(""), Stdout: io.Discard})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-p.Exited()
+			if code := p.ExitState().ExitCode(); code != 0 {
+				t.Fatalf("exec %q: exit %d", args, code)
 			}
 		}
 	}()
