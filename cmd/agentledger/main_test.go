@@ -80,7 +80,7 @@ func TestDispatch(t *testing.T) {
 		t.Errorf("no subcommand: %d %q", code, errs.String())
 	}
 	errs.Reset()
-	if code := run(context.Background(), envOf(), []string{"agentledger", "codex"}, io); code != 2 || !strings.Contains(errs.String(), `unknown subcommand "codex"`) {
+	if code := run(context.Background(), envOf(), []string{"agentledger", "gemini"}, io); code != 2 || !strings.Contains(errs.String(), `unknown subcommand "gemini"`) {
 		t.Errorf("unknown: %d %q", code, errs.String())
 	}
 	errs.Reset()
@@ -91,6 +91,11 @@ func TestDispatch(t *testing.T) {
 	// Called as claude with no real CLI to find: the claude drop-in says so.
 	if code := run(context.Background(), envOf("PATH="+t.TempDir()), []string{"/usr/local/bin/claude", "-p"}, io); code != 127 || !strings.Contains(errs.String(), "AGENTLEDGER_CLAUDE_BIN") {
 		t.Errorf("as claude: %d %q", code, errs.String())
+	}
+	errs.Reset()
+	// Called as codex, likewise.
+	if code := run(context.Background(), envOf("PATH="+t.TempDir()), []string{"/opt/agentledger/codex", "exec"}, io); code != 127 || !strings.Contains(errs.String(), "AGENTLEDGER_CODEX_BIN") {
+		t.Errorf("as codex: %d %q", code, errs.String())
 	}
 	errs.Reset()
 	if code := run(context.Background(), envOf("OTEL_TRACES_EXPORTER=jaeger", "AGENTLEDGER_CLAUDE_BIN=/bin/true"), []string{"agentledger", "claude"}, io); code != 2 || !strings.Contains(errs.String(), "OTEL_TRACES_EXPORTER") {
