@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,8 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
@@ -252,13 +249,6 @@ func (x *Process) read(stdout io.ReadCloser, tee io.Writer) {
 	close(x.exited)
 }
 
-func exitError(err error, stderr *tail) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("otelcodex: codex: %w; stderr: %s", err, stderr.String())
-}
-
 // line handles one line of Codex's stdout.
 func (x *Process) line(line []byte) {
 	if x.mode == modeExec {
@@ -277,203 +267,6 @@ func (x *Process) line(line []byte) {
 		// Nobody is told: the host reads the same notifications.
 		x.m.takeCompletions()
 	}
-}
-
-// execLine handles one event of `codex exec --json`.
-func (x *Process) execLine(line []byte) {
-	var ev execEvent
-	if json.Unmarshal(line, &ev) != nil {
-		return
-	}
-	m := x.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch ev.Type {
-	case "thread.started":
-		if m.session == "" {
-			m.session = ev.ThreadID
-		}
-	case "turn.completed", "turn.failed":
-		if x.root == nil || x.rootEnded {
-			return
-		}
-		x.rootEnded = true
-		var err error
-		if ev.Type == "turn.failed" {
-			msg := "codex: turn failed"
-			if ev.Error != nil {
-				msg += ": " + ev.Error.Message
-			}
-			err = errors.New(msg)
-		}
-		endSpan(x.root.Span(), err)
-	}
-}
-
-// attribute decides the owner of one model request: a `codex exec`'s
-// first one starts its invocation, with the turn and thread ids it names.
-func (x *Process) attribute(req *http.Request, body []byte) wireproxy.Decision {
-	if x.mode == modeExec {
-		x.startRoot(req.Header)
-	}
-	return x.m.attribute(req, body)
-}
-
-func (x *Process) startRoot(h http.Header) {
-	var meta struct {
-		TurnID   string `json:"turn_id"`
-		ThreadID string `json:"thread_id"`
-	}
-	if v := h.Get(headerTurnMetadata); v != "" {
-		_ = json.Unmarshal([]byte(v), &meta)
-	}
-	m := x.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.fixed != nil {
-		return
-	}
-	if meta.ThreadID != "" {
-		m.session = meta.ThreadID
-	}
-	ctx, inv := x.startInvocation(context.Background(), meta.TurnID, m.session)
-	if m.session != "" {
-		inv.Span().SetAttributes(attribute.String(AttrThreadID, m.session))
-	}
-	x.root, m.fixed = inv, ctx
-}
-
-// startInvocation starts the root of a turn: with the turn id as its
-// invocation id, or a fresh one when the turn has none (or it is not a
-// valid id).
-func (x *Process) startInvocation(ctx context.Context, turnID, session string) (context.Context, *instrument.Invocation) {
-	var inv *instrument.Invocation
-	if turnID != "" {
-		var err error
-		if ctx, inv, err = x.m.tracker.StartInvocationWithID(ctx, turnID, x.m.agent, session); err != nil {
-			inv = nil
-		}
-	}
-	if inv == nil {
-		ctx, inv = x.m.tracker.StartInvocation(ctx, x.m.agent, session)
-	}
-	inv.Span().SetAttributes(providerAttr)
-	if turnID != "" {
-		inv.Span().SetAttributes(attribute.String(AttrTurnID, turnID))
-	}
-	return ctx, inv
-}
-
-// maxStarts bounds the host's turn/starts awaiting their response.
-const maxStarts = 1024
-
-// feed copies the host's JSON-RPC to app-server, noting each turn/start
-// before its line is passed on. It ends when the input does (closing
-// app-server's stdin, which ends it) or a write fails (it has exited).
-func (x *Process) feed(in io.Reader, out io.WriteCloser) {
-	defer out.Close()
-	r := bufio.NewReaderSize(in, 64<<10)
-	var line []byte
-	tooLong := false
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if !tooLong && len(line)+len(chunk) > x.c.cfg.maxLine {
-			// Too long to read: passed on as it comes, unread.
-			tooLong = true
-			if _, werr := out.Write(line); werr != nil {
-				return
-			}
-			line = line[:0]
-		}
-		if tooLong {
-			if _, werr := out.Write(chunk); werr != nil {
-				return
-			}
-		} else {
-			line = append(line, chunk...)
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if !tooLong && len(line) > 0 {
-			x.request(line)
-			if _, werr := out.Write(line); werr != nil {
-				return
-			}
-		}
-		line, tooLong = line[:0], false
-		if err != nil {
-			return
-		}
-	}
-}
-
-// request notes a host's turn/start: its turn's requests may come before
-// its response is read.
-func (x *Process) request(line []byte) {
-	var req struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			ThreadID string `json:"threadId"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(line, &req) != nil || req.Method != "turn/start" || len(req.ID) == 0 {
-		return
-	}
-	key := string(req.ID)
-	x.startsMu.Lock()
-	defer x.startsMu.Unlock()
-	if _, dup := x.starts[key]; dup {
-		return
-	}
-	if len(x.startOrder) >= maxStarts {
-		// Never answered: forgotten, and its turn unknown.
-		delete(x.starts, x.startOrder[0])
-		x.startOrder = x.startOrder[1:]
-		x.m.started("", context.Background())
-	}
-	x.starts[key] = req.Params.ThreadID
-	x.startOrder = append(x.startOrder, key)
-	x.m.sending()
-}
-
-// response handles app-server's response to a host's request: the turn id
-// of a turn/start starts its invocation.
-func (x *Process) response(msg rpcMessage) {
-	key := string(msg.ID)
-	x.startsMu.Lock()
-	thread, ok := x.starts[key]
-	if ok {
-		delete(x.starts, key)
-		for i, k := range x.startOrder {
-			if k == key {
-				x.startOrder = append(x.startOrder[:i], x.startOrder[i+1:]...)
-				break
-			}
-		}
-	}
-	x.startsMu.Unlock()
-	if !ok {
-		return
-	}
-	var res struct {
-		Turn turnInfo `json:"turn"`
-	}
-	if msg.Error != nil || json.Unmarshal(msg.Result, &res) != nil || res.Turn.ID == "" {
-		x.m.started("", context.Background())
-		return
-	}
-	if ctx, running := x.m.turnContext(res.Turn.ID); running {
-		// The prompt joined a running turn: started taints both.
-		x.m.started(res.Turn.ID, ctx)
-		return
-	}
-	x.m.mu.Lock()
-	x.m.session = thread
-	x.m.mu.Unlock()
-	ctx, _ := x.startInvocation(context.Background(), res.Turn.ID, thread)
-	x.m.started(res.Turn.ID, ctx)
 }
 
 func (x *Process) closeProxy() {
@@ -506,16 +299,4 @@ func (x *Process) ExitState() *os.ProcessState {
 	default:
 		return nil
 	}
-}
-
-// turnContext returns the context of the turn id when it is known and
-// still runs.
-func (m *mapper) turnContext(id string) (context.Context, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t, ok := m.turns[id]
-	if !ok || t.ended {
-		return nil, false
-	}
-	return t.ctx, true
 }

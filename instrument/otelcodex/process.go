@@ -170,11 +170,14 @@ func (p *proc) kill() error {
 }
 
 // exitError describes how the process ended, with its stderr's tail.
-func (p *proc) exitError() error {
-	if p.err == nil {
+func (p *proc) exitError() error { return exitError(p.err, p.stderr) }
+
+// exitError describes a Wait error err, with the stderr's tail.
+func exitError(err error, stderr *tail) error {
+	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("otelcodex: codex: %w; stderr: %s", p.err, p.stderr.String())
+	return fmt.Errorf("otelcodex: codex: %w; stderr: %s", err, stderr.String())
 }
 
 // tail keeps the last max bytes written to it.
