@@ -86,7 +86,7 @@ func runHost(t *testing.T, file string, env []string) []hostLine {
 			testbin.Require(t, envNode, "apt-get install nodejs")
 		}
 	}
-	modules := requireModules(t)
+	modules := requireModules(t, hostSDKs[file])
 	dir := t.TempDir()
 	for _, f := range []string{file, "status.mjs"} {
 		b, err := os.ReadFile(filepath.Join("hosttest", f))
@@ -130,10 +130,17 @@ func runHost(t *testing.T, file string, env []string) []hostLine {
 	return lines
 }
 
+// hostSDKs is the SDK each host program imports.
+var hostSDKs = map[string]string{
+	"claude.test.mjs":   "@anthropic-ai/claude-agent-sdk",
+	"codex.test.mjs":    "@openai/codex-sdk",
+	"opencode.test.mjs": "@opencode-ai/sdk",
+}
+
 // requireModules returns the installed SDKs' node_modules
-// (envSDKModules, else sdkModules in the repository); missing, the test
-// is skipped, or fails with AGENTLEDGER_E2E=1.
-func requireModules(t *testing.T) string {
+// (envSDKModules, else sdkModules in the repository) when they hold sdk;
+// missing, the test is skipped, or fails with AGENTLEDGER_E2E=1.
+func requireModules(t *testing.T, sdk string) string {
 	t.Helper()
 	dir := os.Getenv(envSDKModules)
 	if dir == "" {
@@ -143,10 +150,10 @@ func requireModules(t *testing.T) string {
 		}
 		dir = filepath.Join(root, sdkModules)
 	}
-	if st, err := os.Stat(filepath.Join(dir, "@anthropic-ai", "claude-agent-sdk")); err == nil && st.IsDir() {
+	if st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(sdk))); err == nil && st.IsDir() {
 		return dir
 	}
-	msg := fmt.Sprintf("the host tests' SDKs are not in %s (set %s or run make sdk-hosts)", dir, envSDKModules)
+	msg := fmt.Sprintf("the host tests' SDK %s is not in %s (set %s or run make sdk-hosts)", sdk, dir, envSDKModules)
 	if os.Getenv(testbin.EnvE2E) == "1" {
 		t.Fatalf("%s; %s=1 makes this a failure", msg, testbin.EnvE2E)
 	}
