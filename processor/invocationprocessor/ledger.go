@@ -64,6 +64,9 @@ type invocation struct {
 	// JobTimes holds each background span's start and end, for the status
 	// extension (status.go).
 	JobTimes []jobTimes
+	// Timeline records its spans for the status extension's timeline
+	// page (timeline.go).
+	Timeline timeline
 
 	Revision int64
 	Forced   string
@@ -126,6 +129,9 @@ type ledgerConfig struct {
 	graph        ledgerrule.GraphConfig
 	prices       map[string]Price
 	pricesActive bool
+	// timelineSpans is status_spans when the processor publishes to a
+	// status extension, else 0: no spans are recorded.
+	timelineSpans int
 }
 
 // addResult tells the caller what indexing one span did, for telemetry.
@@ -159,6 +165,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	if r.Root {
 		inv.setRoot(f, resources.of(res), now)
 	}
+	inv.noteSpan(f, &r, cfg.timelineSpans)
 	switch f.Role {
 	case ledgerrule.RoleBackground:
 		inv.noteJob(pcommon.SpanID(f.ID), f.Start, f.End)

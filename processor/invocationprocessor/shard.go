@@ -344,7 +344,7 @@ func (s *shard) revise(inv *invocation, now int64) {
 	inv.Revision++
 	inv.LastSummary = now
 	s.outbox = append(s.outbox, inv.snapshot(inv.status(now, s.cfg), inv.Revision, now, s.cfg))
-	s.publishClosed(now)
+	s.publishClosed(inv, now)
 }
 
 // closeInvocation emits the first final or incomplete summary (revision
@@ -366,7 +366,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 	}
 	stats.delays = append(stats.delays, float64(now-inv.LastDischarge)/1e9)
 	s.outbox = append(s.outbox, inv.snapshot(status, 1, now, s.cfg))
-	s.publishClosed(now)
+	s.publishClosed(inv, now)
 	inv.index.seq = s.bounds.seq.Add(1)
 	s.closed.pushBack(inv)
 	s.bounds.closed.Add(1)
