@@ -269,7 +269,7 @@ func rootTraceOf(v *statusapi.Invocation, spans []statusapi.Span) (statusapi.Tra
 }
 
 func laneKind(t statusapi.TraceID, rows []chartRow, isRoot bool) (kind, title string) {
-	id := t.String()
+	id := t.String()[:16] + "…" // the lane's data-trace-id and tooltip hold it whole
 	switch {
 	case isRoot:
 		return "root", "root trace " + id
