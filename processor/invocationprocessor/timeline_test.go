@@ -1,14 +1,23 @@
 package invocationprocessor
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/extension/extensiontest"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/extension/invocationstatusextension"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 )
 
@@ -142,4 +151,48 @@ func TestTimelineJSON(t *testing.T) {
 	var back statusapi.Timeline
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, *v.Timeline, back)
+}
+
+// TestTimelineCapOnThePage runs the processor into the real extension: an
+// invocation with more spans than status_spans is drawn with the cap (and
+// its root), and its page says how many spans it does not draw.
+func TestTimelineCapOnThePage(t *testing.T) {
+	ctx := context.Background()
+	f := invocationstatusextension.NewFactory()
+	extCfg := f.CreateDefaultConfig().(*invocationstatusextension.Config)
+	extCfg.ServerConfig.NetAddr.Endpoint = "127.0.0.1:0"
+	ext, err := f.Create(ctx, extensiontest.NewNopSettings(f.Type()), extCfg)
+	require.NoError(t, err)
+	require.NoError(t, ext.Start(ctx, componenttest.NewNopHost()))
+	t.Cleanup(func() { require.NoError(t, ext.Shutdown(ctx)) })
+	addr := ext.(interface{ Addr() net.Addr }).Addr().String()
+
+	h := newHarness(t, 1, func(c *Config) {
+		id := component.MustNewID("invocation_status")
+		c.Status = &id
+		c.StatusSpans = 5
+	})
+	for _, s := range h.p.shards {
+		s.status = ext.(StatusSink)
+	}
+	const tools = 12
+	root := sp{inv: "inv-big", name: "invoke_agent coder", trace: 1, id: 1, start: 0, end: 50, role: contract.RoleRoot, children: int64(tools)}
+	var spans []sp
+	for i := range tools {
+		spans = append(spans, sp{inv: "inv-big", name: fmt.Sprintf("execute_tool t%d", i), trace: 1, id: uint64(10 + i), parent: 1, start: int64(i), end: int64(i + 1), children: int64(0)})
+	}
+	h.consume(batch(append(spans, root)...))
+
+	resp, err := http.Get("http://" + addr + "/invocations/inv-big")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	page := string(body)
+	assert.Contains(t, page, `data-status="final"`, "the cap changes no summary")
+	assert.Equal(t, 6, strings.Count(page, `<g class="span `), "five spans and the root")
+	assert.Contains(t, page, `data-role="root"`)
+	assert.Contains(t, page, "showing the first 6 of 13 spans: 7 not drawn (the processor records at most status_spans = 5")
+	assert.Contains(t, page, "<td class=\"num\">13</td>", "the summary counts every span")
 }
