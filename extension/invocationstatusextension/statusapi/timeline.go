@@ -41,13 +41,13 @@ type Span struct {
 	// ModelCall is set for a model call (its gen_ai.operation.name is one
 	// of usage_operations); InputTokens and OutputTokens are its usage as
 	// the ledger summed it (a count it could not sum is 0).
-	ModelCall    bool  `json:"model_call,omitempty"`
-	InputTokens  int64 `json:"input_tokens,omitempty"`
-	OutputTokens int64 `json:"output_tokens,omitempty"`
+	ModelCall bool `json:"model_call,omitempty"`
 	// Failed is set when the span's status is Error.
 	Failed bool `json:"failed,omitempty"`
 	// Remote is invocation.remote: children may come from elsewhere.
-	Remote bool `json:"remote,omitempty"`
+	Remote       bool  `json:"remote,omitempty"`
+	InputTokens  int64 `json:"input_tokens,omitempty"`
+	OutputTokens int64 `json:"output_tokens,omitempty"`
 	// Link is the kind of the span's first link the ledger reads
 	// (followup, consumed, detached_from), and LinkedSpanID its target;
 	// Links counts all such links of the span.
