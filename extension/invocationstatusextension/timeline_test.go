@@ -360,3 +360,31 @@ func TestClosedViewBytesCountSpans(t *testing.T) {
 	_, ok := s.get("", "small")
 	assert.False(t, ok, "the earlier view gave way")
 }
+
+// A scoped caller sees its own tenant's timelines and filters, no other's.
+func TestTimelinePageScoped(t *testing.T) {
+	e := newTestExtension(t, scoped)
+	srv := serveAs(t, e)
+	a := timelineView("inv-1")
+	a.Tenant = "alice"
+	b := timelineView("inv-1")
+	b.Tenant = "bob"
+	b.Session = "s-bob"
+	e.PublishInvocations([]statusapi.Invocation{a, b})
+
+	code, body := getAs(t, srv, "alice", "/invocations/inv-1")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `data-tenant="alice"`)
+	assert.Contains(t, body, `href="../?tenant=alice"`)
+	for _, path := range []string{"/invocations/inv-1?tenant=bob", "/?tenant=bob", "/?session=s-bob&tenant=bob"} {
+		code, body := getAs(t, srv, "alice", path)
+		assert.Equal(t, http.StatusForbidden, code, path)
+		assert.NotContains(t, body, "s-bob", path)
+	}
+	code, body = getAs(t, srv, "alice", "/?session=s-bob")
+	assert.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, body, `data-invocation-id="inv-1"`, "bob's session is not alice's")
+	code, body = getAs(t, srv, "ops", "/invocations/inv-1?tenant=bob")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `data-tenant="bob"`)
+}

@@ -139,6 +139,9 @@ type addResult uint8
 
 const (
 	addIndexed addResult = iota
+	// addIndexedUnrecorded: indexed, but past status_spans, so not
+	// recorded for the status page.
+	addIndexedUnrecorded
 	addDuplicate
 	addSpanLimit
 )
@@ -165,7 +168,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	if r.Root {
 		inv.setRoot(f, resources.of(res), now)
 	}
-	inv.noteSpan(f, &r, cfg.timelineSpans)
+	recorded := inv.noteSpan(f, &r, cfg.timelineSpans)
 	switch f.Role {
 	case ledgerrule.RoleBackground:
 		inv.noteJob(pcommon.SpanID(f.ID), f.Start, f.End)
@@ -179,6 +182,9 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 		} else {
 			inv.Cost += callCost(p, r.Call.Input, r.Call.Output, r.Call.CacheRead, r.Call.CacheCreation)
 		}
+	}
+	if !recorded {
+		return addIndexedUnrecorded
 	}
 	return addIndexed
 }

@@ -96,6 +96,9 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 		switch inv.add(r.facts, r.res, &s.resources, now, s.cfg) {
 		case addIndexed:
 			stats.indexed++
+		case addIndexedUnrecorded:
+			stats.indexed++
+			stats.unrecorded++
 		case addDuplicate:
 			stats.duplicates++
 		case addSpanLimit:
@@ -136,6 +139,8 @@ type stats struct {
 	afterForget, closedIDsDropped int64
 	opened, closed                int64
 	outboxDropped                 int64
+	// unrecorded counts spans indexed past status_spans (timeline.go).
+	unrecorded int64
 	// Evictions and forgettings by the byte budget, the tenant quotas
 	// and memory pressure (bounds.go, shed.go).
 	evictedBytes, forgottenBytes      int64

@@ -31,15 +31,17 @@ const sizeTimelineSpan = int64(unsafe.Sizeof(statusapi.Span{}))
 const firstTimelineSpans = 8
 
 // noteSpan records an indexed span, when the processor publishes to a
-// status extension (limit > 0). r is what the Graph made of it.
-func (inv *invocation) noteSpan(f *spanFacts, r *ledgerrule.Result, limit int) {
+// status extension (limit > 0), and reports false when it was past the
+// limit (counted in bound_hits, bound status_spans). r is what the Graph
+// made of it.
+func (inv *invocation) noteSpan(f *spanFacts, r *ledgerrule.Result, limit int) bool {
 	if limit <= 0 {
-		return
+		return true
 	}
 	t := &inv.Timeline
 	if len(t.spans) >= limit && !r.Root {
 		t.omitted++
-		return
+		return false
 	}
 	if len(t.spans) == cap(t.spans) {
 		// Grow by doubling up to the limit (one more for a late root),
@@ -71,6 +73,7 @@ func (inv *invocation) noteSpan(f *spanFacts, r *ledgerrule.Result, limit int) {
 		sp.Link, sp.LinkedSpanID, sp.Links = linkKindOf(links[0].Kind), statusapi.SpanID(links[0].Span), len(links)
 	}
 	t.spans = append(t.spans, sp)
+	return true
 }
 
 // timelineView is the recorded spans as a published view shares them; nil

@@ -14,11 +14,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadatatest"
 )
 
 // timelineHarness publishes to a viewSink with status_spans set to limit.
@@ -195,4 +200,21 @@ func TestTimelineCapOnThePage(t *testing.T) {
 	assert.Contains(t, page, `data-role="root"`)
 	assert.Contains(t, page, "showing the first 6 of 13 spans: 7 not drawn (the processor records at most status_spans = 5")
 	assert.Contains(t, page, "<td class=\"num\">13</td>", "the summary counts every span")
+}
+
+func TestTimelineCutCountedInBoundHits(t *testing.T) {
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+	cfg := createDefaultConfig().(*Config)
+	id := component.MustNewID("invocation_status")
+	cfg.Status, cfg.StatusSpans = &id, 2
+	p, err := newProcessor(metadatatest.NewSettings(tt), cfg, consumertest.NewNop(), newFakeClock(), 1)
+	require.NoError(t, err)
+	s := scenario("inv-a", 0)
+	require.NoError(t, p.ConsumeTraces(context.Background(), batch(s[1], s[2], s[3], s[4], s[5], s[0])))
+	require.NoError(t, p.Shutdown(context.Background()))
+	metadatatest.AssertEqualProcessorInvocationBoundHits(t, tt, []metricdata.DataPoint[int64]{
+		{Value: 3, Attributes: attribute.NewSet(attribute.String("bound", boundStatusSpans))},
+	}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualProcessorInvocationSpansIndexed(t, tt, []metricdata.DataPoint[int64]{{Value: 6}}, metricdatatest.IgnoreTimestamp())
 }
