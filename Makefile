@@ -21,6 +21,10 @@ CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/@anthropic-ai/claude-code-linux-x64/
 CODEX_VERSION := 0.169.0
 CODEX_PREFIX := $(abspath .cache/codex)
 CODEX_BIN := $(CODEX_PREFIX)/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex
+# The official TypeScript SDKs the drop-ins' host tests run (cmd/agentledger/hosttest,
+# pinned in its package.json).
+SDK_HOSTS_PREFIX := $(abspath .cache/sdk-hosts)
+SDK_HOSTS_PKG := cmd/agentledger/hosttest/package.json
 
 # The long builds and installs (collector, Jaeger, demo, npm) run through
 # buildprogress (tests/demo/buildprogress, standard library only): it prints
@@ -45,7 +49,8 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 	CHROMIUM_BIN=$(CHROMIUM_BIN) \
 	OPENCODE_BIN=$(OPENCODE_BIN) \
 	CLAUDE_BIN=$(CLAUDE_BIN) \
-	CODEX_BIN=$(CODEX_BIN)
+	CODEX_BIN=$(CODEX_BIN) \
+	AGENTLEDGER_SDK_MODULES=$(SDK_HOSTS_PREFIX)/node_modules
 
 # Every Go module of the repository but the tools: the root (instrument and
 # contract), the client adapters, the processor, the extension, the
@@ -54,7 +59,7 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 # Go build cache.
 MODULES := $(shell find . -name go.mod -not -path './tools/*' -not -path './.*/*' -printf '%h\n' | sort)
 
-.PHONY: help build jaeger prometheus chromium opencode claude codex test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
+.PHONY: help build jaeger prometheus chromium opencode claude codex sdk-hosts test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
 
 help:
 	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
@@ -67,6 +72,7 @@ help:
 	@echo "make opencode      npm install opencode-ai@$(OPENCODE_VERSION) into .cache/opencode"
 	@echo "make claude        npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into .cache/claude"
 	@echo "make codex         npm install @openai/codex@$(CODEX_VERSION) into .cache/codex"
+	@echo "make sdk-hosts     npm install the TypeScript SDKs the drop-ins' host tests drive ($(SDK_HOSTS_PKG)) into .cache/sdk-hosts"
 	@echo "make dashboards    regenerate the Grafana dashboards"
 	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
 	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) interleaved rounds, into out/bench.txt; benchstat compares modes (-col /mode)"
@@ -143,7 +149,18 @@ codex: | $(PROGRESS)
 			npm install --no-audit --no-fund --loglevel info --prefix $(CODEX_PREFIX) @openai/codex@$(CODEX_VERSION); \
 	fi
 
-test: build jaeger prometheus chromium opencode claude codex tidy-check consumer-check ocb-check
+# The host tests of cmd/agentledger import the SDKs from here; reinstalled
+# when the pinned package.json changes.
+sdk-hosts: | $(PROGRESS)
+	@if cmp -s $(SDK_HOSTS_PKG) $(SDK_HOSTS_PREFIX)/package.json && [ -d $(SDK_HOSTS_PREFIX)/node_modules/@opencode-ai/sdk ]; then \
+		echo ">> $(SDK_HOSTS_PREFIX) present"; else \
+		echo ">> npm install $(SDK_HOSTS_PKG) into $(SDK_HOSTS_PREFIX)"; \
+		mkdir -p $(SDK_HOSTS_PREFIX); cp $(SDK_HOSTS_PKG) $(SDK_HOSTS_PREFIX)/package.json; \
+		$(PROGRESS) -name sdk-hosts -log $(LOGS)/sdk-hosts-npm.log -- \
+			npm install --no-audit --no-fund --loglevel info --prefix $(SDK_HOSTS_PREFIX); \
+	fi
+
+test: build jaeger prometheus chromium opencode claude codex sdk-hosts tidy-check consumer-check ocb-check
 	@echo ">> go test -race ./... in each module (AGENTLEDGER_E2E=$(E2E))"
 	@failed=; for m in $(MODULES); do \
 		echo ">> $$m"; \

@@ -173,6 +173,26 @@ func (t *Tracker) StartUnattributed(ctx context.Context, agent, session, reason 
 		trace.WithAttributes(attribute.String(contract.AttrUnattributed, reason)))
 }
 
+// StartInvocationWithID starts an invocation as StartInvocation does, but
+// with id as its invocation id instead of a fresh one: the runtime's own
+// id of the prompt (a Claude Code user message's uuid, an OpenCode
+// message id), so that a host asks the collector about the invocation by
+// the id it already has. id must name this invocation only (within its
+// tenant): a second root with the same id joins the first invocation,
+// which the ledger then closes incomplete. It fails, starting nothing,
+// when id is empty or not a valid baggage value.
+func (t *Tracker) StartInvocationWithID(ctx context.Context, id, agent, session string) (context.Context, *Invocation, error) {
+	if id == "" {
+		return ctx, nil, errors.New("instrument: empty invocation id")
+	}
+	ctx, err := ContextWithInvocation(ctx, id)
+	if err != nil {
+		return ctx, nil, err
+	}
+	ctx, inv := t.startRootIn(ctx, id, agent, session)
+	return ctx, inv, nil
+}
+
 // startRoot starts the root span of a new invocation.
 func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ...trace.SpanStartOption) (context.Context, *Invocation) {
 	id := NewInvocationID()
@@ -181,6 +201,12 @@ func (t *Tracker) startRoot(ctx context.Context, agent, session string, extra ..
 		// A hex id is always a valid baggage value.
 		panic(err)
 	}
+	return t.startRootIn(ctx, id, agent, session, extra...)
+}
+
+// startRootIn starts the root span of invocation id, whose id ctx's
+// baggage holds.
+func (t *Tracker) startRootIn(ctx context.Context, id, agent, session string, extra ...trace.SpanStartOption) (context.Context, *Invocation) {
 	opts := make([]trace.SpanStartOption, 0, 2+len(extra))
 	opts = append(opts, spanKindInternal, trace.WithAttributes(
 		attribute.String(contract.AttrInvocationID, id),

@@ -78,8 +78,8 @@ func age(since, now time.Time) float64 {
 	return d.Seconds()
 }
 
-// tenantParam reads the only query parameter the single-invocation and
-// session paths take: tenant, the tenant whose invocation or session is
+// tenantParam reads the only query parameter the single-invocation path
+// takes: tenant, the tenant whose invocation or session is
 // meant ("" or absent: the ones without a tenant). Invocation IDs and
 // session names are the tenant's own.
 func tenantParam(q url.Values) (string, error) {
@@ -124,12 +124,12 @@ func (e *statusExtension) getInvocation(w http.ResponseWriter, r *http.Request) 
 }
 
 func (e *statusExtension) getSession(w http.ResponseWriter, r *http.Request) {
-	tenant, err := tenantParam(r.URL.Query())
+	q, err := parseSessionQuery(r.URL.Query(), e.cfg.MaxWatchWait)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if tenant, err = ownTenant(r, tenant); err != nil {
+	if q.tenant, err = ownTenant(r, q.tenant); err != nil {
 		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
@@ -138,12 +138,100 @@ func (e *statusExtension) getSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	views := e.store.list(filter{session: session, tenant: tenant, byTenant: true})
-	if len(views) == 0 {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no open or recently closed invocation of session %q%s", session, ofTenant(tenant)))
+	if q.watch {
+		e.watchSession(w, r, session, q)
 		return
 	}
-	writeJSON(w, sessionOf(session, views, e.now()))
+	views, version := e.store.session(q.tenant, session)
+	if len(views) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no open or recently closed invocation of session %q%s", session, ofTenant(q.tenant)))
+		return
+	}
+	writeJSON(w, sessionOf(session, views, version, e.now()))
+}
+
+// sessionQuery is a parsed GET /v1/sessions/{session} query.
+type sessionQuery struct {
+	tenant string
+	// watch is set by wait: answer once the session's version is not
+	// after, or when wait has passed.
+	watch bool
+	wait  time.Duration
+	after uint64
+}
+
+var sessionParams = []string{"tenant", "wait", "after"}
+
+func parseSessionQuery(q url.Values, maxWait time.Duration) (sessionQuery, error) {
+	var out sessionQuery
+	for k, vs := range q {
+		if !slices.Contains(sessionParams, k) {
+			return out, fmt.Errorf("unknown query parameter %q (known: %s)", k, strings.Join(sessionParams, ", "))
+		}
+		if len(vs) != 1 {
+			return out, fmt.Errorf("query parameter %q given %d times", k, len(vs))
+		}
+	}
+	out.tenant = q.Get("tenant")
+	if s := q.Get("wait"); q.Has("wait") {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 || d > maxWait {
+			return out, fmt.Errorf("wait must be a duration from 0s to %s (max_watch_wait) such as 30s, got %q", maxWait, s)
+		}
+		out.watch, out.wait = true, d
+	}
+	if s := q.Get("after"); q.Has("after") {
+		if !out.watch {
+			return out, errors.New("after needs wait: GET /v1/sessions/{session}?wait=30s&after=<version>")
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("after must be a version this API answered (a non-negative integer), got %q", s)
+		}
+		out.after = v
+	}
+	return out, nil
+}
+
+// watchSession answers a session watch: at once when the session's
+// version is not q.after, else at its next change, when q.wait has
+// passed, or when the extension shuts down. An unknown session is the
+// empty session at version 0, so a watch with after=0 waits for it to
+// appear.
+func (e *statusExtension) watchSession(w http.ResponseWriter, r *http.Request, session string, q sessionQuery) {
+	var expired <-chan time.Time
+wait:
+	for q.wait > 0 {
+		changed, release, _, err := e.store.awaitChange(q.tenant, session, q.after)
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%v (max_session_watches %d); retry later", err, e.cfg.MaxSessionWatches))
+			return
+		}
+		if changed == nil {
+			break
+		}
+		if expired == nil {
+			var stop func() bool
+			expired, stop = e.timer(q.wait)
+			defer stop()
+		}
+		select {
+		case <-changed:
+			release()
+		case <-expired:
+			release()
+			break wait
+		case <-e.stopping:
+			release()
+			break wait
+		case <-r.Context().Done():
+			release()
+			return
+		}
+	}
+	views, version := e.store.session(q.tenant, session)
+	writeJSON(w, sessionOf(session, views, version, e.now()))
 }
 
 // checkSession refuses a session name longer than the ledger keeps: its
@@ -163,10 +251,12 @@ func ofTenant(tenant string) string {
 	return fmt.Sprintf(" of tenant %q", tenant)
 }
 
-// sessionOf answers for a session from its views, oldest first.
-func sessionOf(session string, views []*statusapi.Invocation, now time.Time) statusapi.Session {
+// sessionOf answers for a session from its views, oldest first, at its
+// watch version.
+func sessionOf(session string, views []*statusapi.Invocation, version uint64, now time.Time) statusapi.Session {
 	out := statusapi.Session{
 		Session:           session,
+		Version:           version,
 		OpenInvocations:   []statusapi.Invocation{},
 		Jobs:              []statusapi.SessionJob{},
 		ClosedInvocations: []string{},

@@ -249,7 +249,7 @@ func TestClosedWindowIsBounded(t *testing.T) {
 }
 
 func TestStoreMovesBetweenOpenAndClosed(t *testing.T) {
-	s := newStore(5, 1<<30)
+	s := newStore(5, 1<<30, 10)
 	s.publish([]statusapi.Invocation{openView("a", "s1", time.Minute, childWaiting("p"))})
 	s.publish([]statusapi.Invocation{closedView("a", "s1", statusapi.StatusIncomplete, 1, time.Minute)})
 	open, closed := s.counts()

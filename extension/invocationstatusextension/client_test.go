@@ -213,3 +213,76 @@ func TestClientWithTenant(t *testing.T) {
 	_, err := testClient(t, []string{u1, u2}).Invocation(ctx, "inv-1")
 	require.ErrorIs(t, err, statusapi.ErrNotFound, "no tenant: neither")
 }
+
+// TestClientWatch watches a session over two backends: the first call
+// answers at once with a token, the next waits until either backend
+// changes, and a wait that passes returns the same token.
+func TestClientWatch(t *testing.T) {
+	ctx := context.Background()
+	timers := newFakeTimers()
+	backend := func() (*statusExtension, string) {
+		e := newTestExtension(t, nil)
+		e.timer = timers.start
+		return e, startExtension(t, e, nil)
+	}
+	b1, u1 := backend()
+	b2, u2 := backend()
+	b1.PublishInvocations([]statusapi.Invocation{settlingView("inv-1", "s1")})
+	b2.PublishInvocations([]statusapi.Invocation{settlingView("inv-0", "s1")})
+	c := testClient(t, []string{u1, u2})
+
+	s, token, err := c.Watch(ctx, "s1", "", 30*time.Second)
+	require.NoError(t, err)
+	assert.False(t, s.OwesWork)
+	assert.ElementsMatch(t, []string{"inv-0", "inv-1"}, ids(s.OpenInvocations))
+	assert.Regexp(t, `^[1-9][0-9]*,[1-9][0-9]*$`, token, "a version per backend")
+	assert.Zero(t, timers.started(), "answered at once")
+
+	type result struct {
+		s     statusapi.Session
+		token string
+		err   error
+	}
+	watch := func(after string) <-chan result {
+		out := make(chan result, 1)
+		go func() {
+			s, tok, err := c.Watch(ctx, "s1", after, 30*time.Second)
+			out <- result{s, tok, err}
+		}()
+		for range 2 {
+			select {
+			case <-timers.waiting:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the watch did not wait on both backends")
+			}
+		}
+		return out
+	}
+	ch := watch(token)
+	b2.PublishInvocations([]statusapi.Invocation{openView("inv-2", "s1", time.Second, jobWaiting("background shell", t0))})
+	var r result
+	select {
+	case r = <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+	}
+	require.NoError(t, r.err)
+	assert.True(t, r.s.OwesWork)
+	assert.ElementsMatch(t, []string{"inv-0", "inv-1", "inv-2"}, ids(r.s.OpenInvocations))
+	assert.NotEqual(t, token, r.token)
+
+	// Nothing changes: both waits pass, the token stays.
+	n := timers.started()
+	ch = watch(r.token)
+	timers.fire(t, n)
+	timers.fire(t, n+1)
+	r2 := <-ch
+	require.NoError(t, r2.err)
+	assert.Equal(t, r.token, r2.token)
+	assert.True(t, r2.s.OwesWork)
+
+	_, _, err = c.Watch(ctx, "s1", "3", time.Second)
+	assert.ErrorContains(t, err, "has 1 versions for 2 collectors")
+	_, _, err = c.Watch(ctx, "s1", "a,b", time.Second)
+	assert.ErrorContains(t, err, "is not a version")
+}

@@ -61,6 +61,18 @@ type Config struct {
 	// recently closed). Default 200; must be between 1 and 1000.
 	PageRows int `mapstructure:"page_rows"`
 
+	// MaxWatchWait is the longest wait a session watch (GET
+	// /v1/sessions/{session}?wait=...) may ask for; a longer one is
+	// refused (400). Default 60s; must be positive and, when the server's
+	// write_timeout is set, shorter than it (the answer of a watch is
+	// written at the wait's end).
+	MaxWatchWait time.Duration `mapstructure:"max_watch_wait"`
+
+	// MaxSessionWatches bounds the session watches waiting at once, over
+	// all sessions; one more is refused (503) until one returns. Default
+	// 1000; must be positive.
+	MaxSessionWatches int `mapstructure:"max_session_watches"`
+
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
@@ -99,6 +111,14 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.PageRows < 1 || cfg.PageRows > maxPageSize {
 		errs = append(errs, fmt.Errorf("page_rows must be between 1 and %d", maxPageSize))
+	}
+	if cfg.MaxWatchWait <= 0 {
+		errs = append(errs, errors.New("max_watch_wait must be positive"))
+	} else if wt := cfg.ServerConfig.WriteTimeout; wt > 0 && cfg.MaxWatchWait >= wt {
+		errs = append(errs, fmt.Errorf("max_watch_wait (%s) must be shorter than write_timeout (%s): a watch answers at the end of its wait", cfg.MaxWatchWait, wt))
+	}
+	if cfg.MaxSessionWatches <= 0 {
+		errs = append(errs, errors.New("max_session_watches must be positive"))
 	}
 	return errors.Join(errs...)
 }

@@ -34,6 +34,9 @@ func TestLoadConfig(t *testing.T) {
 	assert.Equal(t, 2*time.Second, def.PageRefresh)
 	assert.Equal(t, 200, def.PageRows)
 	assert.Empty(t, def.JaegerURL)
+	assert.Equal(t, time.Minute, def.MaxWatchWait)
+	assert.Equal(t, 1000, def.MaxSessionWatches)
+	assert.Equal(t, 90*time.Second, def.ServerConfig.WriteTimeout, "longer than a watch's longest wait")
 	require.NoError(t, confmap.Validate(def))
 
 	custom := load(t, "custom")
@@ -58,7 +61,9 @@ func TestValidateNamesKeys(t *testing.T) {
 	}{
 		{"no_endpoint", []string{"endpoint must not be empty"}},
 		{"bad_jaeger", []string{"jaeger_url"}},
-		{"bounds", []string{"max_closed must be positive", "page_refresh must be at least 100ms", "page_rows must be between 1 and 1000"}},
+		{"bounds", []string{"max_closed must be positive", "page_refresh must be at least 100ms", "page_rows must be between 1 and 1000",
+			"max_watch_wait must be positive", "max_session_watches must be positive"}},
+		{"watch_past_write_timeout", []string{"max_watch_wait (1m0s) must be shorter than write_timeout (30s)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := NewFactory().CreateDefaultConfig().(*Config)

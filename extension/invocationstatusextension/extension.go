@@ -32,12 +32,19 @@ type statusExtension struct {
 	// nameLimit is the longest session name the ledger keeps (the
 	// processor's max_name_bytes, told by LimitNames); 0 until told.
 	nameLimit atomic.Int64
+	// timer starts the timer of a watch's wait (time.NewTimer; tests fire
+	// their own).
+	timer func(time.Duration) (<-chan time.Time, func() bool)
+	// stopping is closed by Shutdown: waiting watches answer at once.
+	stopping chan struct{}
 
-	// lifeMu guards server, served and addr, the HTTP server's lifecycle.
-	lifeMu sync.Mutex
-	server *http.Server
-	served chan struct{}
-	addr   net.Addr
+	// lifeMu guards server, served, addr and stopped, the HTTP server's
+	// lifecycle.
+	lifeMu  sync.Mutex
+	server  *http.Server
+	served  chan struct{}
+	addr    net.Addr
+	stopped bool
 }
 
 var _ extension.Extension = (*statusExtension)(nil)
@@ -55,11 +62,17 @@ func newExtension(cfg *Config, set component.TelemetrySettings, now func() time.
 		return nil, err
 	}
 	return &statusExtension{
-		cfg: cfg, set: set, now: now,
-		store: newStore(cfg.MaxClosed, cfg.MaxClosedBytes),
-		page:  page, timeline: timeline,
-		hosts: newHostGuard(cfg.ServerConfig.NetAddr.Endpoint, cfg.AllowedHosts),
+		cfg: cfg, set: set, now: now, page: page, timeline: timeline,
+		store:    newStore(cfg.MaxClosed, cfg.MaxClosedBytes, cfg.MaxSessionWatches),
+		hosts:    newHostGuard(cfg.ServerConfig.NetAddr.Endpoint, cfg.AllowedHosts),
+		timer:    systemTimer,
+		stopping: make(chan struct{}),
 	}, nil
+}
+
+func systemTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
 }
 
 // PublishInvocations records the processor's latest views (see
@@ -120,9 +133,14 @@ func (e *statusExtension) Addr() net.Addr {
 	return e.addr
 }
 
-// Shutdown stops the HTTP server and waits for it to return.
+// Shutdown stops the HTTP server and waits for it to return; session
+// watches still waiting answer at once.
 func (e *statusExtension) Shutdown(ctx context.Context) error {
 	e.lifeMu.Lock()
+	if !e.stopped {
+		e.stopped = true
+		close(e.stopping)
+	}
 	srv, served := e.server, e.served
 	e.server, e.served, e.addr = nil, nil, nil
 	e.lifeMu.Unlock()

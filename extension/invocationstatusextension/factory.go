@@ -17,6 +17,12 @@ const (
 	defaultMaxClosedMB = 64
 	defaultPageRefresh = 2 * time.Second
 	defaultPageRows    = 200
+	// defaultMaxWatchWait and defaultWriteTimeout: a watch may wait a
+	// minute, and its answer is written within the server's write
+	// timeout, which confighttp sets to 30s by default.
+	defaultMaxWatchWait      = time.Minute
+	defaultWriteTimeout      = 90 * time.Second
+	defaultMaxSessionWatches = 1000
 )
 
 // NewFactory returns a factory for the invocation_status extension.
@@ -32,12 +38,15 @@ func NewFactory() extension.Factory {
 func createDefaultConfig() component.Config {
 	server := confighttp.NewDefaultServerConfig()
 	server.NetAddr.Endpoint = defaultEndpoint
+	server.WriteTimeout = defaultWriteTimeout
 	return &Config{
-		ServerConfig:   server,
-		MaxClosed:      defaultMaxClosed,
-		MaxClosedBytes: defaultMaxClosedMB << 20,
-		PageRefresh:    defaultPageRefresh,
-		PageRows:       defaultPageRows,
+		ServerConfig:      server,
+		MaxClosed:         defaultMaxClosed,
+		MaxClosedBytes:    defaultMaxClosedMB << 20,
+		PageRefresh:       defaultPageRefresh,
+		PageRows:          defaultPageRows,
+		MaxWatchWait:      defaultMaxWatchWait,
+		MaxSessionWatches: defaultMaxSessionWatches,
 	}
 }
 

@@ -129,7 +129,7 @@ func TestPageTenantColumnAndLinks(t *testing.T) {
 // Closed views are bounded in bytes too: issue 23's evicted invocations
 // with 1 MiB ids no longer stay as 1000 views.
 func TestClosedViewsBoundedInBytes(t *testing.T) {
-	s := newStore(1000, 4<<20)
+	s := newStore(1000, 4<<20, 10)
 	big := strings.Repeat("i", 1<<20)
 	for i := range 40 {
 		v := closedView(big+string(rune('a'+i%26))+string(rune('a'+i/26)), "s", statusapi.StatusIncomplete, 1, time.Hour)

@@ -34,6 +34,8 @@ type store struct {
 	// sessions maps a session (viewKey of tenant and session) to the keys
 	// of its open and closed views.
 	sessions map[string]map[string]struct{}
+	// watch is the session watch's state (watch.go).
+	watch watchState
 }
 
 // viewKey joins a tenant and an invocation ID (or a session name). A
@@ -51,13 +53,14 @@ type closing struct {
 	seq uint64
 }
 
-func newStore(maxClosed int, maxClosedBytes int64) *store {
+func newStore(maxClosed int, maxClosedBytes int64, maxWatches int) *store {
 	return &store{
 		maxClosed:      maxClosed,
 		maxClosedBytes: maxClosedBytes,
 		open:           make(map[string]*statusapi.Invocation),
 		closed:         make(map[string]*closedEntry),
 		sessions:       make(map[string]map[string]struct{}),
+		watch:          newWatchState(maxWatches),
 	}
 }
 
@@ -69,23 +72,24 @@ func (s *store) publish(views []statusapi.Invocation) {
 	for i := range views {
 		v := views[i] // a copy: the caller keeps its slice
 		key := viewKey(v.Tenant, v.ID)
-		s.remove(key)
+		old := s.remove(key)
 		s.index(v.Tenant, v.Session, key)
 		if v.Open() {
 			s.open[key] = &v
-			continue
+		} else {
+			s.seq++
+			e := &closedEntry{view: &v, seq: s.seq, bytes: viewBytes(&v)}
+			s.closed[key] = e
+			s.closedBytes += e.bytes
+			s.closings = append(s.closings, closing{key: key, seq: s.seq})
 		}
-		s.seq++
-		e := &closedEntry{view: &v, seq: s.seq, bytes: viewBytes(&v)}
-		s.closed[key] = e
-		s.closedBytes += e.bytes
-		s.closings = append(s.closings, closing{key: key, seq: s.seq})
+		s.watched(old, &v)
 	}
 	for len(s.closed) > s.maxClosed || s.closedBytes > s.maxClosedBytes && len(s.closed) > 0 {
 		c := s.closings[s.head]
 		s.head++
 		if e, ok := s.closed[c.key]; ok && e.seq == c.seq {
-			s.remove(c.key)
+			s.watched(s.remove(c.key), nil)
 		}
 	}
 	// Drop the consumed prefix and stale entries once they outnumber the
@@ -102,8 +106,9 @@ func (s *store) publish(views []statusapi.Invocation) {
 	}
 }
 
-// remove forgets the view of key, open or closed. mu must be held.
-func (s *store) remove(key string) {
+// remove forgets the view of key, open or closed, and returns it (nil
+// when there was none). mu must be held.
+func (s *store) remove(key string) *statusapi.Invocation {
 	var v *statusapi.Invocation
 	if o, ok := s.open[key]; ok {
 		v = o
@@ -113,7 +118,7 @@ func (s *store) remove(key string) {
 		s.closedBytes -= e.bytes
 		delete(s.closed, key)
 	} else {
-		return
+		return nil
 	}
 	session := viewKey(v.Tenant, v.Session)
 	if keys, ok := s.sessions[session]; ok {
@@ -122,6 +127,7 @@ func (s *store) remove(key string) {
 			delete(s.sessions, session)
 		}
 	}
+	return v
 }
 
 // index adds a view's key to its session's. mu must be held.
@@ -173,8 +179,27 @@ func (f filter) keep(v *statusapi.Invocation) bool {
 
 // list returns the matching views, oldest Started first, then by ID.
 func (s *store) list(f filter) []*statusapi.Invocation {
-	var out []*statusapi.Invocation
 	s.mu.RLock()
+	out := s.listLocked(f)
+	s.mu.RUnlock()
+	slices.SortFunc(out, byStarted)
+	return out
+}
+
+// session returns the views of the tenant's session, oldest Started
+// first, and the session's watch version, read together.
+func (s *store) session(tenant, session string) ([]*statusapi.Invocation, uint64) {
+	s.mu.RLock()
+	out := s.listLocked(filter{session: session, tenant: tenant, byTenant: true})
+	version := s.versionLocked(viewKey(tenant, session))
+	s.mu.RUnlock()
+	slices.SortFunc(out, byStarted)
+	return out, version
+}
+
+// listLocked returns the matching views in no order. mu must be held.
+func (s *store) listLocked(f filter) []*statusapi.Invocation {
+	var out []*statusapi.Invocation
 	switch {
 	case f.session != "":
 		for key := range s.sessions[viewKey(f.tenant, f.session)] {
@@ -200,8 +225,6 @@ func (s *store) list(f filter) []*statusapi.Invocation {
 			}
 		}
 	}
-	s.mu.RUnlock()
-	slices.SortFunc(out, byStarted)
 	return out
 }
 

@@ -349,7 +349,7 @@ func TestClosedViewBytesCountSpans(t *testing.T) {
 	assert.Equal(t, viewBytes(&without)+int64(len(v.Timeline.Spans))*sizeSpan+int64(names), viewBytes(&v))
 
 	// max_closed_bytes holds views by their spans too.
-	s := newStore(1000, 64<<10)
+	s := newStore(1000, 64<<10, 10)
 	big := timelineView("big")
 	for range 9 {
 		big.Timeline.Spans = append(big.Timeline.Spans, big.Timeline.Spans...)

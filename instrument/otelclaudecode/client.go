@@ -214,7 +214,39 @@ func (c *Client) launch(ctx context.Context, m *mapper, session string, traceEnv
 		"--verbose", "--include-partial-messages", "--replay-user-messages",
 		"--session-id", session}
 	args = append(args, c.cfg.args...)
-	p := &Process{c: c, m: m, session: session, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	p, err := c.newProcess(m, session)
+	if err != nil {
+		return nil, err
+	}
+	cmd := c.command(ctx, p, args, traceEnv)
+	// Its own process group, so that Kill also reaches the shells it runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr io.Writer = p.stderr
+	if c.cfg.stderr != nil {
+		stderr = io.MultiWriter(p.stderr, c.cfg.stderr)
+	}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		p.closeProxy()
+		return nil, fmt.Errorf("otelclaudecode: stdin: %w", err)
+	}
+	p.stdin = stdin
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		p.closeProxy()
+		return nil, fmt.Errorf("otelclaudecode: stdout: %w", err)
+	}
+	if err := c.start(p, stdout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newProcess returns a Process for mapper m with its model-wire proxy
+// running; command and start run its CLI.
+func (c *Client) newProcess(m *mapper, session string) (*Process, error) {
+	p := &Process{c: c, m: m, session: session, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}, group: true}
 	// One middleware per process: the calls it holds open for a retry
 	// end when the process exits, since nothing will retry them.
 	p.wire = genaicall.New(genaicall.Config{
@@ -235,47 +267,40 @@ func (c *Client) launch(ctx context.Context, m *mapper, session string, traceEnv
 		return nil, fmt.Errorf("otelclaudecode: model-wire proxy: %w", err)
 	}
 	p.proxy = proxy
+	m.onMismatch = func() { c.mismatches.Add(context.Background(), 1) }
+	return p, nil
+}
+
+// command returns p's CLI command: bin with args, the Client's directory
+// and environment, the proxy as its model endpoint.
+func (c *Client) command(ctx context.Context, p *Process, args, traceEnv []string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, c.bin, args...)
 	cmd.Dir = c.cfg.dir
 	// The CLI's model endpoint is the proxy; later entries win.
-	cmd.Env = append(append(append(inherited(), c.cfg.env...), traceEnv...), "ANTHROPIC_BASE_URL="+proxy.URL())
-	// Its own process group, so that Kill also reaches the shells it runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(append(append(inherited(), c.cfg.env...), traceEnv...), "ANTHROPIC_BASE_URL="+p.proxy.URL())
 	p.cmd = cmd
-	m.onMismatch = func() { c.mismatches.Add(context.Background(), 1) }
 	cmd.Cancel = func() error {
 		p.interrupted.Store(true)
 		return cmd.Process.Signal(syscall.SIGTERM)
 	}
 	cmd.WaitDelay = c.cfg.killDelay
-	var stderr io.Writer = p.stderr
-	if c.cfg.stderr != nil {
-		stderr = io.MultiWriter(p.stderr, c.cfg.stderr)
-	}
-	cmd.Stderr = stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		p.closeProxy()
-		return nil, fmt.Errorf("otelclaudecode: stdin: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		p.closeProxy()
-		return nil, fmt.Errorf("otelclaudecode: stdout: %w", err)
-	}
-	p.stdin = stdin
+	return cmd
+}
+
+// start starts p's command and reads stdout, its output, until it ends.
+func (c *Client) start(p *Process, stdout io.Reader) error {
 	p.sync = newStreamSync(stdout)
-	m.syncStream = func() bool { return p.sync.wait(DefaultStreamSync, p.exited) }
-	if err := cmd.Start(); err != nil {
-		m.exit(false)
+	p.m.syncStream = func() bool { return p.sync.wait(DefaultStreamSync, p.exited) }
+	if err := p.cmd.Start(); err != nil {
+		p.m.exit(false)
 		p.closeProxy()
-		return nil, fmt.Errorf("otelclaudecode: start %s: %w", c.bin, err)
+		return fmt.Errorf("otelclaudecode: start %s: %w", c.bin, err)
 	}
 	c.mu.Lock()
 	c.procs[p] = struct{}{}
 	c.mu.Unlock()
 	go p.read(stdout)
-	return p, nil
+	return nil
 }
 
 // resolveUpstream returns the model endpoint of cfg: WithUpstream, else

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -79,6 +80,10 @@ type mapper struct {
 	syncStream func() bool
 	// seq numbers the prompts in the order they were registered.
 	seq int
+	// used are the host's prompt uuids made invocation ids (Exec), the
+	// latest maxUsedIDs in usedOrder.
+	used      map[string]struct{}
+	usedOrder []string
 	// unknownTasks are the task ids requests named (a subagent's header,
 	// a notification) before the stream said the task started, oldest
 	// first in unknownOrder (bounded by wireproxy.DefaultMaxTools).
@@ -108,8 +113,11 @@ type prompt struct {
 	// seq its registration order.
 	text string
 	seq  int
-	ctx  context.Context
-	inv  *instrument.Invocation
+	// unnamed is set for a host's prompt without a uuid (Exec): no
+	// result names it, results answer such prompts in order.
+	unnamed bool
+	ctx     context.Context
+	inv     *instrument.Invocation
 	// done is closed once res or err is set.
 	done chan struct{}
 	res  Result
@@ -158,6 +166,16 @@ func (m *mapper) register(ctx context.Context, uuid, text string) *prompt {
 	return p
 }
 
+// learnSession records the session id the CLI printed, for a process
+// whose session the Client did not choose (Exec): the roots started
+// before it get it as their gen_ai.conversation.id, read when they end.
+func (m *mapper) learnSession(id string) {
+	m.session = id
+	for _, p := range m.prompts {
+		p.inv.Span().SetAttributes(attribute.String(contract.AttrConversationID, id))
+	}
+}
+
 // fail ends a prompt that could not be written.
 func (m *mapper) fail(p *prompt, err error) {
 	m.mu.Lock()
@@ -197,6 +215,9 @@ func (m *mapper) handle(ev event) {
 	if m.exited {
 		return
 	}
+	if m.session == "" && ev.SessionID != "" {
+		m.learnSession(ev.SessionID)
+	}
 	switch ev.Type {
 	case typeSystem:
 		m.system(ev)
@@ -224,10 +245,6 @@ func (m *mapper) handle(ev event) {
 
 func (m *mapper) system(ev event) {
 	switch ev.Subtype {
-	case subInit:
-		if m.session == "" {
-			m.session = ev.SessionID
-		}
 	case subStatus:
 		if ev.Status == statusRequesting {
 			m.beginTurn(ev.UserMessageUUIDs)
@@ -290,11 +307,15 @@ func (m *mapper) switchTurn(t *turn) {
 // a continuation or unattributed turn ends.
 func (m *mapper) result(r *result, o origin) {
 	m.reconcile(r.SinceLast)
+	res := Result{Text: r.Text, IsError: r.IsError, Subtype: r.Subtype, NumTurns: r.NumTurns}
 	for _, u := range r.UserUUIDs {
 		if p, ok := m.prompts[u]; ok {
 			delete(m.prompts, u)
-			m.finish(p, Result{Text: r.Text, IsError: r.IsError, Subtype: r.Subtype, NumTurns: r.NumTurns}, nil)
+			m.finish(p, res, nil)
 		}
+	}
+	if len(r.UserUUIDs) == 0 && o.Kind != originTask {
+		m.answerUnnamed(res)
 	}
 	if m.turn != nil {
 		m.switchTurn(nil)

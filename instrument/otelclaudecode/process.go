@@ -38,6 +38,13 @@ type Process struct {
 	wire *genaicall.Middleware
 	sync *streamSync
 
+	// group is set when the CLI leads a process group of its own (Kill
+	// then reaches its shells).
+	group bool
+	// tee, when set, gets every byte of the CLI's stdout as read, before
+	// it is decoded (Exec: the host's stdout).
+	tee io.Writer
+
 	interrupted atomic.Bool
 	exited      chan struct{}
 	// exitErr is the result of cmd.Wait, written before exited is closed.
@@ -50,8 +57,12 @@ type Process struct {
 // read applies the CLI's output until it ends, then ends what is still
 // open.
 func (p *Process) read(stdout io.Reader) {
-	r := bufio.NewReaderSize(p.sync.reader(stdout), 64<<10)
-	for {
+	in := p.sync.reader(stdout)
+	if p.tee != nil {
+		in = io.TeeReader(in, p.tee)
+	}
+	r := bufio.NewReaderSize(in, 64<<10)
+	for stdout != nil {
 		line, err := readLine(r, p.c.cfg.maxLine)
 		if len(line) > 0 || errors.Is(err, errLineTooLong) {
 			p.lines.Add(1)
@@ -71,6 +82,11 @@ func (p *Process) read(stdout io.Reader) {
 		if err != nil && !errors.Is(err, errLineTooLong) {
 			break
 		}
+	}
+	if c, ok := stdout.(io.Closer); ok {
+		// Nobody reads the CLI now (the host's stdout failed): its next
+		// write fails, as it would without us in between.
+		_ = c.Close()
 	}
 	p.exitErr = p.cmd.Wait()
 	p.closeProxy()
@@ -194,14 +210,45 @@ func (p *Process) Interrupt() error {
 }
 
 // Kill kills the CLI and every process of its process group (its shells)
-// at once (SIGKILL); followups still open are closed as interrupted.
+// at once (SIGKILL); followups still open are closed as interrupted. A CLI
+// that Exec left in the caller's process group is killed alone.
 func (p *Process) Kill() error {
 	p.interrupted.Store(true)
-	err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	pid := p.cmd.Process.Pid
+	if p.group {
+		pid = -pid
+	}
+	err := syscall.Kill(pid, syscall.SIGKILL)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}
 	return err
+}
+
+// Signal sends sig to the CLI (only to it, not to its process group), as
+// a drop-in passes on the signals it gets. A signal that stops the CLI
+// (SIGINT, SIGTERM, SIGHUP, SIGQUIT) marks its exit as interrupted: the
+// followups it leaves open are closed as interrupted.
+func (p *Process) Signal(sig os.Signal) error {
+	switch sig {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+		p.interrupted.Store(true)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
+
+// ExitState returns how the CLI exited, once Exited is closed; nil
+// before, or when it could not be started.
+func (p *Process) ExitState() *os.ProcessState {
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState
+	default:
+		return nil
+	}
 }
 
 // Exited is closed when the process has exited and everything it left

@@ -51,6 +51,8 @@ type config struct {
 	modelUpstream string
 	// proxyAddr is WithModelProxyAddress's; "" for a free loopback port.
 	proxyAddr string
+	// messageIDs is WithMessageInvocationIDs's.
+	messageIDs bool
 }
 
 func newConfig(opts []Option) config {
@@ -237,4 +239,15 @@ func WithModelProxyAddress(addr string) Option {
 	return optionFunc(func(c *config) {
 		c.proxyAddr = addr
 	})
+}
+
+// WithMessageInvocationIDs makes the invocation id of every prompt its
+// user message's id (the messageID of POST /session/:id/message: the
+// caller's, else the one the Client makes), so that a host asks the
+// collector about a prompt by the id OpenCode knows it by (an answer's
+// parentID). A messageID the Client has made an invocation id before
+// (a retried request) gets a fresh invocation id instead. Off by default:
+// invocation ids are fresh random ones.
+func WithMessageInvocationIDs() Option {
+	return optionFunc(func(c *config) { c.messageIDs = true })
 }

@@ -15,10 +15,37 @@ import (
 // ascending ids. A prompt's id must sort after the session's earlier
 // messages, since OpenCode orders messages by id.
 type idSource struct {
-	// mu guards lastMS and counter.
+	// mu guards lastMS, counter, used and usedOrder.
 	mu      sync.Mutex
 	lastMS  int64
 	counter int64
+	// used are the message ids made invocation ids
+	// (WithMessageInvocationIDs), the latest maxUsedIDs in usedOrder.
+	used      map[string]struct{}
+	usedOrder []string
+}
+
+// maxUsedIDs bounds the message ids an idSource remembers.
+const maxUsedIDs = 4096
+
+// fresh reports whether id was not made an invocation id before, and
+// remembers it.
+func (s *idSource) fresh(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used == nil {
+		s.used = make(map[string]struct{})
+	}
+	if _, ok := s.used[id]; ok {
+		return false
+	}
+	s.used[id] = struct{}{}
+	s.usedOrder = append(s.usedOrder, id)
+	if len(s.usedOrder) > maxUsedIDs {
+		delete(s.used, s.usedOrder[0])
+		s.usedOrder = s.usedOrder[1:]
+	}
+	return true
 }
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
+
+	"github.com/agentledger/agentledger/instrument"
 )
 
 // Prompt is one prompt: the body of POST /session/:id/message.
@@ -105,7 +107,7 @@ func (c *Client) PromptAsync(ctx context.Context, session string, p Prompt) (str
 	if p.Agent != "" {
 		agent = p.Agent
 	}
-	rctx, inv := c.tracker.StartInvocation(ctx, agent, session)
+	rctx, inv := c.startInvocation(ctx, msgID, agent, session)
 	c.m.registerAsync(session, msgID, promptText(body["parts"]), rctx, func() { inv.End() })
 	var probe sendProbe
 	err := probe.send(rctx, func(ctx context.Context) error {
@@ -170,7 +172,7 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 	if err != nil {
 		return "", fmt.Errorf("otelopencode: %w", err)
 	}
-	ctx, inv := c.tracker.StartInvocation(ctx, agent, session)
+	ctx, inv := c.startInvocation(ctx, msgID, agent, session)
 	c.m.registerPrompt(session, msgID, promptText(fields["parts"]), ctx)
 	var answer []byte
 	var probe sendProbe
@@ -305,4 +307,15 @@ func promptText(parts any) string {
 		}
 	}
 	return strings.Join(texts, "\n")
+}
+
+// startInvocation starts the invocation of the prompt msgID: its id is
+// msgID with WithMessageInvocationIDs, the first time, else a fresh one.
+func (c *Client) startInvocation(ctx context.Context, msgID, agent, session string) (context.Context, *instrument.Invocation) {
+	if c.cfg.messageIDs && c.ids.fresh(msgID) {
+		if ictx, inv, err := c.tracker.StartInvocationWithID(ctx, msgID, agent, session); err == nil {
+			return ictx, inv
+		}
+	}
+	return c.tracker.StartInvocation(ctx, agent, session)
 }

@@ -9,6 +9,9 @@
 //	GET /v1/invocations/{id}?spans=1 the same with its Timeline
 //	GET /v1/invocations?status=...   an InvocationList, oldest first, paginated
 //	GET /v1/sessions/{session}       a Session; 404 when no invocation of it is known
+//	GET /v1/sessions/{session}?wait=30s&after=<version>
+//	                                 a session watch: the Session once its version is
+//	                                 not after (at once if it is not), or after wait
 package statusapi // import "github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 
 import "time"
@@ -194,6 +197,13 @@ type InvocationList struct {
 type Session struct {
 	// Session is the gen_ai.conversation.id asked about.
 	Session string `json:"session"`
+	// Version is the session's watch version on the collector that
+	// answered: it changes when the session appears or vanishes, when
+	// OwesWork changes, when an unattributed turn (the session woke by
+	// itself) joins it, and when one of its invocations turns final or
+	// incomplete. 0 for a session the collector does not know. Pass it as
+	// after to the next watch; Client.Watch keeps one per collector.
+	Version uint64 `json:"version"`
 	// OwesWork is true while one of the session's open invocations waits
 	// on a missing child span or a job's followup (Waiting.OwesWork): a
 	// host must not release the session then.

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentledger/agentledger/internal/testbin"
+	"github.com/agentledger/agentledger/scriptedmodel"
+)
+
+// Where `make claude` and `make sdk-hosts` install what the host tests
+// run, relative to the repository.
+const (
+	claudeCLI  = ".cache/claude/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+	sdkModules = ".cache/sdk-hosts/node_modules"
+	// envSDKModules overrides sdkModules; envNode names node (else PATH).
+	envSDKModules = "AGENTLEDGER_SDK_MODULES"
+	envNode       = "NODE_BIN"
+)
+
+// usageSeed seeds the scripted model's usage: random per run,
+// AGENTLEDGER_USAGE_SEED repeats one.
+var usageSeed = func() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("AGENTLEDGER_USAGE_SEED"), 10, 64); err == nil {
+		return v
+	}
+	return rand.Uint64()
+}()
+
+func scriptedUsage(seq int) scriptedmodel.Usage {
+	r := rand.New(rand.NewPCG(usageSeed, uint64(seq)))
+	in := 200 + r.IntN(8000)
+	out := 5 + r.IntN(1500)
+	return scriptedmodel.Usage{InputTokens: in, CacheReadTokens: r.IntN(in / 3), CacheCreationTokens: r.IntN(in / 3),
+		OutputTokens: out, ReasoningTokens: r.IntN(out/2 + 1)}
+}
+
+// claudeModel answers like a model: a prompt asking for background work
+// gets a Bash call with run_in_background running command, a tool result
+// or a notification a short text, anything else a plain answer.
+func claudeModel(command string) *scriptedmodel.Router {
+	say := func(text string) func(scriptedmodel.Request) scriptedmodel.Step {
+		return func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: text} }
+	}
+	return scriptedmodel.NewRouter(scriptedUsage,
+		scriptedmodel.Rule{Name: "notification", Match: func(r scriptedmodel.Request) bool { return len(r.TaskNotifications()) > 0 },
+			Answer: say("The tests passed.")},
+		scriptedmodel.Rule{Name: "tool result", Match: func(r scriptedmodel.Request) bool { return len(r.ToolResults()) > 0 },
+			Answer: say("The tests run in the background.")},
+		scriptedmodel.Rule{Name: "launch", Match: func(r scriptedmodel.Request) bool { return strings.Contains(r.NewText(), "background") },
+			Answer: func(scriptedmodel.Request) scriptedmodel.Step {
+				return scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{scriptedmodel.BashCall(command, "Run the tests", true)}}
+			}},
+		scriptedmodel.Rule{Name: "plain", Answer: say("Hello from the scripted model.")},
+	)
+}
+
+// hostLine is one line a host test reports.
+type hostLine struct {
+	Kind       string `json:"kind"`
+	ID         string `json:"id"`
+	Session    string `json:"session"`
+	Plain      float64
+	DropIn     float64 `json:"drop_in"`
+	ModelCalls int64   `json:"model_calls"`
+}
+
+// runHost runs `node --test file` from hosttest, in a directory of its
+// own that sees the installed SDKs, with env, and returns what it
+// reported.
+func runHost(t *testing.T, file string, env []string) []hostLine {
+	t.Helper()
+	node, ok := testbin.Locate(envNode)
+	if !ok {
+		if node, ok = lookNode(); !ok {
+			testbin.Require(t, envNode, "apt-get install nodejs")
+		}
+	}
+	modules := requireModules(t)
+	dir := t.TempDir()
+	for _, f := range []string{file, "status.mjs"} {
+		b, err := os.ReadFile(filepath.Join("hosttest", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(dir, "report.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "--test-concurrency=1",
+		// An SDK's open event stream must not keep node waiting.
+		"--test-force-exit", file)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), env...), "REPORT="+report)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test %s:\n%s", file, out)
+	if err != nil {
+		t.Fatalf("node --test %s: %v", file, err)
+	}
+	f, err := os.Open(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []hostLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l hostLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// requireModules returns the installed SDKs' node_modules
+// (envSDKModules, else sdkModules in the repository); missing, the test
+// is skipped, or fails with AGENTLEDGER_E2E=1.
+func requireModules(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(envSDKModules)
+	if dir == "" {
+		root, err := testbin.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, sdkModules)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "@anthropic-ai", "claude-agent-sdk")); err == nil && st.IsDir() {
+		return dir
+	}
+	msg := fmt.Sprintf("the host tests' SDKs are not in %s (set %s or run make sdk-hosts)", dir, envSDKModules)
+	if os.Getenv(testbin.EnvE2E) == "1" {
+		t.Fatalf("%s; %s=1 makes this a failure", msg, testbin.EnvE2E)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// closedSummaries waits until the collector's traces file holds n closed
+// invocations (the file exporter writes in batches), and returns them.
+func closedSummaries(t *testing.T, path string, n int) map[string]testbin.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var closed map[string]testbin.Summary
+	err := testbin.Poll(ctx, 200*time.Millisecond, func() (bool, string, error) {
+		sums, err := testbin.ReadSummaries(path)
+		if err != nil && !os.IsNotExist(err) {
+			return false, "", err
+		}
+		closed = testbin.Closed(sums)
+		return len(closed) >= n, fmt.Sprintf("%d of %d invocations closed in %s", len(closed), n, path), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return closed
+}
+
+func lookNode() (string, bool) {
+	p, err := exec.LookPath("node")
+	return p, err == nil
+}
+
+// TestClaudeAgentSDK runs the official TypeScript Claude Agent SDK with
+// pathToClaudeCodeExecutable set to `agentledger claude` (a link named
+// claude), against the real CLI, the scripted model and the real
+// collector: the host's messages equal the plain CLI's, the status API
+// answers by the CLI's session id and the prompt's uuid, the watch wakes
+// at each step, and the collector's totals balance the scripted model's.
+func TestClaudeAgentSDK(t *testing.T) {
+	cli := testbin.Require(t, "CLAUDE_BIN", "make claude", claudeCLI)
+	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
+	col := testbin.StartLocalCollector(t)
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	command := fmt.Sprintf("for i in $(seq 1 1200); do [ -e %q ] && break; sleep 0.05; done; echo tests passed", gate)
+	model := claudeModel(command)
+	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
+	t.Cleanup(srv.Close)
+	plainSrv := scriptedmodel.New(scriptedmodel.Options{Responder: claudeModel(command).Respond}).Start()
+	t.Cleanup(plainSrv.Close)
+
+	bin := testbin.BuildT(t, "cmd/agentledger")
+	link := filepath.Join(dir, "bin", "claude")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, link); err != nil {
+		t.Fatal(err)
+	}
+	home, project := filepath.Join(dir, "home"), filepath.Join(dir, "project")
+	for _, d := range []string{home, project} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := runHost(t, "claude.test.mjs", []string{
+		"AGENTLEDGER_CLAUDE=" + link, "CLAUDE_CLI=" + cli,
+		"MODEL_URL=" + srv.URL(), "PLAIN_MODEL_URL=" + plainSrv.URL(),
+		"OTLP_HTTP=http://" + col.Addrs.OTLPHTTP, "STATUS_URL=http://" + col.Addrs.Status,
+		"HOST_HOME=" + home, "HOST_DIR=" + project, "GATE=" + gate,
+	})
+
+	var ids []string
+	for _, l := range lines {
+		switch l.Kind {
+		case "first_message_ms":
+			t.Logf("first message after the query started: plain CLI %.0f ms, agentledger claude %.0f ms", l.Plain, l.DropIn)
+		case "background":
+			ids = append(ids, l.ID)
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("the host reported %v", lines)
+	}
+	// The balance: every request the drop-in's CLI made is in exactly one
+	// final invocation, with the scripted model's usage.
+	closed := closedSummaries(t, col.Addrs.TracesFile, len(lines)-1)
+	var in, out, cacheRead, cacheCreate, calls int64
+	for id, s := range closed {
+		if s.Status != "final" {
+			t.Errorf("invocation %s: %s %v", id, s.Status, s.IncompleteReasons)
+		}
+		in, out, cacheRead, cacheCreate, calls = in+s.InputTokens, out+s.OutputTokens, cacheRead+s.CacheReadTokens, cacheCreate+s.CacheCreationTokens, calls+s.ModelCalls
+	}
+	want, n := model.Sum("notification", "tool result", "launch", "plain")
+	if in != int64(want.InputTokens) || out != int64(want.OutputTokens) || cacheRead != int64(want.CacheReadTokens) ||
+		cacheCreate != int64(want.CacheCreationTokens) || calls != int64(n) {
+		t.Errorf("collector totals in %d out %d cache read %d creation %d calls %d; the scripted model answered %+v in %d requests (%v)",
+			in, out, cacheRead, cacheCreate, calls, want, n, model.Labels())
+	}
+	bg, ok := closed[ids[0]]
+	if !ok || bg.BackgroundJobs != 1 || bg.Continuations != 1 {
+		t.Errorf("the background prompt's summary: %+v", bg)
+	}
+}
+
+const openCodeBin = ".cache/opencode/node_modules/opencode-linux-x64/bin/opencode"
+
+// TestOpenCodeSDK runs the official TypeScript OpenCode SDK against
+// `agentledger opencode-proxy` in front of a real opencode serve, whose
+// provider's baseURL is the proxy's model-wire proxy in front of the
+// scripted model: each prompt is an invocation whose id is its user
+// message's id, final in the collector, and the collector's totals
+// balance the scripted model's (title requests included).
+func TestOpenCodeSDK(t *testing.T) {
+	oc := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
+	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
+	col := testbin.StartLocalCollector(t)
+	model := scriptedmodel.NewRouter(scriptedUsage, scriptedmodel.Rule{Name: "answer",
+		Answer: func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: "Done."} }})
+	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
+	t.Cleanup(srv.Close)
+	addrs, err := testbin.FreeAddrs(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveAddr, proxyAddr, modelAddr := addrs[0], addrs[1], addrs[2]
+
+	dir := t.TempDir()
+	for _, d := range []string{"home", "config/opencode", "data", "cache", "state", "project"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := json.Marshal(map[string]any{
+		"autoupdate": false, "share": "disabled", "permission": map[string]any{"*": "allow"},
+		"provider": map[string]any{"scripted": map[string]any{
+			"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+			// The model-wire proxy agentledger opencode-proxy runs.
+			"options": map[string]any{"baseURL": "http://" + modelAddr, "apiKey": "unused"},
+			"models":  map[string]any{"scripted-model": map[string]any{"name": "Scripted Model"}},
+		}},
+		"model": "scripted/scripted-model", "small_model": "scripted/scripted-model",
+	})
+	if err := os.WriteFile(filepath.Join(dir, "config/opencode/opencode.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// OpenCode would npm install its plugin SDK here at start.
+	const dep = `{"dependencies":{"@opencode-ai/plugin":"*"}}`
+	for name, body := range map[string]string{"package.json": dep, "package-lock.json": `{"lockfileVersion":3,"packages":{"":` + dep + `}}`} {
+		if err := os.WriteFile(filepath.Join(dir, "config/opencode", name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "config/opencode/node_modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	env := []string{
+		"HOME=" + filepath.Join(dir, "home"),
+		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_DATA_HOME=" + filepath.Join(dir, "data"),
+		"XDG_CACHE_HOME=" + filepath.Join(dir, "cache"), "XDG_STATE_HOME=" + filepath.Join(dir, "state"),
+		"OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_SHARE=1",
+		"OPENCODE_DISABLE_LSP_DOWNLOAD=1", "OPENCODE_DISABLE_DEFAULT_PLUGINS=1", "OPENCODE_PURE=1",
+	}
+	serve, err := testbin.Start("opencode", filepath.Join(dir, "opencode.log"), filepath.Join(dir, "project"), env, oc,
+		"serve", "--hostname", "127.0.0.1", "--port", testbin.Port(serveAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := serve.Stop(testbin.StopTimeout); err != nil {
+			t.Logf("stop opencode: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("--- opencode log, last lines:\n%s", serve.Tail(30))
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := testbin.WaitReady(ctx, serve, "http://"+serveAddr+"/global/health"); err != nil {
+		t.Fatal(err)
+	}
+	bin := testbin.BuildT(t, "cmd/agentledger")
+	proxy := testbin.StartT(t, "agentledger-opencode-proxy", []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.Addrs.OTLPHTTP, "OTEL_BSP_SCHEDULE_DELAY=50",
+	}, bin, "opencode-proxy", "--listen", proxyAddr, "--upstream", "http://"+serveAddr,
+		"--model-upstream", srv.URL()+"/v1", "--model-listen", modelAddr)
+	if err := testbin.WaitReady(ctx, proxy, "http://"+proxyAddr+"/global/health"); err != nil {
+		t.Fatal(err)
+	}
+
+	lines := runHost(t, "opencode.test.mjs", []string{
+		"PROXY_URL=http://" + proxyAddr, "OPENCODE_URL=http://" + serveAddr, "STATUS_URL=http://" + col.Addrs.Status,
+	})
+	if len(lines) != 2 {
+		t.Fatalf("the host reported %v", lines)
+	}
+	closed := closedSummaries(t, col.Addrs.TracesFile, len(lines))
+	var in, out, calls int64
+	for id, s := range closed {
+		if s.Status != "final" {
+			t.Errorf("invocation %s: %s %v", id, s.Status, s.IncompleteReasons)
+		}
+		in, out, calls = in+s.InputTokens, out+s.OutputTokens, calls+s.ModelCalls
+	}
+	want, n := model.Sum("answer")
+	if in != int64(want.InputTokens) || out != int64(want.OutputTokens) || calls != int64(n) {
+		t.Errorf("collector totals in %d out %d calls %d; the scripted model answered %+v in %d requests", in, out, calls, want, n)
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(kv ...string) environ {
+	m := map[string]string{}
+	for _, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestReadExportConfig(t *testing.T) {
+	c, err := readExportConfig(envOf())
+	if err != nil || c.exporter != "otlp" || c.protocol != "http/protobuf" || c.shutdown != defaultShutdown {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	c, err = readExportConfig(envOf("OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf", "AGENTLEDGER_SHUTDOWN_TIMEOUT=2s"))
+	if err != nil || c.protocol != "http/protobuf" || c.shutdown != 2*time.Second {
+		t.Fatalf("the traces protocol wins: %+v %v", c, err)
+	}
+	c, err = readExportConfig(envOf("OTEL_TRACES_EXPORTER=none"))
+	if err != nil || c.exporter != "none" {
+		t.Fatalf("none: %+v %v", c, err)
+	}
+	for env, want := range map[string]string{
+		"OTEL_TRACES_EXPORTER=zipkin":           `OTEL_TRACES_EXPORTER="zipkin": agentledger exports with otlp or none`,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/json": `OTEL_EXPORTER_OTLP_PROTOCOL="http/json": agentledger exports OTLP over grpc or http/protobuf`,
+		"AGENTLEDGER_SHUTDOWN_TIMEOUT=soon":     `AGENTLEDGER_SHUTDOWN_TIMEOUT="soon": want a positive duration`,
+		"AGENTLEDGER_SHUTDOWN_TIMEOUT=-1s":      "want a positive duration",
+	} {
+		if _, err := readExportConfig(envOf(env)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", env, err, want)
+		}
+	}
+}
+
+func TestParseProxyFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	io := stdio{err: &stderr}
+	c, err := parseProxyFlags([]string{"--upstream", "http://127.0.0.1:4096"}, io)
+	if err != nil || c.listen != "127.0.0.1:4097" || c.upstream.String() != "http://127.0.0.1:4096" {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	c, err = parseProxyFlags([]string{"--listen", "127.0.0.1:0", "--upstream", "https://oc.internal", "--model-upstream", "https://api.openai.com/v1", "--model-listen", "127.0.0.1:0"}, io)
+	if err != nil || c.modelUpstream != "https://api.openai.com/v1" || c.modelListen != "127.0.0.1:0" {
+		t.Fatalf("all flags: %+v %v", c, err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--upstream is required"},
+		{[]string{"--upstream", "127.0.0.1:4096"}, "want an http or https URL with a host"},
+		{[]string{"--upstream", "http://x", "--listen", "4097"}, `--listen "4097": want host:port`},
+		{[]string{"--upstream", "http://x", "--model-listen", "127.0.0.1:0"}, "--model-listen needs --model-upstream"},
+		{[]string{"--upstream", "http://x", "--model-upstream", "api.openai.com"}, `--model-upstream "api.openai.com"`},
+		{[]string{"--upstream", "http://x", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--nope"}, "flag provided but not defined"},
+	} {
+		if _, err := parseProxyFlags(tt.args, io); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+func TestDispatch(t *testing.T) {
+	var out, errs bytes.Buffer
+	io := stdio{in: strings.NewReader(""), out: &out, err: &errs}
+	if code := run(context.Background(), envOf(), []string{"agentledger"}, io); code != 2 || !strings.Contains(errs.String(), "agentledger claude [claude args...]") {
+		t.Errorf("no subcommand: %d %q", code, errs.String())
+	}
+	errs.Reset()
+	if code := run(context.Background(), envOf(), []string{"agentledger", "codex"}, io); code != 2 || !strings.Contains(errs.String(), `unknown subcommand "codex"`) {
+		t.Errorf("unknown: %d %q", code, errs.String())
+	}
+	errs.Reset()
+	if code := run(context.Background(), envOf(), []string{"agentledger", "--help"}, io); code != 0 {
+		t.Errorf("help: %d", code)
+	}
+	errs.Reset()
+	// Called as claude with no real CLI to find: the claude drop-in says so.
+	if code := run(context.Background(), envOf("PATH="+t.TempDir()), []string{"/usr/local/bin/claude", "-p"}, io); code != 127 || !strings.Contains(errs.String(), "AGENTLEDGER_CLAUDE_BIN") {
+		t.Errorf("as claude: %d %q", code, errs.String())
+	}
+	errs.Reset()
+	if code := run(context.Background(), envOf("OTEL_TRACES_EXPORTER=jaeger", "AGENTLEDGER_CLAUDE_BIN=/bin/true"), []string{"agentledger", "claude"}, io); code != 2 || !strings.Contains(errs.String(), "OTEL_TRACES_EXPORTER") {
+		t.Errorf("bad export config: %d %q", code, errs.String())
+	}
+}
+
+// TestClaudeBinSkipsItself: installed as claude on PATH, agentledger runs
+// the next claude on PATH, never itself.
+func TestClaudeBinSkipsItself(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := t.TempDir(), t.TempDir()
+	if err := os.Symlink(self, filepath.Join(first, "claude")); err != nil {
+		t.Fatal(err)
+	}
+	real := filepath.Join(second, "claude")
+	if err := os.WriteFile(real, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := claudeBin(envOf("PATH=" + first + string(os.PathListSeparator) + second))
+	if err != nil || got != real {
+		t.Fatalf("claudeBin = %q, %v; want %q", got, err, real)
+	}
+	got, err = claudeBin(envOf("PATH="+first, "AGENTLEDGER_CLAUDE_BIN=/opt/claude"))
+	if err != nil || got != "/opt/claude" {
+		t.Fatalf("AGENTLEDGER_CLAUDE_BIN: %q %v", got, err)
+	}
+	if _, err := claudeBin(envOf("PATH=" + first)); err == nil {
+		t.Fatal("only itself on PATH: want an error")
+	}
+}
