@@ -169,7 +169,7 @@ type viewInfo struct {
 	// TimelineURL is the status page of one background invocation: its
 	// spans from all its traces on one axis.
 	TimelineURL string
-	Queries      []queryResult
+	Queries     []queryResult
 }
 
 // printViewHelp tells the user where everything runs, what to look at, and
