@@ -40,7 +40,15 @@ const (
 	// (indexing, retained state, building summaries instead of decoding
 	// them) from the cost of exporting summaries.
 	pipelineEcho pipeline = "passthrough+summaries"
+	// pipelineStorage is the invocation pipeline with the ledger's state
+	// in file_storage (storage.yaml), as the shipped configs keep it: the
+	// durable path, compared with pipelineInvocation (memory only).
+	pipelineStorage pipeline = "invocation+storage"
 )
+
+// summarises reports whether p's collector runs the invocation processor,
+// so that every invocation's closing summary is awaited and checked.
+func (p pipeline) summarises() bool { return p == pipelineInvocation || p == pipelineStorage }
 
 // config is the pipeline whose collector config p runs.
 func (p pipeline) config() pipeline {
@@ -74,6 +82,9 @@ type result struct {
 	pendingDelay string
 	// load is the machine's load average before and after the run.
 	loadBefore, loadAfter string
+	// storage is, for pipelineStorage, the storage directory after the
+	// collector stopped: its files' sizes and the disk blocks they hold.
+	storage *dirSize
 }
 
 // spansPerSecond is the end-to-end throughput: spans sent over the time
@@ -183,7 +194,7 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	}
 	res := result{pipeline: p, spans: len(w.sends), requests: len(w.requests), loadBefore: loadAverage()}
 	var ids []string
-	if p == pipelineInvocation {
+	if p.summarises() {
 		for _, inv := range w.invocations {
 			ids = append(ids, inv.id)
 		}
@@ -211,7 +222,7 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	res.backAll = doneAt.Sub(start)
 	res.loadAfter = loadAverage()
 	_, _, res.pending = rec.progress()
-	if p != pipelineInvocation {
+	if !p.summarises() {
 		return res, nil
 	}
 	if capture {
@@ -274,12 +285,21 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 		"LOADGEN_TRACES_FILE=" + traces,
 		"LOADGEN_PENDING_DELAY=" + o.pendingDelay.String(),
 	}
+	storageDir := ""
+	if p == pipelineStorage {
+		// A fresh directory per run: every run starts from an empty store.
+		storageDir = filepath.Join(dir, fmt.Sprintf("storage-round%d", round+1))
+		if err := os.RemoveAll(storageDir); err != nil {
+			return result{}, err
+		}
+		env = append(env, "LOADGEN_STORAGE_DIR="+storageDir, fmt.Sprintf("LOADGEN_FSYNC=%t", o.fsync))
+	}
 	args := []string{"--config", config}
 	var prof *profiles
 	if o.profileDir != "" {
 		prof = &profiles{dir: o.profileDir, name: fmt.Sprintf("%s-round%d", p, round+1), endpoint: addrs[2]}
 		extra := filepath.Join(dir, "profile.yaml")
-		if err := os.WriteFile(extra, []byte(profileConfig), 0o644); err != nil {
+		if err := os.WriteFile(extra, []byte(profileConfig(p)), 0o644); err != nil {
 			return result{}, err
 		}
 		args = append(args, "--config", extra)
@@ -310,6 +330,12 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 	}
 	err = errors.Join(err, stop())
 	_ = os.Remove(traces)
+	if storageDir != "" && err == nil {
+		size, serr := measureDir(storageDir)
+		res.storage = &size
+		err = serr
+		_ = os.RemoveAll(storageDir)
+	}
 	return res, err
 }
 
@@ -318,7 +344,7 @@ func report(out io.Writer, r result) {
 	fmt.Fprintf(out, "%-12s %7d spans in %5d requests  accepted in %8v  all back in %8v  %8.0f spans/s  (load %s -> %s)\n",
 		r.pipeline, r.spans, r.requests, r.accepted.Round(time.Millisecond), r.backAll.Round(time.Millisecond),
 		r.spansPerSecond(), r.loadBefore, r.loadAfter)
-	if r.pipeline != pipelineInvocation {
+	if !r.pipeline.summarises() {
 		return
 	}
 	delay := r.pendingDelay
@@ -330,6 +356,11 @@ func report(out io.Writer, r result) {
 	fmt.Fprintf(out, "%-12s finalize latency (last span sent -> summary back): p50 %v  p90 %v  p99 %v  max %v\n", "",
 		r.percentile(0.50).Round(time.Microsecond), r.percentile(0.90).Round(time.Microsecond),
 		r.percentile(0.99).Round(time.Microsecond), r.percentile(1).Round(time.Microsecond))
+	if d := r.storage; d != nil {
+		fmt.Fprintf(out, "%-12s storage directory after stop: %d files, %.1f MiB (%.1f MiB on disk), %.0f B per invocation (%.0f B on disk)\n", "",
+			d.files, float64(d.bytes)/(1<<20), float64(d.blocks)/(1<<20),
+			float64(d.bytes)/float64(len(r.latencies)), float64(d.blocks)/float64(len(r.latencies)))
+	}
 	for i, w := range r.wrong {
 		if i == 5 {
 			fmt.Fprintf(out, "%-12s ... %d more\n", "", len(r.wrong)-i)
@@ -337,4 +368,30 @@ func report(out io.Writer, r result) {
 		}
 		fmt.Fprintf(out, "%-12s wrong: %s\n", "", w)
 	}
+}
+
+// dirSize is what a directory holds: its regular files, their sizes and
+// the disk blocks allocated to them (a file grown by truncation is sparse
+// until written).
+type dirSize struct {
+	files         int
+	bytes, blocks int64
+}
+
+func measureDir(dir string) (dirSize, error) {
+	var d dirSize
+	err := filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		d.files++
+		d.bytes += fi.Size()
+		d.blocks += allocated(fi)
+		return nil
+	})
+	return d, err
 }
