@@ -87,6 +87,9 @@ type shardPersist struct {
 	op       storedOp
 	resIndex map[pcommon.Resource]int
 	enc      encoder
+	// arena holds the section's encoded facts and resources, which its
+	// events slice, until journalEnd encodes the record.
+	arena []byte
 
 	// sent are delivery marks waiting for the shard's next record.
 	sent []storedEvent
@@ -570,9 +573,22 @@ func (s *shard) journalBegin() {
 	ps.invs = len(s.invs)
 	ps.mark = len(s.outbox)
 	ps.observed = ps.mark
+	clear(ps.op.events)
 	ps.op.events = ps.op.events[:0]
 	ps.op.resources = ps.op.resources[:0]
+	ps.arena = ps.arena[:0]
 	clear(ps.resIndex)
+}
+
+// keep copies b into the section's arena and returns the copy. A full
+// arena is replaced, not grown: earlier copies stay valid in the old one.
+func (ps *shardPersist) keep(b []byte) []byte {
+	if len(ps.arena)+len(b) > cap(ps.arena) {
+		ps.arena = make([]byte, 0, max(64<<10, 2*len(b)))
+	}
+	start := len(ps.arena)
+	ps.arena = append(ps.arena, b...)
+	return ps.arena[start:len(ps.arena):len(ps.arena)]
 }
 
 // journalFact records one span about to be indexed (before s.get, so a
@@ -590,13 +606,13 @@ func (s *shard) journalFact(r *indexRef, now int64, stats *stats) {
 	if !ok {
 		ps.enc.b = ps.enc.b[:0]
 		ps.enc.attrs(r.res.Attributes(), nil, 0)
-		ps.op.resources = append(ps.op.resources, append([]byte(nil), ps.enc.b...))
+		ps.op.resources = append(ps.op.resources, ps.keep(ps.enc.b))
 		ri = len(ps.op.resources)
 		ps.resIndex[r.res] = ri
 	}
 	ps.enc.b = ps.enc.b[:0]
 	ps.enc.span(r.span, factAttr, linkAttr)
-	ps.op.events = append(ps.op.events, storedEvent{kind: evFact, id: r.id, res: ri, fact: append([]byte(nil), ps.enc.b...)})
+	ps.op.events = append(ps.op.events, storedEvent{kind: evFact, id: r.id, res: ri, fact: ps.keep(ps.enc.b)})
 }
 
 // journalForget records that inv is being forgotten. mu must be held.

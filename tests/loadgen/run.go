@@ -83,8 +83,10 @@ type result struct {
 	// load is the machine's load average before and after the run.
 	loadBefore, loadAfter string
 	// storage is, for pipelineStorage, the storage directory after the
-	// collector stopped: its files' sizes and the disk blocks they hold.
+	// collector stopped: its files' sizes and the disk blocks they hold;
+	// restart what starting it again on that directory measured.
 	storage *dirSize
+	restart *restartFigures
 }
 
 // spansPerSecond is the end-to-end throughput: spans sent over the time
@@ -333,10 +335,96 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 	if storageDir != "" && err == nil {
 		size, serr := measureDir(storageDir)
 		res.storage = &size
-		err = serr
+		res.restart, err = restartOn(ctx, o, dir, w, env, args)
+		err = errors.Join(serr, err)
 		_ = os.RemoveAll(storageDir)
 	}
 	return res, err
+}
+
+// restartFigures are what restartOn measured of a collector started again
+// on the storage a run left.
+type restartFigures struct {
+	// ready is from the start of the process until its health check
+	// answers (the load of the stored state is part of Start); firstBatch
+	// the first export request's round trip after it (the run's first
+	// request again: duplicates of retained invocations).
+	ready, firstBatch time.Duration
+	// compacted is the storage directory after the collector ran
+	// settle (its ledger compacting partitions on timer ticks) and was
+	// started once more and stopped (file_storage compacts the file on
+	// start).
+	compacted dirSize
+}
+
+// restartSettle is how long restartOn lets the ledger compact.
+const restartSettle = 6 * time.Second
+
+// restartOn starts the collector again with the env and args of a storage
+// run, on its storage directory, and measures its restart.
+func restartOn(ctx context.Context, o options, dir string, w *workload, env, args []string) (*restartFigures, error) {
+	var fig restartFigures
+	otlp := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LOADGEN_OTLP_ENDPOINT="); ok {
+			otlp = v
+		}
+	}
+	health := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LOADGEN_HEALTH_ENDPOINT="); ok {
+			health = v
+		}
+	}
+	storageDir := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LOADGEN_STORAGE_DIR="); ok {
+			storageDir = v
+		}
+	}
+	// Profiles are of the run, not of its restarts.
+	var plain []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--config" && i+1 < len(args) && strings.HasSuffix(args[i+1], "profile.yaml") {
+			i++
+			continue
+		}
+		plain = append(plain, args[i])
+	}
+	for pass := range 2 {
+		began := time.Now()
+		proc, err := testbin.Start("otelcol-agentledger", filepath.Join(dir, fmt.Sprintf("restart%d.log", pass+1)), "", env, o.collector, plain...)
+		if err != nil {
+			return nil, err
+		}
+		stop := func() error {
+			if err := proc.Stop(testbin.StopTimeout); err != nil {
+				return fmt.Errorf("stop the restarted collector: %w\n%s", err, proc.Tail(20))
+			}
+			return nil
+		}
+		if err := testbin.WaitReady(ctx, proc, "http://"+health+"/"); err != nil {
+			return nil, errors.Join(fmt.Errorf("restarted collector not ready: %w\n%s", err, proc.Tail(20)), stop())
+		}
+		if pass == 0 {
+			fig.ready = time.Since(began)
+			t0 := time.Now()
+			if _, err := send(ctx, otlp, w.requests[:1], 1); err != nil {
+				return nil, errors.Join(err, stop())
+			}
+			fig.firstBatch = time.Since(t0)
+			select {
+			case <-time.After(restartSettle):
+			case <-ctx.Done():
+			}
+		}
+		if err := stop(); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	fig.compacted, err = measureDir(storageDir)
+	return &fig, err
 }
 
 // report prints r.
@@ -360,6 +448,13 @@ func report(out io.Writer, r result) {
 		fmt.Fprintf(out, "%-12s storage directory after stop: %d files, %.1f MiB (%.1f MiB on disk), %.0f B per invocation (%.0f B on disk)\n", "",
 			d.files, float64(d.bytes)/(1<<20), float64(d.blocks)/(1<<20),
 			float64(d.bytes)/float64(len(r.latencies)), float64(d.blocks)/float64(len(r.latencies)))
+	}
+	if f := r.restart; f != nil {
+		c := f.compacted
+		fmt.Fprintf(out, "%-12s restart on it: ready in %v, first batch %v; after %v and a second start (compactions): %.1f MiB (%.1f MiB on disk), %.0f B per invocation (%.0f B on disk)\n", "",
+			f.ready.Round(time.Millisecond), f.firstBatch.Round(time.Microsecond), restartSettle,
+			float64(c.bytes)/(1<<20), float64(c.blocks)/(1<<20),
+			float64(c.bytes)/float64(len(r.latencies)), float64(c.blocks)/float64(len(r.latencies)))
 	}
 	for i, w := range r.wrong {
 		if i == 5 {
