@@ -24,11 +24,18 @@
 // exporting its summaries. -pending-delay sets the invocation pipeline's
 // pending_delay (default 0, the contract's default: a pending summary as
 // soon as the root arrives), and the output says which delay was used.
+// With -storage every round also runs the invocation pipeline with the
+// ledger's state in file_storage (storage.yaml, as the shipped configs
+// keep it; -fsync sets its fsync), prints its ratios to memory mode and
+// pass-through, its storage directory's size, and what a restart on that
+// directory costs (time until ready, the first batch after it, the size
+// once the ledger and file_storage compacted).
 // With -profile, contrib's pprof extension in the collector saves each
 // run's CPU, allocation and mutex profiles:
 //
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -pending-delay 1s
+//	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -storage -rounds 3
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -profile /tmp/prof
 //
 // Without -collector it measures a collector already running with one of
