@@ -94,6 +94,11 @@ func decodeClosed(id string, b []byte) (*invocation, error) {
 	if len(rest) != 0 {
 		return nil, fmt.Errorf("%w: %d trailing bytes after a closed invocation", errCorrupt, len(rest))
 	}
+	// The timeline's span records are a view and not stored (they would
+	// double the record): the page of an invocation restored from its
+	// closed record draws its summary and says that its spans are not
+	// drawn.
+	inv.Timeline.omitted = inv.Indexed
 	return inv, nil
 }
 
