@@ -353,7 +353,9 @@ func (g *Graph) checkIndexes() error {
 		links = int32(len(g.rare.linkTraces))
 	}
 	name := func(i int32) bool { return i >= noIndex && i < names }
-	trace := func(i int32) bool { return i == noIndex || (i >= 0 && i < traces) || (i < noIndex && noIndex-1-i < links) }
+	trace := func(i int32) bool {
+		return i == noIndex || (i >= 0 && i < traces) || (i < noIndex && noIndex-1-i < links)
+	}
 	for i := range g.Spans {
 		e := &g.Spans[i]
 		if !name(e.Name) || !trace(e.trace) || (!e.Arrived && (!name(e.childName()) || !name(e.linkedBy()))) {
