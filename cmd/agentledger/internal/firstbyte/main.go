@@ -41,6 +41,8 @@ type mode struct {
 	bin  string
 	args []string
 	env  []string
+	// assistant: the run must print an assistant message.
+	assistant bool
 }
 
 // sample is one run's times from spawn.
@@ -57,7 +59,8 @@ func main() {
 
 func run() error {
 	root := repoRoot()
-	rounds := flag.Int("rounds", 20, "interleaved rounds (each runs both modes once)")
+	rounds := flag.Int("rounds", 20, "interleaved rounds of the real CLI (each runs both modes once)")
+	trivialRounds := flag.Int("trivial-rounds", 100, "interleaved rounds of a one-line CLI, alone and under agentledger claude (the wrapper's own cost; 0 skips)")
 	claude := flag.String("claude", filepath.Join(root, ".cache/claude/node_modules/@anthropic-ai/claude-code-linux-x64/claude"), "the real Claude Code CLI (make claude)")
 	agentledger := flag.String("agentledger", filepath.Join(root, ".bin/agentledger"), "the agentledger binary (go -C cmd/agentledger build -o ../../.bin/agentledger .)")
 	otlp := flag.String("otlp", "", "OTLP/HTTP endpoint the drop-in exports to (default: a loopback sink)")
@@ -98,33 +101,56 @@ func run() error {
 			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "IS_SANDBOX=1"}
 	}
 	args := []string{"-p", "say hi", "--output-format", "stream-json", "--verbose"}
-	modes := []mode{
-		{name: "claude", bin: *claude, args: args, env: base(filepath.Join(dir, "plain"))},
-		{name: "agentledger claude", bin: *agentledger, args: append([]string{"claude"}, args...),
-			env: append(base(filepath.Join(dir, "drop-in")), "AGENTLEDGER_CLAUDE_BIN="+*claude, "OTEL_EXPORTER_OTLP_ENDPOINT="+*otlp)},
+	dropIn := func(home, cli string) []string {
+		return append(base(filepath.Join(dir, home)), "AGENTLEDGER_CLAUDE_BIN="+cli, "OTEL_EXPORTER_OTLP_ENDPOINT="+*otlp)
 	}
-	for _, m := range modes {
-		if err := os.MkdirAll(envValue(m.env, "HOME"), 0o755); err != nil {
-			return err
-		}
+	// The wrapper's own cost, without the CLI's noise: a CLI that only
+	// prints one line.
+	trivial := filepath.Join(dir, "trivial-cli")
+	if err := os.WriteFile(trivial, []byte("#!/bin/sh\nexec echo '{\"type\":\"system\",\"subtype\":\"init\"}'\n"), 0o755); err != nil {
+		return err
 	}
-	fmt.Printf("firstbyte: %d interleaved rounds (one warm-up round first), order seed %d (-seed %d repeats it)\n", *rounds, seed, seed)
+	pairs := []struct {
+		rounds int
+		modes  [2]mode
+	}{
+		{*rounds, [2]mode{
+			{name: "claude", bin: *claude, args: args, env: base(filepath.Join(dir, "plain")), assistant: true},
+			{name: "agentledger claude", bin: *agentledger, args: append([]string{"claude"}, args...), env: dropIn("drop-in", *claude), assistant: true},
+		}},
+		{*trivialRounds, [2]mode{
+			{name: "one-line CLI", bin: trivial, args: args, env: base(filepath.Join(dir, "trivial"))},
+			{name: "agentledger + it", bin: *agentledger, args: append([]string{"claude"}, args...), env: dropIn("trivial", trivial)},
+		}},
+	}
 	r := rand.New(rand.NewPCG(seed, 0))
-	samples := make([][]sample, len(modes))
-	for round := -1; round < *rounds; round++ {
-		order := []int{0, 1}
-		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, i := range order {
-			s, err := measure(modes[i], *timeout)
-			if err != nil {
-				return fmt.Errorf("round %d, %s: %w", round+1, modes[i].name, err)
-			}
-			if round >= 0 {
-				samples[i] = append(samples[i], s)
+	fmt.Printf("firstbyte: order seed %d (-seed %d repeats it); times from spawn, one warm-up round first\n", seed, seed)
+	for _, p := range pairs {
+		if p.rounds == 0 {
+			continue
+		}
+		for _, m := range p.modes {
+			if err := os.MkdirAll(envValue(m.env, "HOME"), 0o755); err != nil {
+				return err
 			}
 		}
+		var samples [2][]sample
+		for round := -1; round < p.rounds; round++ {
+			order := []int{0, 1}
+			r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			for _, i := range order {
+				s, err := measure(p.modes[i], *timeout)
+				if err != nil {
+					return fmt.Errorf("round %d, %s: %w", round+1, p.modes[i].name, err)
+				}
+				if round >= 0 {
+					samples[i] = append(samples[i], s)
+				}
+			}
+		}
+		fmt.Printf("\n%d interleaved rounds of %s vs %s\n", p.rounds, p.modes[0].name, p.modes[1].name)
+		report(os.Stdout, p.modes, samples)
 	}
-	report(os.Stdout, modes, samples)
 	return nil
 }
 
@@ -163,13 +189,13 @@ func measure(m mode, timeout time.Duration) (sample, error) {
 		return s, fmt.Errorf("%w: %s", err, lastLine(stderr.Bytes()))
 	}
 	s.exit = time.Since(start)
-	if s.firstByte == 0 || s.firstAssistant == 0 {
+	if s.firstByte == 0 || m.assistant && s.firstAssistant == 0 {
 		return s, fmt.Errorf("no output or no assistant message: %s", lastLine(stderr.Bytes()))
 	}
 	return s, nil
 }
 
-func report(w io.Writer, modes []mode, samples [][]sample) {
+func report(w io.Writer, modes [2]mode, samples [2][]sample) {
 	pick := []struct {
 		what string
 		of   func(sample) time.Duration
@@ -180,6 +206,9 @@ func report(w io.Writer, modes []mode, samples [][]sample) {
 	}
 	fmt.Fprintf(w, "%-24s %-20s %9s %9s\n", "", "mode", "median", "p90")
 	for _, p := range pick {
+		if !modes[0].assistant && p.what == "first assistant message" {
+			continue
+		}
 		var med [2]time.Duration
 		for i, m := range modes {
 			xs := durations(samples[i], p.of)
@@ -211,7 +240,9 @@ func quantile(xs []time.Duration, q float64) time.Duration {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms" }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
 
 func envValue(env []string, key string) string {
 	for _, kv := range slices.Backward(env) {
