@@ -63,6 +63,8 @@ func run() error {
 	trivialRounds := flag.Int("trivial-rounds", 100, "interleaved rounds of a one-line CLI, alone and under agentledger claude (the wrapper's own cost; 0 skips)")
 	claude := flag.String("claude", filepath.Join(root, ".cache/claude/node_modules/@anthropic-ai/claude-code-linux-x64/claude"), "the real Claude Code CLI (make claude)")
 	agentledger := flag.String("agentledger", filepath.Join(root, ".bin/agentledger"), "the agentledger binary (go -C cmd/agentledger build -o ../../.bin/agentledger .)")
+	opencode := flag.String("opencode", filepath.Join(root, ".cache/opencode/node_modules/opencode-linux-x64/bin/opencode"), "opencode, for agentledger opencode-proxy (make opencode)")
+	openCodeRoundsN := flag.Int("opencode-rounds", 20, "interleaved rounds of an OpenCode host's requests to opencode serve and to agentledger opencode-proxy (0 skips)")
 	otlp := flag.String("otlp", "", "OTLP/HTTP endpoint the drop-in exports to (default: a loopback sink)")
 	seedFlag := flag.Uint64("seed", 0, "seed of the order within each round (default random, printed)")
 	timeout := flag.Duration("timeout", 60*time.Second, "bound of one run")
@@ -150,6 +152,9 @@ func run() error {
 		}
 		fmt.Printf("\n%d interleaved rounds of %s vs %s\n", p.rounds, p.modes[0].name, p.modes[1].name)
 		report(os.Stdout, p.modes, samples)
+	}
+	if *openCodeRoundsN > 0 {
+		return openCodeRounds(os.Stdout, r, *opencode, *agentledger, model.URL(), *otlp, filepath.Join(dir, "opencode"), *openCodeRoundsN, *timeout)
 	}
 	return nil
 }
