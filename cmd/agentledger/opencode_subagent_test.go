@@ -110,7 +110,8 @@ type openCodeStack struct {
 }
 
 // startOpenCodeStack starts the stack against the scripted model at
-// modelURL, with extraEnv for opencode serve.
+// modelURL, with extraEnv for opencode serve; TestOpenCodeSDK and
+// TestOpenCodeSDKBackgroundSubagent share it.
 func startOpenCodeStack(t *testing.T, modelURL string, extraEnv ...string) openCodeStack {
 	t.Helper()
 	oc := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
