@@ -31,8 +31,10 @@ import (
 // model call without usage makes the invocation incomplete.
 //
 // Its parts, all guarded by its mutex: an invocationState per invocation
-// decides finality from its spans (ledger_invocation.go, ledger_span.go;
-// closing and revising in ledger_finality.go); the retention
+// keeps a ledgerrule.Graph, the finality rule the collector runs too
+// (internal/ledgerrule; CONTRACT.md v0.10), fed the facts of each ended
+// span as exported (ledger_invocation.go, ledger_span.go; closing and
+// revising in ledger_finality.go); the retention
 // (ledger_retention.go) holds the open invocations by age for the open
 // timeout and eviction, and the closed ones for the retention period; the
 // sessionIndex (ledger_session.go) lists each session's invocations; the

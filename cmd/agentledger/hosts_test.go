@@ -270,85 +270,16 @@ const openCodeBin = ".cache/opencode/node_modules/opencode-linux-x64/bin/opencod
 // message's id, final in the collector, and the collector's totals
 // balance the scripted model's (title requests included).
 func TestOpenCodeSDK(t *testing.T) {
-	oc := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
 	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
-	col := testbin.StartLocalCollector(t)
 	model := scriptedmodel.NewRouter(scriptedUsage, scriptedmodel.Rule{Name: "answer",
 		Answer: func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: "Done."} }})
 	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
 	t.Cleanup(srv.Close)
-	addrs, err := testbin.FreeAddrs(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveAddr, proxyAddr, modelAddr := addrs[0], addrs[1], addrs[2]
-
-	dir := t.TempDir()
-	for _, d := range []string{"home", "config/opencode", "data", "cache", "state", "project"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, _ := json.Marshal(map[string]any{
-		"autoupdate": false, "share": "disabled", "permission": map[string]any{"*": "allow"},
-		"provider": map[string]any{"scripted": map[string]any{
-			"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
-			// The model-wire proxy agentledger opencode-proxy runs.
-			"options": map[string]any{"baseURL": "http://" + modelAddr, "apiKey": "unused"},
-			"models":  map[string]any{"scripted-model": map[string]any{"name": "Scripted Model"}},
-		}},
-		"model": "scripted/scripted-model", "small_model": "scripted/scripted-model",
-	})
-	if err := os.WriteFile(filepath.Join(dir, "config/opencode/opencode.json"), cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// OpenCode would npm install its plugin SDK here at start.
-	const dep = `{"dependencies":{"@opencode-ai/plugin":"*"}}`
-	for name, body := range map[string]string{"package.json": dep, "package-lock.json": `{"lockfileVersion":3,"packages":{"":` + dep + `}}`} {
-		if err := os.WriteFile(filepath.Join(dir, "config/opencode", name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "config/opencode/node_modules"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-
-	env := []string{
-		"HOME=" + filepath.Join(dir, "home"),
-		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_DATA_HOME=" + filepath.Join(dir, "data"),
-		"XDG_CACHE_HOME=" + filepath.Join(dir, "cache"), "XDG_STATE_HOME=" + filepath.Join(dir, "state"),
-		"OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_SHARE=1",
-		"OPENCODE_DISABLE_LSP_DOWNLOAD=1", "OPENCODE_DISABLE_DEFAULT_PLUGINS=1", "OPENCODE_PURE=1",
-	}
-	serve, err := testbin.Start("opencode", filepath.Join(dir, "opencode.log"), filepath.Join(dir, "project"), env, oc,
-		"serve", "--hostname", "127.0.0.1", "--port", testbin.Port(serveAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := serve.Stop(testbin.StopTimeout); err != nil {
-			t.Logf("stop opencode: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("--- opencode log, last lines:\n%s", serve.Tail(30))
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	if err := testbin.WaitReady(ctx, serve, "http://"+serveAddr+"/global/health"); err != nil {
-		t.Fatal(err)
-	}
-	bin := testbin.BuildT(t, "cmd/agentledger")
-	proxy := testbin.StartT(t, "agentledger-opencode-proxy", []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.Addrs.OTLPHTTP, "OTEL_BSP_SCHEDULE_DELAY=50",
-	}, bin, "opencode-proxy", "--listen", proxyAddr, "--upstream", "http://"+serveAddr,
-		"--model-upstream", srv.URL()+"/v1", "--model-listen", modelAddr)
-	if err := testbin.WaitReady(ctx, proxy, "http://"+proxyAddr+"/global/health"); err != nil {
-		t.Fatal(err)
-	}
+	stack := startOpenCodeStack(t, srv.URL())
+	col := stack.col
 
 	lines := runHost(t, "opencode.test.mjs", []string{
-		"PROXY_URL=http://" + proxyAddr, "OPENCODE_URL=http://" + serveAddr, "STATUS_URL=http://" + col.Addrs.Status,
+		"PROXY_URL=" + stack.proxyURL, "OPENCODE_URL=" + stack.serveURL, "STATUS_URL=http://" + col.Addrs.Status,
 	})
 	if len(lines) != 2 {
 		t.Fatalf("the host reported %v", lines)

@@ -34,6 +34,7 @@ func (e *statusExtension) handler() http.Handler {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API path %s", r.URL.Path))
 	})
 	mux.HandleFunc("GET /{$}", e.servePage)
+	mux.HandleFunc("GET /invocations/{id}", e.serveTimeline)
 	return e.guard(e.scope(mux))
 }
 
@@ -52,10 +53,12 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	_ = json.NewEncoder(w).Encode(statusapi.Error{Error: msg})
 }
 
-// present returns the view as it is answered at now: ages filled in. The
-// stored view is shared and never modified.
+// present returns the view as it is answered at now: ages filled in, and
+// without its timeline (only ?spans=1 asks for it). The stored view is
+// shared and never modified.
 func present(v *statusapi.Invocation, now time.Time) statusapi.Invocation {
 	out := *v
+	out.Timeline = nil
 	if v.Waiting != nil && len(v.Waiting.ExpectedFollowups) > 0 {
 		w := *v.Waiting
 		w.ExpectedFollowups = slices.Clone(w.ExpectedFollowups)
@@ -92,7 +95,13 @@ func tenantParam(q url.Values) (string, error) {
 }
 
 func (e *statusExtension) getInvocation(w http.ResponseWriter, r *http.Request) {
-	tenant, err := tenantParam(r.URL.Query())
+	q := r.URL.Query()
+	spans, err := spansParam(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	tenant, err := tenantParam(q)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -107,7 +116,11 @@ func (e *statusExtension) getInvocation(w http.ResponseWriter, r *http.Request) 
 		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q%s is not open and not among the recently closed ones", id, ofTenant(tenant)))
 		return
 	}
-	writeJSON(w, present(v, e.now()))
+	out := present(v, e.now())
+	if spans {
+		out.Timeline = timelineOf(v)
+	}
+	writeJSON(w, out)
 }
 
 func (e *statusExtension) getSession(w http.ResponseWriter, r *http.Request) {

@@ -26,7 +26,9 @@ type statusExtension struct {
 	now   func() time.Time
 	store *store
 	page  *pageRenderer
-	hosts hostGuard
+	// timeline renders one invocation's page (timeline.go).
+	timeline *timelineRenderer
+	hosts    hostGuard
 	// nameLimit is the longest session name the ledger keeps (the
 	// processor's max_name_bytes, told by LimitNames); 0 until told.
 	nameLimit atomic.Int64
@@ -55,8 +57,12 @@ func newExtension(cfg *Config, set component.TelemetrySettings, now func() time.
 	if err != nil {
 		return nil, err
 	}
+	timeline, err := newTimelineRenderer()
+	if err != nil {
+		return nil, err
+	}
 	return &statusExtension{
-		cfg: cfg, set: set, now: now, page: page,
+		cfg: cfg, set: set, now: now, page: page, timeline: timeline,
 		store:    newStore(cfg.MaxClosed, cfg.MaxClosedBytes, cfg.MaxSessionWatches),
 		hosts:    newHostGuard(cfg.ServerConfig.NetAddr.Endpoint, cfg.AllowedHosts),
 		timer:    systemTimer,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
@@ -97,3 +98,6 @@ func childWaiting(parent string) statusapi.Waiting {
 		OpenTimeoutAt:   t0.Add(4 * time.Hour),
 	}
 }
+
+func urlPathEscape(s string) string  { return url.PathEscape(s) }
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }

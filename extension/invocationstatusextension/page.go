@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,13 @@ type pageData struct {
 	ClosedTotal int
 	Rows        int
 	Jaeger      bool
+	// Filter is set when the page shows one session's or tenant's rows.
+	Filter *pageFilter
+}
+
+// pageFilter is what a filtered page shows.
+type pageFilter struct {
+	Session, Tenant string
 }
 
 type pageRow struct {
@@ -69,6 +77,12 @@ type pageRow struct {
 	// Self is the API path of the invocation, relative to the page, with
 	// its tenant: ids are each tenant's own.
 	Self string
+	// Page is its timeline page (/invocations/{id}), relative to the page.
+	Page string
+	// SessionFilter shows only its session's rows.
+	SessionFilter string
+	// Spark is its mini-timeline.
+	Spark sparkline
 }
 
 type pageLink struct {
@@ -78,15 +92,25 @@ type pageLink struct {
 
 func (e *statusExtension) servePage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	for k := range q {
-		if k != "fragment" {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (the page takes only fragment=1)", k))
+	if err := pageParams(q, "session", "tenant"); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	now := e.now()
+	var only filter // the rows shown: a session's, a tenant's, the caller's tenant's when scoped
+	if q.Has("tenant") {
+		only.tenant, only.byTenant = q.Get("tenant"), true
+	}
+	if q.Has("session") {
+		if only.session = q.Get("session"); only.session == "" {
+			writeError(w, http.StatusBadRequest, "session must not be empty")
 			return
 		}
 	}
-	now := e.now()
-	var only filter // the caller's tenant when the API is scoped
-	_ = scopeFilter(r, &only)
+	if err := scopeFilter(r, &only); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	data := e.page.data(e.store, now, only)
 	name := "page"
 	if q.Get("fragment") == "1" {
@@ -112,10 +136,15 @@ func (p *pageRenderer) data(s *store, now time.Time, only filter) pageData {
 		Rows:      p.rows,
 		Jaeger:    p.jaegerURL != "",
 	}
-	open := s.list(filter{status: statusapi.StatusPending, now: now, tenant: only.tenant, byTenant: only.byTenant})
+	if only.session != "" || only.byTenant {
+		d.Filter = &pageFilter{Session: only.session, Tenant: only.tenant}
+	}
+	open := s.list(filter{status: statusapi.StatusPending, now: now, tenant: only.tenant, byTenant: only.byTenant, session: only.session})
 	d.OpenTotal = len(open)
 	for _, v := range open[:min(len(open), p.rows)] {
-		d.Open = append(d.Open, p.row(present(v, now), now))
+		pv := present(v, now)
+		pv.Timeline = v.Timeline // for the row's mini-timeline
+		d.Open = append(d.Open, p.row(pv, now))
 	}
 	closed, total := s.recentlyClosed(p.rows, only)
 	d.ClosedTotal = total
@@ -126,7 +155,8 @@ func (p *pageRenderer) data(s *store, now time.Time, only filter) pageData {
 }
 
 func (p *pageRenderer) row(v statusapi.Invocation, now time.Time) pageRow {
-	r := pageRow{Invocation: v, Age: roundAge(now.Sub(v.Started)), Self: invocationPath(v.Tenant, v.ID)}
+	r := pageRow{Invocation: v, Age: roundAge(now.Sub(v.Started)), Self: invocationPath(v.Tenant, v.ID),
+		Page: timelinePath(v.Tenant, v.ID), SessionFilter: sessionFilterPath(v.Tenant, v.Session), Spark: sparkOf(&v, now)}
 	if w := v.Waiting; w != nil {
 		if w.RootMissing {
 			r.Waits = append(r.Waits, "root span not arrived yet")
@@ -174,6 +204,33 @@ func invocationPath(tenant, id string) string {
 		p += "?" + url.Values{"tenant": {tenant}}.Encode()
 	}
 	return p
+}
+
+// pageParams checks a page's query: fragment=1 and the known keys, each
+// given once.
+func pageParams(q url.Values, known ...string) error {
+	for k, vs := range q {
+		if k != "fragment" && !slices.Contains(known, k) {
+			return fmt.Errorf("unknown query parameter %q (the page takes %s and fragment=1)", k, strings.Join(known, ", "))
+		}
+		if len(vs) != 1 {
+			return fmt.Errorf("query parameter %q given %d times", k, len(vs))
+		}
+	}
+	return nil
+}
+
+// sessionFilterPath is the page showing one session's rows (sessions are
+// each tenant's own); empty for an invocation whose session is unknown.
+func sessionFilterPath(tenant, session string) string {
+	if session == "" {
+		return ""
+	}
+	q := url.Values{"session": {session}}
+	if tenant != "" {
+		q.Set("tenant", tenant)
+	}
+	return "?" + q.Encode()
 }
 
 // roundAge prints a duration to the second (to the millisecond below one

@@ -236,24 +236,27 @@ func byStarted(a, b *statusapi.Invocation) int {
 }
 
 // recentlyClosed returns up to n closed views that f keeps (its tenant
-// alone when byTenant), the most recently closed first, and how many
-// closed views it keeps.
+// alone when byTenant, its session alone when set), the most recently
+// closed first, and how many closed views it keeps.
 func (s *store) recentlyClosed(n int, f filter) ([]*statusapi.Invocation, int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]*statusapi.Invocation, 0, min(n, len(s.closed)))
+	keep := func(v *statusapi.Invocation) bool {
+		return (!f.byTenant || v.Tenant == f.tenant) && (f.session == "" || v.Session == f.session && v.Tenant == f.tenant)
+	}
 	total := len(s.closed)
-	if f.byTenant {
+	if f.byTenant || f.session != "" {
 		total = 0
 		for _, e := range s.closed {
-			if e.view.Tenant == f.tenant {
+			if keep(e.view) {
 				total++
 			}
 		}
 	}
 	for i := len(s.closings) - 1; i >= s.head && len(out) < n; i-- {
 		c := s.closings[i]
-		if e, ok := s.closed[c.key]; ok && e.seq == c.seq && (!f.byTenant || e.view.Tenant == f.tenant) {
+		if e, ok := s.closed[c.key]; ok && e.seq == c.seq && keep(e.view) {
 			out = append(out, e.view)
 		}
 	}
@@ -271,8 +274,8 @@ func (s *store) counts() (open, closed int) {
 // the struct, its times, the map entries that find it, rounded up.
 const viewOverhead = 1024
 
-// viewBytes estimates a view's size: its strings and lists, whatever a
-// sender made them, and a fixed overhead. Its error is the overhead's:
+// viewBytes estimates a view's size: its strings and lists (its recorded
+// spans too), whatever a sender made them, and a fixed overhead. Its error is the overhead's:
 // within about a kilobyte of the heap a view holds.
 func viewBytes(v *statusapi.Invocation) int64 {
 	n := int64(viewOverhead + 2*len(v.ID) + len(v.Tenant) + len(v.Session) + len(v.Agent) + len(v.Service))
@@ -281,5 +284,5 @@ func viewBytes(v *statusapi.Invocation) int64 {
 			n += int64(16 + len(s))
 		}
 	}
-	return n
+	return n + timelineBytes(v.Timeline)
 }

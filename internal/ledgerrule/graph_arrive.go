@@ -137,6 +137,10 @@ type Result struct {
 	// Call is the usage of a model call as summed (counts that could not
 	// be summed are 0), for pricing.
 	Call Usage
+	// NameIndex is the span name's index in Graph.Names (Graph.Name
+	// reads it), for a half that records indexed spans by their interned
+	// names.
+	NameIndex int32
 }
 
 // Graph is one invocation as the finality rule sees it: the span IDs it
@@ -374,6 +378,7 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 	}
 	st.arrive(s.Parent)
 	st.Name = g.nameIndex(name)
+	res.NameIndex = st.Name
 	st.trace = traceIdx
 	// A remote flag of the wrong type is taken as remote: waiting for
 	// settle is the conservative reading.

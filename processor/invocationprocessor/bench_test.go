@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/agentledger/agentledger/internal/ledgerrule"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -208,9 +209,15 @@ func BenchmarkStorage(b *testing.B) {
 // directory.
 func startFileStorage(tb testing.TB) storage.Extension {
 	tb.Helper()
+	return startFileStorageIn(tb, tb.TempDir())
+}
+
+// startFileStorageIn starts file_storage on dir.
+func startFileStorageIn(tb testing.TB, dir string) storage.Extension {
+	tb.Helper()
 	f := filestorage.NewFactory()
 	cfg := f.CreateDefaultConfig().(*filestorage.Config)
-	cfg.Directory = tb.TempDir()
+	cfg.Directory = dir
 	cfg.Compaction.Directory = cfg.Directory
 	ext, err := f.Create(context.Background(), extensiontest.NewNopSettings(f.Type()), cfg)
 	if err != nil {
@@ -404,4 +411,94 @@ func BenchmarkBuildTraces(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(sums)), "ns/summary")
+}
+
+// BenchmarkRestart measures a restart on file_storage: mode=empty loads an
+// empty store, mode=loaded one holding 100,000 open invocations (11 of 12
+// spans arrived, as BenchmarkOpenInvocations) and 100,000 retained closed
+// ones (the 6-span scenario), every partition compacted. One op is one
+// Start's load; first-batch-ns is the first ConsumeTraces after it (a
+// batch of 10 new invocations), stored-B/inv the storage file's size per
+// invocation held. Compare the modes with benchstat -col /mode.
+func BenchmarkRestart(b *testing.B) {
+	const open, closed, perBatch = 100_000, 100_000, 100
+	ctx := context.Background()
+	first := benchBatches(1)[0]
+	for _, mode := range []string{"empty", "loaded"} {
+		b.Run("mode="+mode, func(b *testing.B) {
+			dir := b.TempDir()
+			ext := startFileStorageIn(b, dir)
+			id := component.MustNewIDWithName("file_storage", "bench")
+			host := hostWith{id: ext}
+			cfg := createDefaultConfig().(*Config)
+			cfg.Storage = &id
+			clk := newFakeClock()
+			start := func() *invocationProcessor {
+				p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), clk, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.startStore(ctx, host); err != nil {
+					b.Fatal(err)
+				}
+				return p
+			}
+			if mode == "loaded" {
+				p := start()
+				for i := 0; i < open; i += perBatch {
+					if err := p.ConsumeTraces(ctx, openBatch(i, perBatch)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for i := 0; i < closed; i += perBatch {
+					var spans []sp
+					for j := range perBatch {
+						spans = append(spans, scenario(fmt.Sprintf("closed-%d", i+j), uint64((i+j)*100))...)
+					}
+					if err := p.ConsumeTraces(ctx, batch(spans...)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for range 2 {
+					for _, s := range p.shards {
+						p.store.cmu.Lock()
+						err := p.compactLocked(ctx, s, clk.Now().UnixNano())
+						p.store.cmu.Unlock()
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := p.Shutdown(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var firstNs time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				p := start()
+				b.StopTimer()
+				t0 := time.Now()
+				if err := p.ConsumeTraces(ctx, first); err != nil {
+					b.Fatal(err)
+				}
+				firstNs += time.Since(t0)
+				if err := p.Shutdown(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(firstNs.Nanoseconds())/float64(b.N), "first-batch-ns")
+			if mode == "loaded" {
+				var size int64
+				entries, _ := os.ReadDir(dir)
+				for _, e := range entries {
+					if fi, err := e.Info(); err == nil && !e.IsDir() {
+						size += fi.Size()
+					}
+				}
+				b.ReportMetric(float64(size)/float64(open+closed), "stored-B/inv")
+			}
+		})
+	}
 }

@@ -39,7 +39,8 @@ const (
 // approxBytes estimates the memory the invocation holds: its struct and
 // first block, what its Graph holds (ledgerrule.Graph.ApproxBytes: every
 // slice at its capacity, names and reasons, lookup maps at a per-entry
-// cost), and its resource attributes as if it held them alone (the
+// cost), the spans it records for the status page (timeline.go), and its
+// resource attributes as if it held them alone (the
 // shard's resourceCache often shares them, so this over-counts what one
 // invocation adds). Not counted: what Go's allocator rounds up and map
 // buckets beyond a per-entry cost, and the shard's own tables (timer
@@ -50,7 +51,7 @@ const (
 // controls (ids, names, spans, links, resources).
 func (inv *invocation) approxBytes() int64 {
 	n := sizeInvocation + int64(len(inv.ID)) + inv.Graph.ApproxBytes()
-	n += int64(cap(inv.ContinuationRoots))*sizeSpanRef + int64(cap(inv.JobTimes))*sizeJobTimes
+	n += int64(cap(inv.ContinuationRoots))*sizeSpanRef + int64(cap(inv.JobTimes))*sizeJobTimes + inv.timelineBytes()
 	n += int64(len(inv.ConversationID)+len(inv.AgentName)+len(inv.Forced)) + mapBytes(inv.Resource)
 	return n
 }

@@ -125,6 +125,15 @@ type Config struct {
 	// API and page it serves. Default none: nothing is published.
 	Status *component.ID `mapstructure:"status"`
 
+	// StatusSpans bounds the spans of one invocation recorded for the
+	// status extension's timeline page (only with status): the first this
+	// many it indexes, and its root. Spans past it are counted and the
+	// page says how many it does not draw; summaries count every span.
+	// The records are part of an invocation's bytes (max_open_bytes).
+	// Default 1000; 0 records none (the page then shows the summary
+	// alone). Must not be negative.
+	StatusSpans int `mapstructure:"status_spans"`
+
 	// Tenant says where the tenant of a span comes from. With it, the
 	// ledger keys invocations by (tenant, invocation.id), so tenants that
 	// use the same invocation id never share an invocation, and summaries
@@ -267,6 +276,9 @@ func (cfg *Config) Validate() error {
 		if op == "" {
 			errs = append(errs, fmt.Errorf("usage_operations[%d] must not be empty", i))
 		}
+	}
+	if cfg.StatusSpans < 0 {
+		errs = append(errs, errors.New("status_spans must not be negative (0 records no spans for the timeline page)"))
 	}
 	if cfg.Storage != nil && cfg.Storage.Type().String() == "" {
 		errs = append(errs, errors.New("storage must name a storage extension"))

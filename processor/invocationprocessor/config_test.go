@@ -39,6 +39,7 @@ func TestLoadConfig(t *testing.T) {
 				MaxOpenBytes:          1 << 20,
 				ShedHeapBytes:         256 << 20,
 				EmitPending:           false,
+				StatusSpans:           50,
 				UsageOperations:       []string{"chat", "responses"},
 				Prices: map[string]Price{
 					"claude-sonnet-4": {Input: 3, Output: 15, CacheRead: 0.3, CacheCreation: 3.75},
@@ -128,6 +129,7 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Zero(t, cfg.PendingDelay)
 	assert.Equal(t, []string{"chat", "text_completion", "generate_content", "embeddings"}, cfg.UsageOperations)
 	assert.Empty(t, cfg.Prices)
+	assert.Equal(t, 1000, cfg.StatusSpans)
 	require.NoError(t, cfg.Validate())
 }
 
@@ -156,6 +158,7 @@ func TestValidate(t *testing.T) {
 		{"pending_delay not below open_timeout", func(c *Config) { c.PendingDelay = c.OpenTimeout }, "pending_delay must be less than open_timeout"},
 		{"pending_delay without emit_pending", func(c *Config) { c.EmitPending, c.PendingDelay = false, time.Second }, "pending_delay needs emit_pending: true"},
 		{"empty model name", func(c *Config) { c.Prices = map[string]Price{"": {}} }, "prices: model name must not be empty"},
+		{"negative status_spans", func(c *Config) { c.StatusSpans = -1 }, "status_spans must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

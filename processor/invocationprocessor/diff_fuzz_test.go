@@ -71,9 +71,11 @@ type dfRun struct {
 	t        *testing.T
 	prog     dfProgram
 	restarts bool
-	cfg      refmodel.Config
-	ignore   map[string]bool
-	failures *[]string
+	// compactions counts restarts, every other of which compacts first.
+	compactions int
+	cfg         refmodel.Config
+	ignore      map[string]bool
+	failures    *[]string
 
 	mem  *memStorage
 	clk  *fakeClock
@@ -288,6 +290,13 @@ func (r *dfRun) restart(mode int) {
 	if !r.restarts {
 		r.flush()
 		return
+	}
+	// Every other restart first compacts every partition, so that the
+	// load reads closed invocations from their records (evClosed) as well
+	// as from their spans.
+	if r.compactions++; r.compactions%2 == 0 {
+		r.flush()
+		r.h.compactAll()
 	}
 	switch mode {
 	case dfGraceful:

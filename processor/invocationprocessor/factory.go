@@ -25,6 +25,7 @@ const (
 	defaultMaxInvocationIDBytes  = 256
 	defaultMaxNameBytes          = 256
 	defaultMaxOpenBytes          = 512 << 20
+	defaultStatusSpans           = 1000
 )
 
 // NewFactory returns a factory for the invocation processor.
@@ -47,6 +48,7 @@ func createDefaultConfig() component.Config {
 		MaxInvocationIDBytes:  defaultMaxInvocationIDBytes,
 		MaxNameBytes:          defaultMaxNameBytes,
 		MaxOpenBytes:          defaultMaxOpenBytes,
+		StatusSpans:           defaultStatusSpans,
 		EmitPending:           true,
 		UsageOperations:       slices.Clone(contract.DefaultUsageOperations),
 	}

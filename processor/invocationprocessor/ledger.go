@@ -64,6 +64,9 @@ type invocation struct {
 	// JobTimes holds each background span's start and end, for the status
 	// extension (status.go).
 	JobTimes []jobTimes
+	// Timeline records its spans for the status extension's timeline
+	// page (timeline.go).
+	Timeline timeline
 
 	Revision int64
 	Forced   string
@@ -126,6 +129,9 @@ type ledgerConfig struct {
 	graph        ledgerrule.GraphConfig
 	prices       map[string]Price
 	pricesActive bool
+	// timelineSpans is status_spans when the processor publishes to a
+	// status extension, else 0: no spans are recorded.
+	timelineSpans int
 }
 
 // addResult tells the caller what indexing one span did, for telemetry.
@@ -133,6 +139,9 @@ type addResult uint8
 
 const (
 	addIndexed addResult = iota
+	// addIndexedUnrecorded: indexed, but past status_spans, so not
+	// recorded for the status page.
+	addIndexedUnrecorded
 	addDuplicate
 	addSpanLimit
 )
@@ -159,6 +168,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	if r.Root {
 		inv.setRoot(f, resources.of(res), now)
 	}
+	recorded := inv.noteSpan(f, &r, cfg.timelineSpans)
 	switch f.Role {
 	case ledgerrule.RoleBackground:
 		inv.noteJob(pcommon.SpanID(f.ID), f.Start, f.End)
@@ -172,6 +182,9 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 		} else {
 			inv.Cost += callCost(p, r.Call.Input, r.Call.Output, r.Call.CacheRead, r.Call.CacheCreation)
 		}
+	}
+	if !recorded {
+		return addIndexedUnrecorded
 	}
 	return addIndexed
 }

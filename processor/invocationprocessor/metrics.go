@@ -24,6 +24,9 @@ const (
 	boundShed            = "shed_heap_bytes"
 	boundIDBytes         = "max_invocation_id_bytes"
 	boundNameBytes       = "max_name_bytes"
+	// A span not recorded for the status extension's timeline page (the
+	// summary counts it).
+	boundStatusSpans = "status_spans"
 )
 
 var (
@@ -39,6 +42,7 @@ var (
 	boundShedAttr            = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundShed)))
 	boundIDBytesAttr         = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundIDBytes)))
 	boundNameBytesAttr       = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundNameBytes)))
+	boundStatusSpansAttr     = metric.WithAttributeSet(attribute.NewSet(attribute.String("bound", boundStatusSpans)))
 
 	stateOpenAttr   = metric.WithAttributeSet(attribute.NewSet(attribute.String("state", "open")))
 	stateClosedAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("state", "closed")))
@@ -84,6 +88,7 @@ func (p *invocationProcessor) record(ctx context.Context, done *stats) {
 		{done.evictedTenantBytes, boundTenantOpenBytesAttr},
 		{done.forgottenBytes, boundRetentionBytesAttr},
 		{done.shed, boundShedAttr},
+		{done.unrecorded, boundStatusSpansAttr},
 	} {
 		if c.n > 0 {
 			t.ProcessorInvocationBoundHits.Add(ctx, c.n, c.attr)

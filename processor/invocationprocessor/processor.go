@@ -146,6 +146,9 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		p.store = newStore(*cfg.Storage, set.ID, set.Logger)
 	}
 	p.statusID = cfg.Status
+	if cfg.Status != nil {
+		p.cfg.timelineSpans = cfg.StatusSpans
+	}
 	p.tenants = newTenants(cfg.Tenant)
 	p.trust = trust
 	p.warnSummaries.msg = "dropped incoming invocation.summary spans: only the invocation processor writes summaries (summaries::accept_from names trusted collectors)"

@@ -7,9 +7,17 @@ import (
 	"strconv"
 )
 
-// codecVersion is the first byte of every stored value. A value of another
-// version is not read (it is counted and reported like corrupt data).
-const codecVersion byte = 1
+// codecVersion is the first byte of every stored value written. Version 2
+// added evClosed; a value of version 1 is read as before, one of any
+// other version is not read (it is counted and reported like corrupt
+// data).
+const (
+	codecVersion   byte = 2
+	codecVersionV1 byte = 1
+)
+
+// readableVersion reports whether a stored value of version v is read.
+func readableVersion(v byte) bool { return v == codecVersion || v == codecVersionV1 }
 
 // Kinds of stored values (the second byte).
 const (
@@ -28,6 +36,7 @@ const (
 	evTaint                    // the invocation's stored facts were lost
 	evTaintAll                 // the partition lost facts of unknown invocations
 	evRemember                 // the forgotten invocation's id is remembered until a time
+	evClosed                   // a closed invocation's whole state (compaction writes it instead of its facts)
 )
 
 // Emission flags.
@@ -62,6 +71,8 @@ type storedEvent struct {
 	summary  []byte // evEmit: the encoded summary span, unless sent
 	// evTaint, evTaintAll, evRemember
 	until int64
+	// evClosed: res as for evFact, and the invocation's state
+	// (encodeClosed) in fact.
 }
 
 // encodeOps frames operations as one stored value: version, kind, the
@@ -108,7 +119,7 @@ func encodeOps(kind byte, ops []storedOp) []byte {
 				e.uvarint(uint64(ids[ev.id]))
 			}
 			switch ev.kind {
-			case evFact:
+			case evFact, evClosed:
 				e.uvarint(uint64(ev.res))
 				e.bytesLP(ev.fact)
 			case evEmit:
@@ -136,8 +147,9 @@ func encodeOps(kind byte, ops []storedOp) []byte {
 // damaged part), and is nil otherwise.
 func decodeOps(kind byte, b []byte) (ops []storedOp, ids []string, err error) {
 	d := decoder{b: b}
-	if v := d.byte1(); d.err == nil && v != codecVersion {
-		return nil, nil, fmt.Errorf("%w: version %d, want %d", errCorrupt, v, codecVersion)
+	version := d.byte1()
+	if d.err == nil && !readableVersion(version) {
+		return nil, nil, fmt.Errorf("%w: version %d, want %d", errCorrupt, version, codecVersion)
 	}
 	if k := d.byte1(); d.err == nil && k != kind {
 		return nil, nil, fmt.Errorf("%w: kind %q, want %q", errCorrupt, k, kind)
@@ -186,6 +198,11 @@ func decodeOps(kind byte, b []byte) (ops []storedOp, ids []string, err error) {
 				}
 			}
 			switch ev.kind {
+			case evClosed:
+				if version == codecVersionV1 {
+					d.fail("closed invocation in a version %d value", version)
+				}
+				fallthrough
 			case evFact:
 				ev.res = int(d.uvarint())
 				if d.err == nil && ev.res > len(op.resources) {
@@ -286,7 +303,7 @@ func checkFramed(b []byte, kind byte) error {
 	if len(b) < 6 {
 		return fmt.Errorf("%w: %d bytes", errCorrupt, len(b))
 	}
-	if b[0] != codecVersion {
+	if !readableVersion(b[0]) {
 		return fmt.Errorf("%w: version %d, want %d", errCorrupt, b[0], codecVersion)
 	}
 	if b[1] != kind {

@@ -96,6 +96,9 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 		switch inv.add(r.facts, r.res, &s.resources, now, s.cfg) {
 		case addIndexed:
 			stats.indexed++
+		case addIndexedUnrecorded:
+			stats.indexed++
+			stats.unrecorded++
 		case addDuplicate:
 			stats.duplicates++
 		case addSpanLimit:
@@ -136,6 +139,8 @@ type stats struct {
 	afterForget, closedIDsDropped int64
 	opened, closed                int64
 	outboxDropped                 int64
+	// unrecorded counts spans indexed past status_spans (timeline.go).
+	unrecorded int64
 	// Evictions and forgettings by the byte budget, the tenant quotas
 	// and memory pressure (bounds.go, shed.go).
 	evictedBytes, forgottenBytes      int64
@@ -344,7 +349,7 @@ func (s *shard) revise(inv *invocation, now int64) {
 	inv.Revision++
 	inv.LastSummary = now
 	s.outbox = append(s.outbox, inv.snapshot(inv.status(now, s.cfg), inv.Revision, now, s.cfg))
-	s.publishClosed(now)
+	s.publishClosed(inv, now)
 }
 
 // closeInvocation emits the first final or incomplete summary (revision
@@ -366,7 +371,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 	}
 	stats.delays = append(stats.delays, float64(now-inv.LastDischarge)/1e9)
 	s.outbox = append(s.outbox, inv.snapshot(status, 1, now, s.cfg))
-	s.publishClosed(now)
+	s.publishClosed(inv, now)
 	inv.index.seq = s.bounds.seq.Add(1)
 	s.closed.pushBack(inv)
 	s.bounds.closed.Add(1)

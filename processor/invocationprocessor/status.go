@@ -107,13 +107,26 @@ type nameLimiter interface {
 	LimitNames(maxBytes int)
 }
 
-// publishClosed publishes the view of the final or incomplete summary just
-// added to the outbox. s.mu must be held.
-func (s *shard) publishClosed(now int64) {
+// publishClosed publishes the view of inv's final or incomplete summary
+// just added to the outbox. s.mu must be held.
+func (s *shard) publishClosed(inv *invocation, now int64) {
 	if s.status == nil {
 		return
 	}
-	s.status.PublishInvocations([]statusapi.Invocation{s.outbox[len(s.outbox)-1].statusView(now)})
+	s.status.PublishInvocations([]statusapi.Invocation{inv.closedView(&s.outbox[len(s.outbox)-1], now, s.cfg)})
+}
+
+// closedView is the closed invocation as its summary sum shows it, with
+// when the caller got its result and the spans it recorded (its page
+// draws them).
+func (inv *invocation) closedView(sum *summary, now int64, cfg *ledgerConfig) statusapi.Invocation {
+	v := sum.statusView(now)
+	if inv.RootArrived {
+		resultAt := spanTime(inv.RootEnd)
+		v.ResultAt = &resultAt
+	}
+	v.Timeline = inv.timelineView(cfg.timelineSpans)
+	return v
 }
 
 // publishOpen publishes the views of the invocations a batch touched that
@@ -207,6 +220,7 @@ func (inv *invocation) statusView(now int64, cfg *ledgerConfig) statusapi.Invoca
 		Reasons:        inv.reasons(now, cfg),
 		Anomalies:      inv.anomalies(false),
 		Waiting:        inv.waiting(now, cfg),
+		Timeline:       inv.timelineView(cfg.timelineSpans),
 	}
 	switch {
 	case inv.RootArrived:

@@ -314,6 +314,10 @@ func BenchmarkConsumeTracesStatus(b *testing.B) {
 			b.Run(fmt.Sprintf("halves=%v/mode=%s", halves, mode), func(b *testing.B) {
 				cfg := createDefaultConfig().(*Config)
 				cfg.Retention = 0
+				if mode == "status" {
+					id := component.MustNewID("invocation_status")
+					cfg.Status = &id // records spans for the timeline too (status_spans)
+				}
 				p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
 				require.NoError(b, err)
 				if mode == "status" {

@@ -87,6 +87,9 @@ type shardPersist struct {
 	op       storedOp
 	resIndex map[pcommon.Resource]int
 	enc      encoder
+	// arena holds the section's encoded facts and resources, which its
+	// events slice, until journalEnd encodes the record.
+	arena []byte
 
 	// sent are delivery marks waiting for the shard's next record.
 	sent []storedEvent
@@ -106,6 +109,9 @@ type shardPersist struct {
 	// partition) created before the time given cannot be final.
 	tainted  map[string]int64
 	taintAll int64
+	// lostAtLoad are invocations whose closed record could not be read
+	// back (replay fills it, loadPartition journals the loss).
+	lostAtLoad []string
 }
 
 // store is the processor's link to the storage extension.
@@ -125,12 +131,14 @@ type store struct {
 	durable    uint64
 	lastErr    error
 
-	// wmu serialises writes and compaction, so a partition's records are
-	// written in order and a compaction sees a quiet partition. It is
-	// never taken while a shard's mu or qmu is held.
+	// wmu serialises writes, so a partition's records are written in
+	// order. It is never taken while a shard's mu or qmu is held.
 	wmu sync.Mutex
+	// cmu serialises compactions (storage_compact.go), which run beside
+	// writes; taken before wmu or a shard's mu, never under them.
+	cmu sync.Mutex
 
-	compactNext int   // round robin over partitions; guarded by wmu
+	compactNext int   // round robin over partitions; guarded by cmu
 	compactMin  int64 // compactMinBytes; tests lower it
 	loaded      bool
 	shards      []*shard // the processor's, set when loading
@@ -352,6 +360,8 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	restoredOutbox, st2 := p.replay(s, ps, ops, now)
+	lostIDs = append(lostIDs, ps.lostAtLoad...)
+	ps.lostAtLoad = nil
 
 	// The loss itself is journalled, so that it outlives the next restart.
 	s.journalBegin()
@@ -428,9 +438,43 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 	for i := range ops {
 		op := &ops[i]
 		loadedRes := -1
+		// loadRes decodes the operation's resource ri (1-based), once
+		// for a run of events naming it.
+		loadRes := func(ri int) (pcommon.Resource, error) {
+			if loadedRes == ri {
+				return res, nil
+			}
+			res = pcommon.NewResource()
+			rd := decoder{b: op.resources[ri-1]}
+			rd.attrs(res.Attributes(), 0)
+			if rd.err == nil && rd.remaining() != 0 {
+				rd.fail("%d trailing bytes", rd.remaining())
+			}
+			loadedRes = ri
+			return res, rd.err
+		}
 		for j := range op.events {
 			ev := &op.events[j]
 			switch ev.kind {
+			case evClosed:
+				var err error
+				r := empty
+				if ev.res > 0 {
+					if r, err = loadRes(ev.res); err != nil {
+						loadedRes = -1
+					}
+				}
+				if err == nil {
+					var m map[string]any
+					if ev.res > 0 {
+						m = s.resources.of(r)
+					}
+					err = p.restoreClosed(s, ev, m, &st)
+				}
+				if err != nil {
+					p.store.fail(context.Background(), opDecode, err, "the stored state of closed invocation "+ev.id+" is unreadable; it is treated as lost")
+					ps.lostAtLoad = append(ps.lostAtLoad, ev.id)
+				}
 			case evFact:
 				d := decoder{b: ev.fact}
 				d.facts(&facts, &p.cfg)
@@ -439,17 +483,10 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				}
 				r := empty
 				if d.err == nil && ev.res > 0 {
-					if loadedRes != ev.res {
-						res = pcommon.NewResource()
-						rd := decoder{b: op.resources[ev.res-1]}
-						rd.attrs(res.Attributes(), 0)
-						if rd.err == nil && rd.remaining() != 0 {
-							rd.fail("%d trailing bytes", rd.remaining())
-						}
-						d.err = rd.err
-						loadedRes = ev.res
+					r, d.err = loadRes(ev.res)
+					if d.err != nil {
+						loadedRes = -1
 					}
-					r = res
 				}
 				inv := p.restoreInvocation(s, ev.id, op.time, &st)
 				if d.err != nil {
@@ -536,9 +573,22 @@ func (s *shard) journalBegin() {
 	ps.invs = len(s.invs)
 	ps.mark = len(s.outbox)
 	ps.observed = ps.mark
+	clear(ps.op.events)
 	ps.op.events = ps.op.events[:0]
 	ps.op.resources = ps.op.resources[:0]
+	ps.arena = ps.arena[:0]
 	clear(ps.resIndex)
+}
+
+// keep copies b into the section's arena and returns the copy. A full
+// arena is replaced, not grown: earlier copies stay valid in the old one.
+func (ps *shardPersist) keep(b []byte) []byte {
+	if len(ps.arena)+len(b) > cap(ps.arena) {
+		ps.arena = make([]byte, 0, max(64<<10, 2*len(b)))
+	}
+	start := len(ps.arena)
+	ps.arena = append(ps.arena, b...)
+	return ps.arena[start:len(ps.arena):len(ps.arena)]
 }
 
 // journalFact records one span about to be indexed (before s.get, so a
@@ -556,13 +606,13 @@ func (s *shard) journalFact(r *indexRef, now int64, stats *stats) {
 	if !ok {
 		ps.enc.b = ps.enc.b[:0]
 		ps.enc.attrs(r.res.Attributes(), nil, 0)
-		ps.op.resources = append(ps.op.resources, append([]byte(nil), ps.enc.b...))
+		ps.op.resources = append(ps.op.resources, ps.keep(ps.enc.b))
 		ri = len(ps.op.resources)
 		ps.resIndex[r.res] = ri
 	}
 	ps.enc.b = ps.enc.b[:0]
 	ps.enc.span(r.span, factAttr, linkAttr)
-	ps.op.events = append(ps.op.events, storedEvent{kind: evFact, id: r.id, res: ri, fact: append([]byte(nil), ps.enc.b...)})
+	ps.op.events = append(ps.op.events, storedEvent{kind: evFact, id: r.id, res: ri, fact: ps.keep(ps.enc.b)})
 }
 
 // journalForget records that inv is being forgotten. mu must be held.
@@ -822,6 +872,8 @@ func (p *invocationProcessor) closeStore(ctx context.Context) error {
 	if _, err := st.commit(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
 	if err := st.client.Close(ctx); err != nil {

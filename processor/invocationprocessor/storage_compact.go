@@ -49,7 +49,7 @@ func compactOps(ops []storedOp, now int64) []storedOp {
 			switch ev.kind {
 			case evForget, evSent:
 				continue
-			case evFact:
+			case evFact, evClosed:
 				if dead {
 					continue
 				}
@@ -107,11 +107,13 @@ func chunkOps(ops []storedOp) [][]byte {
 
 // maybeCompact compacts the first partition, in round-robin order, whose
 // log has outgrown its snapshot (and compactMinBytes), if none of its
-// records is waiting to be written.
+// records is waiting to be written. It holds cmu, not wmu: batches keep
+// committing their records (which go to log keys after the compacted
+// ones) while a partition is read, folded and rewritten.
 func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
 	st := p.store
-	st.wmu.Lock()
-	defer st.wmu.Unlock()
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
 	for k := range p.shards {
 		i := (st.compactNext + k) % len(p.shards)
 		s := p.shards[i]
@@ -129,11 +131,14 @@ func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
 	}
 }
 
-// compactLocked rewrites one partition as a snapshot: read the snapshot and
-// the log, fold, write the new chunks, switch the manifest, delete the old
-// values. Every step leaves a readable state if the process dies after it.
-// wmu must be held; records of the partition may be queued meanwhile, but
-// none is written until wmu is released.
+// compactLocked rewrites one partition as a snapshot: take the closed
+// invocations' records from memory, read the snapshot and the log, fold,
+// write the new chunks, switch the manifest, delete the old values. Every
+// step leaves a readable state if the process dies after it. cmu must be
+// held. The log is compacted up to the records written when the shard's
+// state is taken (under its mu, none waiting): the closed records are
+// the state those records replay to, and later records, written
+// meanwhile under later keys, stay in the log.
 func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now int64) error {
 	st := p.store
 	s.mu.Lock()
@@ -143,6 +148,12 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 		return nil
 	}
 	part, man, end := ps.part, ps.man, ps.nextSeq
+	folded := ps.logBytes
+	var closedOp storedOp
+	var closed map[string]bool
+	if end > 0 {
+		closedOp, closed = closedRecords(s, end-1, now)
+	}
 	s.mu.Unlock()
 
 	var ops []storedOp
@@ -178,7 +189,13 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 			ops = append(ops, o...)
 		}
 	}
-	chunks := chunkOps(compactOps(ops, now))
+	ops = withoutClosedFacts(compactOps(ops, now), closed)
+	if len(closedOp.events) > 0 {
+		// Last: the records are the state after every operation before
+		// end, and sorting by seq at load keeps them after those.
+		ops = append(ops, closedOp)
+	}
+	chunks := chunkOps(ops)
 	next := manifest{gen: man.gen + 1, chunks: uint64(len(chunks)), logStart: end,
 		prevGen: man.gen, prevChunks: man.chunks, prevLogStart: man.logStart}
 	writes := make([]*storage.Operation, 0, len(chunks))
@@ -200,7 +217,8 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 	st.metrics.bytesWritten.Add(ctx, written+int64(len(mb)))
 	s.mu.Lock()
 	ps.man = next
-	ps.logBytes = 0
+	// Records written meanwhile are in the log after end.
+	ps.logBytes -= folded
 	s.mu.Unlock()
 	p.deleteLeftovers(ctx, part, next)
 	return nil

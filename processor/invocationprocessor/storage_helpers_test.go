@@ -153,3 +153,16 @@ func newStoredHarnessWith(t testing.TB, set processor.Settings, mem *memStorage,
 	require.NoError(t, p.startStore(context.Background(), hostWith{testStorageID: &memExtension{client: mem}}))
 	return &harness{t: t, p: p, sink: sink, clock: clk}
 }
+
+// compactAll compacts every partition now, as a timer tick does one at a
+// time once a log outgrows its snapshot.
+func (h *harness) compactAll() {
+	h.t.Helper()
+	st := h.p.store
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	now := h.p.clock.Now().UnixNano()
+	for _, s := range h.p.shards {
+		require.NoError(h.t, h.p.compactLocked(context.Background(), s, now))
+	}
+}

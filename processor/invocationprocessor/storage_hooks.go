@@ -91,7 +91,7 @@ func (p *invocationProcessor) publishRestored() {
 					continue
 				}
 				sum := inv.snapshot(inv.status(now, s.cfg), inv.Revision, now, s.cfg)
-				closed = append(closed, sum.statusView(now))
+				closed = append(closed, inv.closedView(&sum, now, s.cfg))
 			}
 			s.publishOpen(open, now)
 			if len(closed) > 0 {

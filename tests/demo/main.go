@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -232,6 +233,8 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 		}
 	}
 	pageURL := "http://" + addrs.Status + "/"
+	timelineURL := pageURL + "invocations/" + url.PathEscape(backgroundInvocation(results))
+	view.TimelineURL = timelineURL
 	if o.browse != nil && waitErr == nil && bad == 0 {
 		if err := o.browse(runCtx, pageURL, addrs.OTLPGRPC, results); err != nil {
 			return fmt.Errorf("status page: %w", err)
@@ -247,6 +250,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	} else {
 		fmt.Fprintf(w, "\ncollector log (debug exporter output): %s\nspans and summaries (OTLP JSON lines): %s\n", col.LogPath, addrs.TracesFile)
 		fmt.Fprintf(w, "invocation status page: %s (stopped with the demo; make demo VIEW=1 leaves it up)\n", pageURL)
+		fmt.Fprintf(w, "timeline of one background invocation: %s\n", timelineURL)
 	}
 	switch {
 	case waitErr != nil:
@@ -267,6 +271,17 @@ func exampleInvocation(results []testbin.AgentInvocation) string {
 		}
 	}
 	return results[0].InvocationID
+}
+
+// backgroundInvocation picks the invocation whose timeline the demo
+// prints: the background scenario's, else one with a continuation.
+func backgroundInvocation(results []testbin.AgentInvocation) string {
+	for _, r := range results {
+		if r.Scenario == "background" {
+			return r.InvocationID
+		}
+	}
+	return exampleInvocation(results)
 }
 
 // waitSummaries polls the file exporter output (or Jaeger, with view) until

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,6 +94,15 @@ func TestRunView(t *testing.T) {
 			if len(traces.Data) != 2 || !slices.Contains(ops, contract.SpanNameSummary) || !slices.Contains(ops, "continue_agent shellagent") {
 				t.Errorf("tag search for invocation.id=%s: %d traces, spans %q; want 2 traces (the invocation and its continuation) with the summary", v.InvocationID, len(traces.Data), ops)
 			}
+			// The timeline page the help prints links each of its traces
+			// in the Jaeger UI.
+			page, err := getText(ctx, v.TimelineURL)
+			if err != nil {
+				return err
+			}
+			if n := strings.Count(page, `href="http://`+v.Jaeger.QueryHTTP+`/trace/`); n != 2 {
+				t.Errorf("timeline page %s links %d traces in Jaeger, want 2 (the root's and the continuation's)", v.TimelineURL, n)
+			}
 			return nil
 		},
 	}
@@ -141,9 +153,30 @@ func TestRunView(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, want := range []string{"GF_PATHS_PROVISIONING=" + seen.GrafanaDir + "/provisioning", "Tags invocation.id=" + seen.InvocationID, "histogram_quantile(0.95, sum by (le) (agentledger_invocation_time_to_final_milliseconds_bucket))\n      = "} {
+	for _, want := range []string{"GF_PATHS_PROVISIONING=" + seen.GrafanaDir + "/provisioning", seen.TimelineURL + "\n", "/invocations/", "Tags invocation.id=" + seen.InvocationID, "histogram_quantile(0.95, sum by (le) (agentledger_invocation_time_to_final_milliseconds_bucket))\n      = "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// getText GETs url and returns its body.
+func getText(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return string(b), nil
 }

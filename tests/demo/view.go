@@ -166,7 +166,10 @@ type viewInfo struct {
 	Prometheus   string
 	GrafanaDir   string
 	InvocationID string // one invocation of the run, for the examples
-	Queries      []queryResult
+	// TimelineURL is the status page of one background invocation: its
+	// spans from all its traces on one axis.
+	TimelineURL string
+	Queries     []queryResult
 }
 
 // printViewHelp tells the user where everything runs, what to look at, and
@@ -182,6 +185,9 @@ func printViewHelp(w io.Writer, root string, v viewInfo, s *stack) {
 	fmt.Fprintf(w, `
 Invocation status page (open and recently closed invocations, what each waits on)
   http://%[12]s/
+  one background invocation on one time axis (its job past the result, the
+  continuation it woke, the tokens after the result):
+  %[18]s
   http://%[12]s/v1/invocations?status=pending&older_than=10m
   http://%[12]s/v1/invocations/<invocation id>
   http://%[12]s/v1/sessions/<session id>      (owes_work)
@@ -222,7 +228,7 @@ Stop everything: kill %[11]s
 `, j.QueryHTTP, promAddr, addrs.OTLPGRPC, addrs.OTLPHTTP, jaegerRelease, jaegerPID(s),
 		strings.Join(j.Env(), " "), filepath.Join(root, "collector-config", "jaeger-v2.yaml"),
 		dockerEnv(j.Env()), filepath.Join(root, "collector-config"), strings.Join(pids, " "), addrs.Status,
-		agentService, v.InvocationID, jaegerTagSearch(j.QueryHTTP, v.InvocationID), queryLines(v.Queries), v.GrafanaDir)
+		agentService, v.InvocationID, jaegerTagSearch(j.QueryHTTP, v.InvocationID), queryLines(v.Queries), v.GrafanaDir, v.TimelineURL)
 }
 
 func queryLines(res []queryResult) string {

@@ -117,6 +117,39 @@ func TestLoadgenRunsTheCollector(t *testing.T) {
 	}
 }
 
+// TestLoadgenStorage runs the storage pipeline beside the others: every
+// invocation final with its totals with file_storage too, its ratios, its
+// storage directory's size, and a restart on that directory measured.
+func TestLoadgenStorage(t *testing.T) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	var out bytes.Buffer
+	o := options{collector: bin, rounds: 1, workers: 2, timeout: 2 * time.Minute, workDir: t.TempDir(), storage: true, workload: tiny}
+	err := run(context.Background(), o, &out)
+	t.Logf("loadgen output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"storage pipeline: file_storage, fsync false", "invocation+storage ", "storage directory after stop: 1 files",
+		"restart on it: ready in", "invocation+storage / invocation (memory) = x"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Count(out.String(), "40 invocations final with exact totals, 0 wrong") != 2 {
+		t.Error("not every invocation was final with its totals in both invocation pipelines")
+	}
+}
+
+// TestStorageFlagsNeedCollector: -storage and -fsync are refused without
+// -collector, and -fsync without -storage.
+func TestStorageFlagsNeedCollector(t *testing.T) {
+	for _, o := range []options{{workers: 1, storage: true, workload: tiny}, {workers: 1, collector: "x", fsync: true, workload: tiny}} {
+		if err := run(context.Background(), o, io.Discard); err == nil || !strings.Contains(err.Error(), "-fsync") {
+			t.Errorf("%+v: err = %v", o, err)
+		}
+	}
+}
+
 // TestLoadgenPendingDelay runs the collector with -pending-delay: the
 // delay reaches the invocation processor (invocation.yaml reads
 // LOADGEN_PENDING_DELAY), every invocation is still final with its exact

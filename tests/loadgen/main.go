@@ -24,11 +24,18 @@
 // exporting its summaries. -pending-delay sets the invocation pipeline's
 // pending_delay (default 0, the contract's default: a pending summary as
 // soon as the root arrives), and the output says which delay was used.
+// With -storage every round also runs the invocation pipeline with the
+// ledger's state in file_storage (storage.yaml, as the shipped configs
+// keep it; -fsync sets its fsync), prints its ratios to memory mode and
+// pass-through, its storage directory's size, and what a restart on that
+// directory costs (time until ready, the first batch after it, the size
+// once the ledger and file_storage compacted).
 // With -profile, contrib's pprof extension in the collector saves each
 // run's CPU, allocation and mutex profiles:
 //
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -pending-delay 1s
+//	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -storage -rounds 3
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -profile /tmp/prof
 //
 // Without -collector it measures a collector already running with one of
@@ -60,8 +67,10 @@ var (
 	invocationConfig []byte
 	//go:embed passthrough.yaml
 	passthroughConfig []byte
+	//go:embed storage.yaml
+	storageConfig []byte
 
-	configs = map[pipeline][]byte{pipelineInvocation: invocationConfig, pipelinePassthrough: passthroughConfig}
+	configs = map[pipeline][]byte{pipelineInvocation: invocationConfig, pipelinePassthrough: passthroughConfig, pipelineStorage: storageConfig}
 )
 
 type options struct {
@@ -80,7 +89,10 @@ type options struct {
 	// pendingDelay, with collector, is the invocation pipeline's
 	// pending_delay (LOADGEN_PENDING_DELAY in invocation.yaml).
 	pendingDelay time.Duration
-	workload     workloadConfig
+	// storage, with collector, adds the storage pipeline (storage.yaml)
+	// to every round; fsync sets its file_storage's fsync.
+	storage, fsync bool
+	workload       workloadConfig
 }
 
 func main() {
@@ -89,12 +101,14 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 1, "with -collector: pairs of runs, alternating which pipeline goes first")
 	flag.StringVar(&o.otlp, "otlp", "127.0.0.1:4317", "without -collector: the running collector's OTLP/gRPC endpoint")
 	flag.StringVar(&o.listen, "listen", "127.0.0.1:4320", "without -collector: where to receive what the collector exports (its LOADGEN_RECEIVER_ENDPOINT)")
-	flag.StringVar(&o.pipeline, "pipeline", string(pipelineInvocation), "without -collector: the running collector's pipeline, invocation or passthrough")
+	flag.StringVar(&o.pipeline, "pipeline", string(pipelineInvocation), "without -collector: the running collector's pipeline, invocation, invocation+storage or passthrough")
 	flag.IntVar(&o.workers, "workers", 4, "concurrent export calls")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for a run")
 	flag.StringVar(&o.workDir, "dir", "", "with -collector: directory for the configs, logs and traces files (default: a new temporary one)")
 	flag.StringVar(&o.profileDir, "profile", "", "with -collector: run contrib's pprof extension in the collector and save each run's CPU profile (its whole life), allocations and mutex contention into this directory as <pipeline>-round<N>.{cpu,allocs,mutex}.pprof")
 	flag.DurationVar(&o.pendingDelay, "pending-delay", 0, "with -collector: the invocation processor's pending_delay (0: a pending summary as soon as the root arrives with obligations open)")
+	flag.BoolVar(&o.storage, "storage", false, "with -collector: also run the invocation pipeline with file_storage (storage.yaml) in every round, and print its ratios to memory mode and pass-through and its storage directory's size")
+	flag.BoolVar(&o.fsync, "fsync", false, "with -storage: file_storage with fsync: true")
 	flag.StringVar(&o.featureGates, "feature-gates", "", "with -collector: the collector's --feature-gates, e.g. +pdata.useProtoPooling")
 	flag.IntVar(&o.workload.invocations, "invocations", 10000, "invocations to send")
 	flag.Float64Var(&o.workload.jobs, "jobs", 0.25, "share of invocations with a background job and a continuation")
@@ -123,6 +137,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.pendingDelay != 0 && o.collector == "" {
 		return errors.New("-pending-delay needs -collector: start a running collector with LOADGEN_PENDING_DELAY instead")
 	}
+	if (o.storage || o.fsync) && o.collector == "" {
+		return errors.New("-storage and -fsync need -collector: start a running collector with storage.yaml instead")
+	}
+	if o.fsync && !o.storage {
+		return errors.New("-fsync needs -storage")
+	}
 	w := newWorkload(o.workload)
 	fmt.Fprintf(out, "workload: %d invocations, %d spans (%d sends with duplicates) in %d requests of up to %d\n",
 		len(w.invocations), len(w.spans), len(w.sends), len(w.requests), o.workload.batch)
@@ -148,6 +168,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 
 	fmt.Fprintf(out, "invocation pipeline: pending_delay %v\n", o.pendingDelay)
+	if o.storage {
+		fmt.Fprintf(out, "storage pipeline: file_storage, fsync %t\n", o.fsync)
+	}
 	if o.profileDir != "" {
 		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 			return err
@@ -161,13 +184,16 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 		defer os.RemoveAll(dir)
 	}
-	var ratios, isolated []float64
+	var ratios, isolated, durable, durablePass []float64
 	for round := range max(o.rounds, 1) {
 		// The invocation run of the first round comes first: the echo
 		// runs send its summaries.
 		order := []pipeline{pipelineInvocation, pipelinePassthrough, pipelineEcho}
+		if o.storage {
+			order = []pipeline{pipelineInvocation, pipelineStorage, pipelinePassthrough, pipelineEcho}
+		}
 		if round%2 == 1 {
-			order = []pipeline{pipelineEcho, pipelinePassthrough, pipelineInvocation}
+			slices.Reverse(order)
 		}
 		byPipeline := map[pipeline]result{}
 		for _, p := range order {
@@ -184,17 +210,36 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			byPipeline[p] = res
 		}
 		inv := byPipeline[pipelineInvocation].spansPerSecond()
-		ratio := inv / byPipeline[pipelinePassthrough].spansPerSecond()
+		pass := byPipeline[pipelinePassthrough].spansPerSecond()
+		ratio := inv / pass
 		ratios = append(ratios, ratio)
 		iso := inv / byPipeline[pipelineEcho].spansPerSecond()
 		isolated = append(isolated, iso)
 		fmt.Fprintf(out, "round %d (pending_delay %v): invocation / passthrough throughput = x%.2f; invocation / passthrough+summaries = x%.2f\n", round+1, o.pendingDelay, ratio, iso)
+		if o.storage {
+			st := byPipeline[pipelineStorage]
+			durable = append(durable, st.spansPerSecond()/inv)
+			durablePass = append(durablePass, st.spansPerSecond()/pass)
+			fmt.Fprintf(out, "round %d (fsync %t): invocation+storage / invocation (memory) = x%.2f; invocation+storage / passthrough = x%.2f; p99 last span -> final %v (memory %v)\n",
+				round+1, o.fsync, durable[round], durablePass[round],
+				st.percentile(0.99).Round(time.Microsecond), byPipeline[pipelineInvocation].percentile(0.99).Round(time.Microsecond))
+		}
 	}
 	if len(ratios) > 1 {
-		for _, r := range []struct {
+		medians := []struct {
 			name   string
 			ratios []float64
-		}{{"invocation / passthrough", ratios}, {"invocation / passthrough+summaries", isolated}} {
+		}{{"invocation / passthrough", ratios}, {"invocation / passthrough+summaries", isolated}}
+		if o.storage {
+			medians = append(medians, struct {
+				name   string
+				ratios []float64
+			}{"invocation+storage / invocation (memory)", durable}, struct {
+				name   string
+				ratios []float64
+			}{"invocation+storage / passthrough", durablePass})
+		}
+		for _, r := range medians {
 			slices.Sort(r.ratios)
 			fmt.Fprintf(out, "%s, median of %d rounds (pending_delay %v): x%.2f (min x%.2f, max x%.2f)\n", r.name, len(r.ratios), o.pendingDelay, r.ratios[len(r.ratios)/2], r.ratios[0], r.ratios[len(r.ratios)-1])
 		}

@@ -13,15 +13,22 @@ import (
 // contrib's pprof extension on LOADGEN_PPROF_ENDPOINT, the CPU profile of
 // the collector's whole life saved to LOADGEN_CPU_PROFILE when it stops,
 // and one mutex contention event in mutexFraction sampled. Maps merge
-// with the pipeline's config; the extension list replaces its own.
-const profileConfig = `extensions:
+// with the pipeline's config; the extension list replaces its own, so it
+// names p's other extensions too.
+func profileConfig(p pipeline) string {
+	exts := "health_check, pprof"
+	if p == pipelineStorage {
+		exts = "health_check, file_storage/ledger, pprof"
+	}
+	return `extensions:
   pprof:
     endpoint: ${env:LOADGEN_PPROF_ENDPOINT}
     save_to_file: ${env:LOADGEN_CPU_PROFILE}
     mutex_profile_fraction: 10
 service:
-  extensions: [health_check, pprof]
+  extensions: [` + exts + `]
 `
+}
 
 // profiles says where a profiled run writes its profiles: name is the
 // run's file name stem in dir.

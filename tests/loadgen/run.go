@@ -40,7 +40,15 @@ const (
 	// (indexing, retained state, building summaries instead of decoding
 	// them) from the cost of exporting summaries.
 	pipelineEcho pipeline = "passthrough+summaries"
+	// pipelineStorage is the invocation pipeline with the ledger's state
+	// in file_storage (storage.yaml), as the shipped configs keep it: the
+	// durable path, compared with pipelineInvocation (memory only).
+	pipelineStorage pipeline = "invocation+storage"
 )
+
+// summarises reports whether p's collector runs the invocation processor,
+// so that every invocation's closing summary is awaited and checked.
+func (p pipeline) summarises() bool { return p == pipelineInvocation || p == pipelineStorage }
 
 // config is the pipeline whose collector config p runs.
 func (p pipeline) config() pipeline {
@@ -74,6 +82,11 @@ type result struct {
 	pendingDelay string
 	// load is the machine's load average before and after the run.
 	loadBefore, loadAfter string
+	// storage is, for pipelineStorage, the storage directory after the
+	// collector stopped: its files' sizes and the disk blocks they hold;
+	// restart what starting it again on that directory measured.
+	storage *dirSize
+	restart *restartFigures
 }
 
 // spansPerSecond is the end-to-end throughput: spans sent over the time
@@ -183,7 +196,7 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	}
 	res := result{pipeline: p, spans: len(w.sends), requests: len(w.requests), loadBefore: loadAverage()}
 	var ids []string
-	if p == pipelineInvocation {
+	if p.summarises() {
 		for _, inv := range w.invocations {
 			ids = append(ids, inv.id)
 		}
@@ -211,7 +224,7 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	res.backAll = doneAt.Sub(start)
 	res.loadAfter = loadAverage()
 	_, _, res.pending = rec.progress()
-	if p != pipelineInvocation {
+	if !p.summarises() {
 		return res, nil
 	}
 	if capture {
@@ -274,12 +287,21 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 		"LOADGEN_TRACES_FILE=" + traces,
 		"LOADGEN_PENDING_DELAY=" + o.pendingDelay.String(),
 	}
+	storageDir := ""
+	if p == pipelineStorage {
+		// A fresh directory per run: every run starts from an empty store.
+		storageDir = filepath.Join(dir, fmt.Sprintf("storage-round%d", round+1))
+		if err := os.RemoveAll(storageDir); err != nil {
+			return result{}, err
+		}
+		env = append(env, "LOADGEN_STORAGE_DIR="+storageDir, fmt.Sprintf("LOADGEN_FSYNC=%t", o.fsync))
+	}
 	args := []string{"--config", config}
 	var prof *profiles
 	if o.profileDir != "" {
 		prof = &profiles{dir: o.profileDir, name: fmt.Sprintf("%s-round%d", p, round+1), endpoint: addrs[2]}
 		extra := filepath.Join(dir, "profile.yaml")
-		if err := os.WriteFile(extra, []byte(profileConfig), 0o644); err != nil {
+		if err := os.WriteFile(extra, []byte(profileConfig(p)), 0o644); err != nil {
 			return result{}, err
 		}
 		args = append(args, "--config", extra)
@@ -310,7 +332,99 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 	}
 	err = errors.Join(err, stop())
 	_ = os.Remove(traces)
+	if storageDir != "" && err == nil {
+		size, serr := measureDir(storageDir)
+		res.storage = &size
+		res.restart, err = restartOn(ctx, o, dir, w, env, args)
+		err = errors.Join(serr, err)
+		_ = os.RemoveAll(storageDir)
+	}
 	return res, err
+}
+
+// restartFigures are what restartOn measured of a collector started again
+// on the storage a run left.
+type restartFigures struct {
+	// ready is from the start of the process until its health check
+	// answers (the load of the stored state is part of Start); firstBatch
+	// the first export request's round trip after it (the run's first
+	// request again: duplicates of retained invocations).
+	ready, firstBatch time.Duration
+	// compacted is the storage directory after the collector ran
+	// settle (its ledger compacting partitions on timer ticks) and was
+	// started once more and stopped (file_storage compacts the file on
+	// start).
+	compacted dirSize
+}
+
+// restartSettle is how long restartOn lets the ledger compact.
+const restartSettle = 6 * time.Second
+
+// restartOn starts the collector again with the env and args of a storage
+// run, on its storage directory, and measures its restart.
+func restartOn(ctx context.Context, o options, dir string, w *workload, env, args []string) (*restartFigures, error) {
+	var fig restartFigures
+	otlp := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LOADGEN_OTLP_ENDPOINT="); ok {
+			otlp = v
+		}
+	}
+	health := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LOADGEN_HEALTH_ENDPOINT="); ok {
+			health = v
+		}
+	}
+	storageDir := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LOADGEN_STORAGE_DIR="); ok {
+			storageDir = v
+		}
+	}
+	// Profiles are of the run, not of its restarts.
+	var plain []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--config" && i+1 < len(args) && strings.HasSuffix(args[i+1], "profile.yaml") {
+			i++
+			continue
+		}
+		plain = append(plain, args[i])
+	}
+	for pass := range 2 {
+		began := time.Now()
+		proc, err := testbin.Start("otelcol-agentledger", filepath.Join(dir, fmt.Sprintf("restart%d.log", pass+1)), "", env, o.collector, plain...)
+		if err != nil {
+			return nil, err
+		}
+		stop := func() error {
+			if err := proc.Stop(testbin.StopTimeout); err != nil {
+				return fmt.Errorf("stop the restarted collector: %w\n%s", err, proc.Tail(20))
+			}
+			return nil
+		}
+		if err := testbin.WaitReady(ctx, proc, "http://"+health+"/"); err != nil {
+			return nil, errors.Join(fmt.Errorf("restarted collector not ready: %w\n%s", err, proc.Tail(20)), stop())
+		}
+		if pass == 0 {
+			fig.ready = time.Since(began)
+			t0 := time.Now()
+			if _, err := send(ctx, otlp, w.requests[:1], 1); err != nil {
+				return nil, errors.Join(err, stop())
+			}
+			fig.firstBatch = time.Since(t0)
+			select {
+			case <-time.After(restartSettle):
+			case <-ctx.Done():
+			}
+		}
+		if err := stop(); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	fig.compacted, err = measureDir(storageDir)
+	return &fig, err
 }
 
 // report prints r.
@@ -318,7 +432,7 @@ func report(out io.Writer, r result) {
 	fmt.Fprintf(out, "%-12s %7d spans in %5d requests  accepted in %8v  all back in %8v  %8.0f spans/s  (load %s -> %s)\n",
 		r.pipeline, r.spans, r.requests, r.accepted.Round(time.Millisecond), r.backAll.Round(time.Millisecond),
 		r.spansPerSecond(), r.loadBefore, r.loadAfter)
-	if r.pipeline != pipelineInvocation {
+	if !r.pipeline.summarises() {
 		return
 	}
 	delay := r.pendingDelay
@@ -330,6 +444,18 @@ func report(out io.Writer, r result) {
 	fmt.Fprintf(out, "%-12s finalize latency (last span sent -> summary back): p50 %v  p90 %v  p99 %v  max %v\n", "",
 		r.percentile(0.50).Round(time.Microsecond), r.percentile(0.90).Round(time.Microsecond),
 		r.percentile(0.99).Round(time.Microsecond), r.percentile(1).Round(time.Microsecond))
+	if d := r.storage; d != nil {
+		fmt.Fprintf(out, "%-12s storage directory after stop: %d files, %.1f MiB (%.1f MiB on disk), %.0f B per invocation (%.0f B on disk)\n", "",
+			d.files, float64(d.bytes)/(1<<20), float64(d.blocks)/(1<<20),
+			float64(d.bytes)/float64(len(r.latencies)), float64(d.blocks)/float64(len(r.latencies)))
+	}
+	if f := r.restart; f != nil {
+		c := f.compacted
+		fmt.Fprintf(out, "%-12s restart on it: ready in %v, first batch %v; after %v and a second start (compactions): %.1f MiB (%.1f MiB on disk), %.0f B per invocation (%.0f B on disk)\n", "",
+			f.ready.Round(time.Millisecond), f.firstBatch.Round(time.Microsecond), restartSettle,
+			float64(c.bytes)/(1<<20), float64(c.blocks)/(1<<20),
+			float64(c.bytes)/float64(len(r.latencies)), float64(c.blocks)/float64(len(r.latencies)))
+	}
 	for i, w := range r.wrong {
 		if i == 5 {
 			fmt.Fprintf(out, "%-12s ... %d more\n", "", len(r.wrong)-i)
@@ -337,4 +463,30 @@ func report(out io.Writer, r result) {
 		}
 		fmt.Fprintf(out, "%-12s wrong: %s\n", "", w)
 	}
+}
+
+// dirSize is what a directory holds: its regular files, their sizes and
+// the disk blocks allocated to them (a file grown by truncation is sparse
+// until written).
+type dirSize struct {
+	files         int
+	bytes, blocks int64
+}
+
+func measureDir(dir string) (dirSize, error) {
+	var d dirSize
+	err := filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		d.files++
+		d.bytes += fi.Size()
+		d.blocks += allocated(fi)
+		return nil
+	})
+	return d, err
 }

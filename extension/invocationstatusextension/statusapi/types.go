@@ -6,6 +6,7 @@
 // The API (see the extension's README for examples):
 //
 //	GET /v1/invocations/{id}         one Invocation; 404 when unknown
+//	GET /v1/invocations/{id}?spans=1 the same with its Timeline
 //	GET /v1/invocations?status=...   an InvocationList, oldest first, paginated
 //	GET /v1/sessions/{session}       a Session; 404 when no invocation of it is known
 //	GET /v1/sessions/{session}?wait=30s&after=<version>
@@ -85,6 +86,9 @@ type Invocation struct {
 	Anomalies []string `json:"anomalies,omitempty"`
 	// Waiting says what an open invocation waits on; nil once closed.
 	Waiting *Waiting `json:"waiting,omitempty"`
+	// Timeline holds its recorded spans; only GET
+	// /v1/invocations/{id}?spans=1 answers with it (Client.Timeline).
+	Timeline *Timeline `json:"timeline,omitempty"`
 }
 
 // Open reports whether the invocation has no final or incomplete summary
