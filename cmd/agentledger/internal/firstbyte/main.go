@@ -1,6 +1,7 @@
-// Command firstbyte measures what `agentledger claude` adds to the time a
-// host waits for the runtime's output: it runs the plain Claude Code CLI
-// and `agentledger claude` in front of the same CLI, in interleaved
+// Command firstbyte measures what `agentledger claude` (and `agentledger
+// codex`) adds to the time a host waits for the runtime's output: it runs
+// the plain Claude Code CLI and `agentledger claude` in front of the same
+// CLI (the plain `codex exec` and `agentledger codex exec`), in interleaved
 // rounds against the scripted model, and prints, per mode, the median and
 // 90th percentile of the time from spawn to the first byte on stdout and
 // to the first assistant message (the first model answer, through the
@@ -43,7 +44,16 @@ type mode struct {
 	env  []string
 	// assistant: the run must print an assistant message.
 	assistant bool
+	// answer marks the line of the first model answer (default
+	// answerClaude).
+	answer string
 }
+
+// The lines that carry a runtime's first model answer.
+const (
+	answerClaude = `"type":"assistant"`
+	answerCodex  = `"type":"agent_message"`
+)
 
 // sample is one run's times from spawn.
 type sample struct {
@@ -63,6 +73,8 @@ func run() error {
 	trivialRounds := flag.Int("trivial-rounds", 100, "interleaved rounds of a one-line CLI, alone and under agentledger claude (the wrapper's own cost; 0 skips)")
 	claude := flag.String("claude", filepath.Join(root, ".cache/claude/node_modules/@anthropic-ai/claude-code-linux-x64/claude"), "the real Claude Code CLI (make claude)")
 	agentledger := flag.String("agentledger", filepath.Join(root, ".bin/agentledger"), "the agentledger binary (go -C cmd/agentledger build -o ../../.bin/agentledger .)")
+	codex := flag.String("codex", filepath.Join(root, ".cache/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"), "the real Codex CLI, for agentledger codex (make codex)")
+	codexRounds := flag.Int("codex-rounds", 20, "interleaved rounds of codex exec, plain and under agentledger codex (0 skips)")
 	opencode := flag.String("opencode", filepath.Join(root, ".cache/opencode/node_modules/opencode-linux-x64/bin/opencode"), "opencode, for agentledger opencode-proxy (make opencode)")
 	openCodeRoundsN := flag.Int("opencode-rounds", 20, "interleaved rounds of an OpenCode host's requests to opencode serve and to agentledger opencode-proxy (0 skips)")
 	otlp := flag.String("otlp", "", "OTLP/HTTP endpoint the drop-in exports to (default: a loopback sink)")
@@ -125,6 +137,30 @@ func run() error {
 			{name: "agentledger + it", bin: *agentledger, args: append([]string{"claude"}, args...), env: dropIn("trivial", trivial)},
 		}},
 	}
+	if *codexRounds > 0 {
+		// A host's own provider, at the scripted model: agentledger codex
+		// points its base URL at the proxy.
+		codexArgs := []string{"exec", "--json", "--skip-git-repo-check", "-m", "gpt-5.5"}
+		for _, kv := range []string{`model_provider="host"`, `model_providers.host.name="host"`,
+			`model_providers.host.base_url="` + model.URL() + `/v1"`, `model_providers.host.wire_api="responses"`,
+			`model_providers.host.env_key="OPENAI_API_KEY"`, "check_for_update_on_startup=false",
+			"analytics.enabled=false", "features.plugins=false", `otel.exporter="none"`} {
+			codexArgs = append(codexArgs, "-c", kv)
+		}
+		codexArgs = append(codexArgs, "say hi")
+		codexEnv := func(home string) []string {
+			home = filepath.Join(dir, home)
+			return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "CODEX_HOME=" + home, "OPENAI_API_KEY=scripted"}
+		}
+		pairs = append(pairs, struct {
+			rounds int
+			modes  [2]mode
+		}{*codexRounds, [2]mode{
+			{name: "codex exec", bin: *codex, args: codexArgs, env: codexEnv("codex-plain"), assistant: true, answer: answerCodex},
+			{name: "agentledger codex", bin: *agentledger, args: append([]string{"codex"}, codexArgs...),
+				env: append(codexEnv("codex-drop-in"), "AGENTLEDGER_CODEX_BIN="+*codex, "OTEL_EXPORTER_OTLP_ENDPOINT="+*otlp), assistant: true, answer: answerCodex},
+		}})
+	}
 	r := rand.New(rand.NewPCG(seed, 0))
 	fmt.Printf("firstbyte: order seed %d (-seed %d repeats it); times from spawn, one warm-up round first\n", seed, seed)
 	for _, p := range pairs {
@@ -176,6 +212,10 @@ func measure(m mode, timeout time.Duration) (sample, error) {
 	if err := cmd.Start(); err != nil {
 		return sample{}, err
 	}
+	answer := m.answer
+	if answer == "" {
+		answer = answerClaude
+	}
 	var s sample
 	br := bufio.NewReader(out)
 	if _, err := br.Peek(1); err == nil {
@@ -183,7 +223,7 @@ func measure(m mode, timeout time.Duration) (sample, error) {
 	}
 	for {
 		line, err := br.ReadBytes('\n')
-		if s.firstAssistant == 0 && bytes.Contains(line, []byte(`"type":"assistant"`)) {
+		if s.firstAssistant == 0 && bytes.Contains(line, []byte(answer)) {
 			s.firstAssistant = time.Since(start)
 		}
 		if err != nil {
