@@ -46,6 +46,9 @@ type threadItem struct {
 	ProcessID string `json:"processId"`
 	Status    string `json:"status"`
 	ExitCode  *int64 `json:"exitCode"`
+	// Kind is a subAgentActivity's ("started", "completed"); its ID is
+	// then the spawn call's, or "subagent-completed-{turn id}".
+	Kind string `json:"kind"`
 }
 
 // tokenBreakdown is app-server's usage of one request (last) or a thread

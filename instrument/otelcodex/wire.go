@@ -56,6 +56,10 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 	ev := readEvidence(req.Header, body)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if ev.isSub {
+		return m.attributeSubagent(ev)
+	}
+	m.answersRead(body)
 	ctx, reason := m.owner(ev)
 	if ctx == nil {
 		if m.exited {
@@ -185,6 +189,8 @@ func (m *mapper) toolResults(ctx context.Context, ev evidence) {
 			if st.running {
 				m.startJob(tctx, o, st.session)
 			}
+		case "spawn_agent":
+			m.spawned(tctx, o)
 		case "write_stdin":
 			if sid, ok := stdinSession(o.args); ok && st.exited {
 				if j, ok := m.bySession[sid]; ok {
