@@ -27,10 +27,16 @@ import (
 //
 //   - a subagent's turn is a job of the invocation whose turn its
 //     parent_turn_id names (a turn of the Client's, or a turn of a
-//     subagent, for a subagent's subagent): a "background subagent" span,
-//     a child of the spawn_agent tool span once the parent's request
-//     returned that call's result (else of the parent's turn), with the
-//     turn's model calls and tools under it;
+//     subagent, for a subagent's subagent): a "background subagent" span
+//     with the turn's model calls and tools under it. The job of a spawned
+//     agent's first turn starts when the parent's request returns the
+//     spawn_agent result ({"task_name": path}), as a child of that tool
+//     span: the parent's turn still runs then, whenever the subagent's
+//     first request comes. Its first request (agent_name path) takes it
+//     over when its parent turn is of the same invocation. A subagent turn
+//     no spawn result announced (its request came first, or a task sent
+//     to an existing agent) starts its job at its first request, under
+//     the parent turn (contract rule 6 when that has ended);
 //   - the job ends when app-server reports the child turn completed (its
 //     turn/completed, or the parent's subAgentActivity "completed"), when
 //     a request of the parent delivers its FINAL_ANSWER, or when Codex
@@ -110,16 +116,19 @@ type subagents struct {
 	// (order, bounded).
 	byTurn map[string]*subagent
 	order  []string
-	// spawns are the spawn_agent tool spans by the task name their
-	// result gave (bounded by spawnOrder).
-	spawns     map[string]context.Context
-	spawnOrder []string
+	// spawned are the jobs a spawn_agent result started, by the task
+	// name it gave, until the agent's first request takes one over;
+	// early counts, by task name, the first turns whose request came
+	// before the spawn result (which then starts no job).
+	spawned map[string]*subagent
+	early   map[string]int
 }
 
 func (s *subagents) init() {
 	if s.byTurn == nil {
 		s.byTurn = make(map[string]*subagent)
-		s.spawns = make(map[string]context.Context)
+		s.spawned = make(map[string]*subagent)
+		s.early = make(map[string]int)
 	}
 }
 
@@ -195,21 +204,20 @@ func (m *mapper) subagentTurn(ev evidence) (*subagent, string) {
 	if parent == nil {
 		return nil, reason
 	}
-	launcher := parent
-	if sp, ok := m.subs.spawns[meta.agent]; ok {
-		if !wireproxy.SameInvocation(sp, parent) {
-			m.taint(sp, "spawn call of another invocation")
-			m.taint(parent, "spawn call of another invocation")
-			return nil, UnattributedAmbiguous
-		}
-		launcher = sp
+	s, ok := m.subs.spawned[meta.agent]
+	switch {
+	case ok && !wireproxy.SameInvocation(s.ctx, parent):
+		m.taint(s.ctx, "spawn call of another invocation")
+		m.taint(parent, "spawn call of another invocation")
+		return nil, UnattributedAmbiguous
+	case ok:
+		delete(m.subs.spawned, meta.agent)
+		s.meta = meta
+		s.j.Span().SetAttributes(attribute.String(AttrThreadID, meta.threadID), attribute.String(AttrTurnID, meta.turnID))
+	default:
+		s = m.startSubagent(parent, meta)
+		m.subs.early[meta.agent]++
 	}
-	jctx, j := m.tracker.StartBackground(launcher, kindSubagent, trace.WithAttributes(
-		attribute.String(AttrAgentPath, meta.agent),
-		attribute.String(AttrThreadID, meta.threadID),
-		attribute.String(AttrTurnID, meta.turnID),
-	))
-	s := &subagent{meta: meta, ctx: jctx, j: j}
 	if meta.turnID != "" {
 		m.subs.byTurn[meta.turnID] = s
 		m.subs.order = append(m.subs.order, meta.turnID)
@@ -263,9 +271,20 @@ func (m *mapper) subagentParent(meta subagentMeta) (context.Context, string) {
 	return t.ctx, ""
 }
 
-// spawned records the result of a spawn_agent call (tool span tctx): the
-// task name of the agent it started, whose first turn's job is then its
-// child. It is called with mu held.
+// startSubagent starts the job of a subagent turn, a child of ctx's span.
+func (m *mapper) startSubagent(ctx context.Context, meta subagentMeta) *subagent {
+	attrs := []attribute.KeyValue{attribute.String(AttrAgentPath, meta.agent)}
+	if meta.turnID != "" {
+		attrs = append(attrs, attribute.String(AttrThreadID, meta.threadID), attribute.String(AttrTurnID, meta.turnID))
+	}
+	jctx, j := m.tracker.StartBackground(ctx, kindSubagent, trace.WithAttributes(attrs...))
+	return &subagent{meta: meta, ctx: jctx, j: j}
+}
+
+// spawned handles the result of a spawn_agent call (tool span tctx, still
+// open): the task name of the agent it started, whose first turn's job
+// starts now, unless that turn's request came first. It is called with mu
+// held.
 func (m *mapper) spawned(tctx context.Context, o toolOutput) {
 	var res struct {
 		TaskName string `json:"task_name"`
@@ -274,14 +293,24 @@ func (m *mapper) spawned(tctx context.Context, o toolOutput) {
 		return
 	}
 	m.subs.init()
-	if _, ok := m.subs.spawns[res.TaskName]; !ok {
-		m.subs.spawnOrder = append(m.subs.spawnOrder, res.TaskName)
-		if len(m.subs.spawnOrder) > wireproxy.DefaultMaxTools {
-			delete(m.subs.spawns, m.subs.spawnOrder[0])
-			m.subs.spawnOrder = m.subs.spawnOrder[1:]
+	if m.subs.early[res.TaskName] > 0 {
+		m.subs.early[res.TaskName]--
+		if m.subs.early[res.TaskName] == 0 {
+			delete(m.subs.early, res.TaskName)
 		}
+		return
 	}
-	m.subs.spawns[res.TaskName] = tctx
+	if old, ok := m.subs.spawned[res.TaskName]; ok {
+		// A second spawn of that name before the first one's request:
+		// which turn is whose, nothing says.
+		m.taint(old.ctx, "two spawns of one task name")
+		m.taint(tctx, "two spawns of one task name")
+		m.endSubagent(old, nil)
+	}
+	if len(m.subs.spawned) >= wireproxy.DefaultMaxTools {
+		return // bounded: its turn's job will start at its first request
+	}
+	m.subs.spawned[res.TaskName] = m.startSubagent(tctx, subagentMeta{agent: res.TaskName})
 }
 
 // endSubagent ends a subagent turn's job once: it promises no followup
@@ -370,6 +399,10 @@ func finalAnswers(body []byte) []string {
 // whose last response asked for no tool had ended its turn; any other was
 // killed (interrupted). It is called with mu held.
 func (m *mapper) exitSubagents() {
+	for _, s := range m.subs.spawned {
+		// Spawned, and no request of it came.
+		m.endSubagent(s, errSubagentKilled)
+	}
 	for _, id := range m.subs.order {
 		s := m.subs.byTurn[id]
 		if s == nil || s.ended {

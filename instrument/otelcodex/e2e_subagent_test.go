@@ -1,0 +1,352 @@
+package otelcodex
+
+import (
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/scriptedmodel"
+)
+
+// subagentModel is a model of Codex 0.169.0's catalog that offers the
+// multi-agent tools (multi_agent_version v2: the "collaboration"
+// namespace with spawn_agent and wait_agent).
+const subagentModel = "gpt-6-luna"
+
+// TestCodexSubagents runs the subagent scenarios against the real Codex
+// CLI and the scripted model, then compares the real collector's
+// summaries with the ledger's.
+func TestCodexSubagents(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T, *harness)
+	}{
+		{"subagent_waited", testSubagentWaited},
+		{"subagent_outlives_turn", testSubagentOutlivesTurn},
+		{"exec_subagent_waited", testExecSubagentWaited},
+		{"subagent_nested", testSubagentNested},
+		{"subagent_second_prompt_meanwhile", testSubagentSecondPrompt},
+		{"subagent_close_while_running", testSubagentCloseWhileRunning},
+		{"exec_kills_subagent", testExecKillsSubagent},
+	} {
+		if !t.Run(tc.name, func(t *testing.T) { tc.f(t, h) }) {
+			t.FailNow()
+		}
+	}
+	t.Run("collector", func(t *testing.T) { testCollector(t, h) })
+}
+
+// fromSubagent matches the requests of a subagent's thread (their turn
+// metadata names an agent other than the root).
+func fromSubagent(r scriptedmodel.Request) bool {
+	a := r.CodexAgent()
+	return a != "" && a != "/root"
+}
+
+// deliversAnswer matches a request of the root thread that delivers a
+// subagent's final answer.
+func deliversAnswer(r scriptedmodel.Request) bool {
+	return !fromSubagent(r) && len(r.FinalAnswers()) > 0
+}
+
+// subagentRules: the prompt holding word spawns a subagent (forked from
+// the prompt's history when fork), then waits for it when wait; the
+// subagent answers at once.
+func subagentRules(word string, fork, wait bool) []scriptedmodel.Rule {
+	after := says("spawned, not waiting")
+	if wait {
+		after = calls(scriptedmodel.WaitAgentCall(10000))
+	}
+	return []scriptedmodel.Rule{
+		rule("child", fromSubagent, says("child result")),
+		rule("answer", deliversAnswer, says("the child said: child result")),
+		rule("spawn", asks(word), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD please work", fork))),
+		rule("after-spawn", returns("spawn_agent", "/root/task_1"), after),
+		rule("after-wait", returns("wait_agent", "Wait"), says("waited")),
+	}
+}
+
+// testSubagentWaited: a warm session's prompt spawns a subagent and waits
+// for it (wait_agent); the subagent's request carries its own thread and
+// turn and the prompt's turn as parent_turn_id. The invocation is final
+// with every request, the subagent's included, as one background
+// subagent job that promises no followup.
+func testSubagentWaited(t *testing.T, h *harness) {
+	h.router.SetRules(subagentRules("SUB-WAIT", false, true)...)
+	c, _ := h.client(t, "subagent_waited", WithModel(subagentModel))
+	s := h.start(t, c)
+	r := h.prompt(t, s, "SUB-WAIT: delegate to a subagent")
+	sum := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 1, 0)
+	var rules []string
+	for _, a := range h.router.Answered() {
+		rules = append(rules, a.Rule)
+	}
+	checkUsage(t, "prompt", sum, h.want(rules, nil))
+	if _, n := h.router.Sum("child"); n != 1 {
+		t.Errorf("%d child requests (%v)", n, h.router.Labels())
+	}
+	jobs := h.p.spans("background subagent", r.InvocationID)
+	if len(jobs) != 1 {
+		t.Fatalf("%d background subagent spans", len(jobs))
+	}
+	if got := attr(jobs[0], AttrAgentPath).AsString(); got != "/root/task_1" {
+		t.Errorf("agent path %q", got)
+	}
+	if f := attr(jobs[0], contract.AttrFollowups).AsInt64(); f != 0 {
+		t.Errorf("followups %d", f)
+	}
+	if n := len(h.p.spans("chat "+subagentModel, r.InvocationID)); n != len(h.router.Answered()) {
+		t.Errorf("%d model calls of the invocation, %d answered", n, len(h.router.Answered()))
+	}
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	h.balance(t, s.SessionID())
+}
+
+// testSubagentOutlivesTurn: the prompt's turn ends right after the spawn
+// (forked from its history), once the subagent's first request has
+// arrived; that request is answered (a command) only after the caller has
+// its result, so the subagent's second request starts after the result.
+// Until the subagent's turn ends, the session owes work and the
+// invocation is not final; then it is final with the second request
+// after the result. Codex starts no turn for it.
+func testSubagentOutlivesTurn(t *testing.T, h *harness) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rules := append([]scriptedmodel.Rule{
+		rule("child-after-tool", func(r scriptedmodel.Request) bool {
+			return fromSubagent(r) && returns("exec_command", "child-ok")(r)
+		}, says("child result")),
+		{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall("echo child-ok", 0)),
+			Hold: func(scriptedmodel.Request) {
+				once.Do(func() { close(arrived) })
+				<-release
+			}},
+	}, subagentRules("SUB-LATE", true, false)[1:]...)
+	for i := range rules {
+		if rules[i].Name == "after-spawn" {
+			rules[i].Hold = func(scriptedmodel.Request) { <-arrived }
+		}
+	}
+	h.router.SetRules(rules...)
+	c, _ := h.client(t, "subagent_outlives_turn", WithModel(subagentModel))
+	s := h.start(t, c)
+	r := h.prompt(t, s, "SUB-LATE: delegate and go")
+	if r.Text != "spawned, not waiting" {
+		t.Errorf("result %+v", r)
+	}
+	st, err := s.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.OwesWork {
+		t.Errorf("session owes no work while the subagent runs: %+v", st)
+	}
+	if sum, ok := h.p.ledger().Summary(r.InvocationID); ok && sum.Status == contract.StatusFinal {
+		t.Errorf("final while the subagent runs: %+v", sum)
+	}
+	close(release)
+	sum := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 1, 0)
+	checkUsage(t, "prompt", sum, h.want([]string{"spawn", "after-spawn", "child", "child-after-tool"}, []string{"child-after-tool"}))
+	if n := len(h.p.spans("execute_tool exec_command", r.InvocationID)); n != 1 {
+		t.Errorf("%d execute_tool exec_command spans (the subagent's command)", n)
+	}
+	if st, _ := s.State(); st.OwesWork {
+		t.Errorf("session owes work after the subagent ended: %+v", st)
+	}
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	h.balance(t, s.SessionID())
+}
+
+// testExecSubagentWaited: `codex exec` spawns a subagent and waits for
+// it: every request is the run's, the subagent's under its job, which
+// ends when the answer is delivered (no app-server events in exec).
+func testExecSubagentWaited(t *testing.T, h *harness) {
+	h.router.SetRules(subagentRules("EXEC-SUB", false, true)...)
+	c, _ := h.client(t, "exec_subagent_waited", WithModel(subagentModel))
+	r, err := c.Run(testCtx(t), "EXEC-SUB: delegate to a subagent")
+	if err != nil {
+		t.Fatalf("run: %v (calls %v)", err, h.router.Labels())
+	}
+	sum := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "run", sum, contract.StatusFinal, nil, nil, 1, 0)
+	var rules []string
+	for _, a := range h.router.Answered() {
+		rules = append(rules, a.Rule)
+	}
+	checkUsage(t, "run", sum, h.want(rules, nil))
+	if _, n := h.router.Sum("child"); n != 1 {
+		t.Errorf("%d child requests (%v)", n, h.router.Labels())
+	}
+	if n := len(h.p.spans("background subagent", r.InvocationID)); n != 1 {
+		t.Errorf("%d background subagent spans", n)
+	}
+	h.balance(t, r.SessionID)
+}
+
+// agentIs matches the requests of the agent named path.
+func agentIs(path string) func(scriptedmodel.Request) bool {
+	return func(r scriptedmodel.Request) bool { return r.CodexAgent() == path }
+}
+
+// answerFrom matches a request of agent that delivers the final answer of
+// the agent named from.
+func answerFrom(agent, from string) func(scriptedmodel.Request) bool {
+	return func(r scriptedmodel.Request) bool {
+		return r.CodexAgent() == agent && slices.Contains(r.FinalAnswers(), from)
+	}
+}
+
+func both(a, b func(scriptedmodel.Request) bool) func(scriptedmodel.Request) bool {
+	return func(r scriptedmodel.Request) bool { return a(r) && b(r) }
+}
+
+// testSubagentNested: a subagent spawns a subagent of its own and waits
+// for it; the inner one's requests name the outer one's turn as their
+// parent_turn_id. Both are jobs of the prompt's invocation, final with
+// every request.
+func testSubagentNested(t *testing.T, h *harness) {
+	outer, inner := "/root/task_1", "/root/task_1/task_2"
+	h.router.SetRules(
+		rule("inner", agentIs(inner), says("inner result")),
+		rule("outer-answer", answerFrom(outer, inner), says("outer result")),
+		rule("outer-after-wait", both(agentIs(outer), returns("wait_agent", "Wait")), says("outer waited")),
+		rule("outer-after-spawn", both(agentIs(outer), returns("spawn_agent", inner)), calls(scriptedmodel.WaitAgentCall(10000))),
+		rule("outer", agentIs(outer), calls(scriptedmodel.SpawnAgentCall("task_2", "INNER work", false))),
+		rule("answer", answerFrom("/root", outer), says("nested done")),
+		rule("after-wait", both(agentIs("/root"), returns("wait_agent", "Wait")), says("waited")),
+		rule("after-spawn", both(agentIs("/root"), returns("spawn_agent", outer)), calls(scriptedmodel.WaitAgentCall(10000))),
+		rule("spawn", asks("SUB-NESTED"), calls(scriptedmodel.SpawnAgentCall("task_1", "OUTER work", false))),
+	)
+	c, _ := h.client(t, "subagent_nested", WithModel(subagentModel))
+	s := h.start(t, c)
+	r := h.prompt(t, s, "SUB-NESTED: delegate twice")
+	sum := h.wait(t, c, r.InvocationID)
+	var rules []string
+	for _, a := range h.router.Answered() {
+		rules = append(rules, a.Rule)
+	}
+	jobs := h.p.spans("background subagent", r.InvocationID)
+	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, int64(len(jobs)), 0)
+	checkUsage(t, "prompt", sum, h.want(rules, nil))
+	if _, n := h.router.Sum("inner"); n != 1 {
+		t.Errorf("%d inner requests (%v)", n, h.router.Labels())
+	}
+	paths := map[string]bool{}
+	for _, j := range jobs {
+		paths[attr(j, AttrAgentPath).AsString()] = true
+	}
+	if !paths[outer] || !paths[inner] {
+		t.Errorf("jobs of %v (model calls %v)", paths, h.router.Labels())
+	}
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	h.balance(t, s.SessionID())
+}
+
+// testSubagentSecondPrompt: a subagent the first prompt spawned is still
+// working while a second prompt runs its own turn: the subagent's
+// requests stay the first prompt's (its parent_turn_id), whatever runs
+// when they come.
+func testSubagentSecondPrompt(t *testing.T, h *harness) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.router.SetRules(
+		rule("child-after-tool", both(fromSubagent, returns("exec_command", "child-ok")), says("child result")),
+		scriptedmodel.Rule{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall("echo child-ok", 0)),
+			Hold: func(scriptedmodel.Request) {
+				once.Do(func() { close(arrived) })
+				<-release
+			}},
+		scriptedmodel.Rule{Name: "after-spawn", Match: returns("spawn_agent", "/root/task_1"), Answer: says("spawned"),
+			Hold: func(scriptedmodel.Request) { <-arrived }},
+		rule("spawn", asks("SUB-FIRST"), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
+		rule("second", asks("SUB-SECOND"), says("second answer")),
+	)
+	c, _ := h.client(t, "subagent_second_prompt", WithModel(subagentModel))
+	s := h.start(t, c)
+	a := h.prompt(t, s, "SUB-FIRST: delegate")
+	b := h.prompt(t, s, "SUB-SECOND: something else")
+	sb := h.wait(t, c, b.InvocationID)
+	wantSummary(t, "second", sb, contract.StatusFinal, nil, nil, 0, 0)
+	checkUsage(t, "second", sb, h.want([]string{"second"}, nil))
+	close(release)
+	sa := h.wait(t, c, a.InvocationID)
+	wantSummary(t, "first", sa, contract.StatusFinal, nil, nil, 1, 0)
+	checkUsage(t, "first", sa, h.want([]string{"spawn", "after-spawn", "child", "child-after-tool"}, []string{"child-after-tool"}))
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	h.balance(t, s.SessionID())
+}
+
+// testSubagentCloseWhileRunning: the session is closed while a subagent
+// runs a command: app-server ends, and the subagent's job closes
+// interrupted (followup_interrupted).
+func testSubagentCloseWhileRunning(t *testing.T, h *harness) {
+	c, work := h.client(t, "subagent_close_while_running", WithModel(subagentModel))
+	g := newGate(t, work, "child")
+	arrived := make(chan struct{})
+	var once sync.Once
+	h.router.SetRules(
+		scriptedmodel.Rule{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall(g.command("child-ok"), 30000)),
+			Hold: func(scriptedmodel.Request) { once.Do(func() { close(arrived) }) }},
+		rule("spawn", asks("SUB-CLOSE"), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
+		// Answered once the subagent's request has come: it starts
+		// before the result, so no usage is after it.
+		scriptedmodel.Rule{Name: "after-spawn", Match: returns("spawn_agent", "/root/task_1"), Answer: says("spawned"),
+			Hold: func(scriptedmodel.Request) { <-arrived }},
+	)
+	s := h.start(t, c)
+	r := h.prompt(t, s, "SUB-CLOSE: delegate")
+	<-h.router.Answering("child")
+	waitUntil(t, "the subagent's command running", func() bool {
+		_, err := os.Stat(g.path)
+		return err == nil && h.p.ledger().Session(s.SessionID()).OwesWork
+	})
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	sum := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, []string{contract.AnomalyFollowupInterrupted + ":background subagent"}, 1, 0)
+	checkUsage(t, "prompt", sum, h.want([]string{"spawn", "after-spawn", "child"}, nil))
+	checkDischargedOnce(t, h.p, r.InvocationID)
+	h.balance(t, s.SessionID())
+}
+
+// testExecKillsSubagent: `codex exec` exits after its turn while a
+// subagent runs a command: the subagent's job closes interrupted.
+func testExecKillsSubagent(t *testing.T, h *harness) {
+	c, work := h.client(t, "exec_kills_subagent", WithModel(subagentModel))
+	g := newGate(t, work, "child")
+	arrived := make(chan struct{})
+	var once sync.Once
+	h.router.SetRules(
+		scriptedmodel.Rule{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall(g.command("child-ok"), 30000)),
+			Hold: func(scriptedmodel.Request) { once.Do(func() { close(arrived) }) }},
+		rule("spawn", asks("EXEC-SUB-KILL"), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
+		scriptedmodel.Rule{Name: "after-spawn", Match: returns("spawn_agent", "/root/task_1"), Answer: says("spawned"),
+			Hold: func(scriptedmodel.Request) { <-arrived }},
+	)
+	r, err := c.Run(testCtx(t), "EXEC-SUB-KILL: delegate")
+	if err != nil {
+		t.Fatalf("run: %v (calls %v)", err, h.router.Labels())
+	}
+	sum := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "run", sum, contract.StatusFinal, nil, []string{contract.AnomalyFollowupInterrupted + ":background subagent"}, 1, 0)
+	var rules []string
+	for _, a := range h.router.Answered() {
+		rules = append(rules, a.Rule)
+	}
+	checkUsage(t, "run", sum, h.want(rules, nil))
+	h.balance(t, r.SessionID)
+}
