@@ -122,6 +122,8 @@ type subagents struct {
 	// before the spawn result (which then starts no job).
 	spawned map[string]*subagent
 	early   map[string]int
+	// known are the task names whose first turn has a job.
+	known map[string]bool
 }
 
 func (s *subagents) init() {
@@ -129,6 +131,7 @@ func (s *subagents) init() {
 		s.byTurn = make(map[string]*subagent)
 		s.spawned = make(map[string]*subagent)
 		s.early = make(map[string]int)
+		s.known = make(map[string]bool)
 	}
 }
 
@@ -216,8 +219,14 @@ func (m *mapper) subagentTurn(ev evidence) (*subagent, string) {
 		s.j.Span().SetAttributes(attribute.String(AttrThreadID, meta.threadID), attribute.String(AttrTurnID, meta.turnID))
 	default:
 		s = m.startSubagent(parent, meta)
-		m.subs.early[meta.agent]++
+		if !m.subs.known[meta.agent] && len(m.subs.early) < wireproxy.DefaultMaxTools {
+			m.subs.early[meta.agent]++
+		}
 	}
+	if len(m.subs.known) >= wireproxy.DefaultMaxTools {
+		clear(m.subs.known)
+	}
+	m.subs.known[meta.agent] = true
 	if meta.turnID != "" {
 		m.subs.byTurn[meta.turnID] = s
 		m.subs.order = append(m.subs.order, meta.turnID)
@@ -338,10 +347,19 @@ func (m *mapper) subagentTurnCompleted(turnID string) {
 	}
 }
 
-// subagentActivity handles a subAgentActivity item of app-server.
+// subagentActivity handles a subAgentActivity item of app-server: a
+// "completed" one ends the job of the child's turn, or the job its spawn
+// started when no request of the child came.
 func (m *mapper) subagentActivity(it threadItem) {
-	if it.Kind == "completed" {
-		m.subagentTurnCompleted(strings.TrimPrefix(it.ID, "subagent-completed-"))
+	if it.Kind != "completed" {
+		return
+	}
+	m.subagentTurnCompleted(strings.TrimPrefix(it.ID, "subagent-completed-"))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.subs.spawned[it.AgentPath]; ok && it.AgentPath != "" {
+		delete(m.subs.spawned, it.AgentPath)
+		m.endSubagent(s, nil)
 	}
 }
 

@@ -261,3 +261,19 @@ func TestReadSubagentMeta(t *testing.T) {
 		}
 	}
 }
+
+// A spawned agent whose request never came: app-server's "completed" for
+// its task name ends the job its spawn started.
+func TestSubagentCompletedWithoutRequest(t *testing.T) {
+	p := newPipeline(t, nil)
+	m := p.mapper("s")
+	_, a := prompt(m, "t1")
+	ask(t, m, mustReq("t1"), "s1")
+	ask(t, m, spawnResult("t1", "s1"))
+	m.turnCompleted(turnInfo{ID: "t1", Status: "completed"})
+	notFinal(t, p, a)
+	m.event(event{kind: evItemCompleted, turnID: "t1", item: threadItem{Type: "subAgentActivity", Kind: "completed", ID: "subagent-completed-ct9", AgentPath: "/root/task_1"}})
+	if s := summaryNow(t, p, a); s.Status != contract.StatusFinal || s.Usage.BackgroundJobs != 1 {
+		t.Errorf("A %+v", s)
+	}
+}
