@@ -322,6 +322,7 @@ func (m *mapper) oversized() {
 			m.taint(t.ctx, "request too large to read")
 		}
 	}
+	m.taintSubagents("request too large to read")
 }
 
 // event handles one app-server notification.

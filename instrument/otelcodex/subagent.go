@@ -433,3 +433,17 @@ func (m *mapper) exitSubagents() {
 		}
 	}
 }
+
+// taintSubagents keeps the invocations of the subagent turns still open
+// from final: a request nobody could read may have been theirs. It is
+// called with mu held.
+func (m *mapper) taintSubagents(why string) {
+	for _, id := range m.subs.order {
+		if s := m.subs.byTurn[id]; s != nil && !s.ended {
+			m.taint(s.ctx, why)
+		}
+	}
+	for _, s := range m.subs.spawned {
+		m.taint(s.ctx, why)
+	}
+}

@@ -277,3 +277,16 @@ func TestSubagentCompletedWithoutRequest(t *testing.T) {
 		t.Errorf("A %+v", s)
 	}
 }
+
+// A request too large to read may have been an open subagent turn's.
+func TestSubagentOversizedRequest(t *testing.T) {
+	p := newPipeline(t, nil)
+	m := p.mapper("s")
+	_, a := prompt(m, "t1")
+	ask(t, m, subRequest(child, ""))
+	m.turnCompleted(turnInfo{ID: "t1", Status: "completed"})
+	m.oversized()
+	if n := ambiguousSpans(p, a); n != 1 {
+		t.Errorf("%d ambiguous spans of A", n)
+	}
+}
