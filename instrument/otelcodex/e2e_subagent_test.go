@@ -99,6 +99,9 @@ func testSubagentWaited(t *testing.T, h *harness) {
 	if f := attr(jobs[0], contract.AttrFollowups).AsInt64(); f != 0 {
 		t.Errorf("followups %d", f)
 	}
+	if tools := h.p.spans("execute_tool spawn_agent", r.InvocationID); len(tools) != 1 || jobs[0].Parent().SpanID() != tools[0].SpanContext().SpanID() {
+		t.Errorf("the job is not the child of the one spawn_agent span (%d)", len(tools))
+	}
 	if n := len(h.p.spans("chat "+subagentModel, r.InvocationID)); n != len(h.router.Answered()) {
 		t.Errorf("%d model calls of the invocation, %d answered", n, len(h.router.Answered()))
 	}

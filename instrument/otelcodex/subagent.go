@@ -141,6 +141,8 @@ func (m *mapper) attributeSubagent(ev evidence) wireproxy.Decision {
 	m.subs.init()
 	s, reason := m.subagentTurn(ev)
 	if s == nil {
+		// Its tool results are not recorded: which of them are its own
+		// calls' (not a forked history's), nobody knows.
 		if m.exited {
 			reason = UnattributedExited
 		}
