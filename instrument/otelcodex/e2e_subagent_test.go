@@ -1,12 +1,20 @@
 package otelcodex
 
 import (
+	"context"
+	"errors"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/testbin"
 	"github.com/agentledger/agentledger/scriptedmodel"
 )
 
@@ -293,15 +301,15 @@ func testSubagentSecondPrompt(t *testing.T, h *harness) {
 }
 
 // testSubagentCloseWhileRunning: the session is closed while a subagent
-// runs a command: app-server ends, and the subagent's job closes
-// interrupted (followup_interrupted).
+// runs a command: app-server ends, the command is gone (by its pid), and
+// the subagent's job closes interrupted (followup_interrupted).
 func testSubagentCloseWhileRunning(t *testing.T, h *harness) {
 	c, work := h.client(t, "subagent_close_while_running", WithModel(subagentModel))
-	g := newGate(t, work, "child")
+	pidFile := filepath.Join(work, "child.pid")
 	arrived := make(chan struct{})
 	var once sync.Once
 	h.router.SetRules(
-		scriptedmodel.Rule{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall(g.command("child-ok"), 30000)),
+		scriptedmodel.Rule{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall("echo $$ > "+pidFile+"; exec sleep 300", 30000)),
 			Hold: func(scriptedmodel.Request) { once.Do(func() { close(arrived) }) }},
 		rule("spawn", asks("SUB-CLOSE"), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
 		// Answered once the subagent's request has come: it starts
@@ -311,14 +319,24 @@ func testSubagentCloseWhileRunning(t *testing.T, h *harness) {
 	)
 	s := h.start(t, c)
 	r := h.prompt(t, s, "SUB-CLOSE: delegate")
-	<-h.router.Answering("child")
+	var pid int
 	waitUntil(t, "the subagent's command running", func() bool {
-		_, err := os.Stat(g.path)
-		return err == nil && h.p.ledger().Session(s.SessionID()).OwesWork
+		b, err := os.ReadFile(pidFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
 	})
+	if !h.p.ledger().Session(s.SessionID()).OwesWork {
+		t.Error("the session owes no work while the subagent runs")
+	}
 	if err := s.Close(testCtx(t)); err != nil {
 		t.Error(err)
 	}
+	waitUntil(t, "the subagent's command killed", func() bool {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	})
 	sum := h.wait(t, c, r.InvocationID)
 	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, []string{contract.AnomalyFollowupInterrupted + ":background subagent"}, 1, 0)
 	checkUsage(t, "prompt", sum, h.want([]string{"spawn", "after-spawn", "child"}, nil))
@@ -327,18 +345,24 @@ func testSubagentCloseWhileRunning(t *testing.T, h *harness) {
 }
 
 // testExecKillsSubagent: `codex exec` exits after its turn while a
-// subagent runs a command: the subagent's job closes interrupted.
+// subagent runs a command: the command is gone (by its pid), and the
+// subagent's job closes interrupted.
 func testExecKillsSubagent(t *testing.T, h *harness) {
 	c, work := h.client(t, "exec_kills_subagent", WithModel(subagentModel))
-	g := newGate(t, work, "child")
-	arrived := make(chan struct{})
-	var once sync.Once
+	pidFile := filepath.Join(work, "child.pid")
 	h.router.SetRules(
-		scriptedmodel.Rule{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall(g.command("child-ok"), 30000)),
-			Hold: func(scriptedmodel.Request) { once.Do(func() { close(arrived) }) }},
+		rule("child", fromSubagent, calls(scriptedmodel.ExecCommandCall("echo $$ > "+pidFile+"; exec sleep 300", 30000))),
 		rule("spawn", asks("EXEC-SUB-KILL"), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
+		// The prompt's turn ends once the subagent's command runs.
 		scriptedmodel.Rule{Name: "after-spawn", Match: returns("spawn_agent", "/root/task_1"), Answer: says("spawned"),
-			Hold: func(scriptedmodel.Request) { <-arrived }},
+			Hold: func(scriptedmodel.Request) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = testbin.Poll(ctx, 10*time.Millisecond, func() (bool, string, error) {
+					b, err := os.ReadFile(pidFile)
+					return err == nil && strings.HasSuffix(string(b), "\n"), "the subagent's command running", nil
+				})
+			}},
 	)
 	r, err := c.Run(testCtx(t), "EXEC-SUB-KILL: delegate")
 	if err != nil {
@@ -351,5 +375,16 @@ func testExecKillsSubagent(t *testing.T, h *harness) {
 		rules = append(rules, a.Rule)
 	}
 	checkUsage(t, "run", sum, h.want(rules, nil))
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the subagent's command did not run: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the subagent's command killed", func() bool {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	})
 	h.balance(t, r.SessionID)
 }
