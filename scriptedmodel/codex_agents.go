@@ -28,6 +28,14 @@ func WaitAgentCall(timeoutMS int) ToolCall {
 	return ToolCall{Name: "wait_agent", Namespace: "collaboration", Arguments: `{"timeout_ms":` + itoa(timeoutMS) + `}`}
 }
 
+// FollowupTaskCall is a call of Codex's followup_task tool: it sends the
+// agent target (a task name) message as a new task, which starts a turn
+// of that agent when it is idle.
+func FollowupTaskCall(target, message string) ToolCall {
+	b, _ := json.Marshal(map[string]any{"target": target, "message": message})
+	return ToolCall{Name: "followup_task", Namespace: "collaboration", Arguments: string(b)}
+}
+
 // CodexAgent returns the agent_name of a Codex request's
 // X-Codex-Turn-Metadata: "/root" for the main thread, the canonical task
 // name ("/root/task_1") for a subagent's; "" when absent.

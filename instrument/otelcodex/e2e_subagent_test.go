@@ -36,6 +36,7 @@ func TestCodexSubagents(t *testing.T) {
 		{"subagent_outlives_turn", testSubagentOutlivesTurn},
 		{"exec_subagent_waited", testExecSubagentWaited},
 		{"subagent_nested", testSubagentNested},
+		{"subagent_followup_task", testSubagentFollowupTask},
 		{"subagent_second_prompt_meanwhile", testSubagentSecondPrompt},
 		{"subagent_close_while_running", testSubagentCloseWhileRunning},
 		{"exec_kills_subagent", testExecKillsSubagent},
@@ -387,4 +388,60 @@ func testExecKillsSubagent(t *testing.T, h *harness) {
 		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 	})
 	h.balance(t, r.SessionID)
+}
+
+// testSubagentFollowupTask: after the subagent's answer the prompt sends
+// it another task (followup_task), which starts a second turn of the same
+// thread whose parent_turn_id is the prompt's turn: two subagent jobs of
+// the prompt's invocation, final with every request.
+func testSubagentFollowupTask(t *testing.T, h *harness) {
+	answers := func(n int) func(scriptedmodel.Request) bool {
+		return func(r scriptedmodel.Request) bool {
+			if r.CodexAgent() != "/root" || len(r.FinalAnswers()) == 0 {
+				return false
+			}
+			got := 0
+			for _, it := range r.Items() {
+				if it.Type == "agent_message" {
+					got++
+				}
+			}
+			return got == n
+		}
+	}
+	h.router.SetRules(
+		rule("child", fromSubagent, says("child result")),
+		rule("first-answer", answers(1), calls(scriptedmodel.FollowupTaskCall("task_1", "MORE work"))),
+		rule("second-answer", answers(2), says("both answers in")),
+		rule("after-followup", returns("followup_task", ""), calls(scriptedmodel.WaitAgentCall(10000))),
+		rule("spawn", asks("SUB-FOLLOWUP"), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
+		rule("after-spawn", returns("spawn_agent", "/root/task_1"), calls(scriptedmodel.WaitAgentCall(10000))),
+	)
+	c, _ := h.client(t, "subagent_followup_task", WithModel(subagentModel))
+	s := h.start(t, c)
+	r := h.prompt(t, s, "SUB-FOLLOWUP: delegate twice to one agent")
+	if r.Text != "both answers in" {
+		t.Errorf("result %+v (model calls %v)", r, h.router.Labels())
+	}
+	sum := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 2, 0)
+	var rules []string
+	for _, a := range h.router.Answered() {
+		rules = append(rules, a.Rule)
+	}
+	checkUsage(t, "prompt", sum, h.want(rules, nil))
+	if _, n := h.router.Sum("child"); n != 2 {
+		t.Errorf("%d child requests (%v)", n, h.router.Labels())
+	}
+	turns := map[string]bool{}
+	for _, j := range h.p.spans("background subagent", r.InvocationID) {
+		turns[attr(j, AttrTurnID).AsString()] = true
+	}
+	if len(turns) != 2 {
+		t.Errorf("jobs of turns %v", turns)
+	}
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	h.balance(t, s.SessionID())
 }
