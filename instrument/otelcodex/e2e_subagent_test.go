@@ -63,7 +63,8 @@ func deliversAnswer(r scriptedmodel.Request) bool {
 
 // subagentRules: the prompt holding word spawns a subagent (forked from
 // the prompt's history when fork), then waits for it when wait; the
-// subagent answers at once.
+// subagent answers at once; a continuation (DefaultContinueText) reads
+// the answer with wait_agent.
 func subagentRules(word string, fork, wait bool) []scriptedmodel.Rule {
 	after := says("spawned, not waiting")
 	if wait {
@@ -72,6 +73,7 @@ func subagentRules(word string, fork, wait bool) []scriptedmodel.Rule {
 	return []scriptedmodel.Rule{
 		rule("child", fromSubagent, says("child result")),
 		rule("answer", deliversAnswer, says("the child said: child result")),
+		rule("continue", asks("has finished"), calls(scriptedmodel.WaitAgentCall(10000))),
 		rule("spawn", asks(word), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD please work", fork))),
 		rule("after-spawn", returns("spawn_agent", "/root/task_1"), after),
 		rule("after-wait", returns("wait_agent", "Wait"), says("waited")),
@@ -105,9 +107,8 @@ func testSubagentWaited(t *testing.T, h *harness) {
 	if got := attr(jobs[0], AttrAgentPath).AsString(); got != "/root/task_1" {
 		t.Errorf("agent path %q", got)
 	}
-	if f := attr(jobs[0], contract.AttrFollowups).AsInt64(); f != 0 {
-		t.Errorf("followups %d", f)
-	}
+	// Its answer, read in the prompt's own turn, discharges it.
+	checkDischargedOnce(t, h.p, r.InvocationID)
 	if tools := h.p.spans("execute_tool spawn_agent", r.InvocationID); len(tools) != 1 || jobs[0].Parent().SpanID() != tools[0].SpanContext().SpanID() {
 		t.Errorf("the job is not the child of the one spawn_agent span (%d)", len(tools))
 	}
@@ -125,8 +126,10 @@ func testSubagentWaited(t *testing.T, h *harness) {
 // arrived; that request is answered (a command) only after the caller has
 // its result, so the subagent's second request starts after the result.
 // Until the subagent's turn ends, the session owes work and the
-// invocation is not final; then it is final with the second request
-// after the result. Codex starts no turn for it.
+// invocation is not final. Codex starts no turn for its answer: the
+// Session starts the continuation (ContinueAuto), which reads it with
+// wait_agent; the invocation is then final with the second request and
+// the continuation's after the result.
 func testSubagentOutlivesTurn(t *testing.T, h *harness) {
 	arrived, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -164,8 +167,10 @@ func testSubagentOutlivesTurn(t *testing.T, h *harness) {
 	}
 	close(release)
 	sum := h.wait(t, c, r.InvocationID)
-	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 1, 0)
-	checkUsage(t, "prompt", sum, h.want([]string{"spawn", "after-spawn", "child", "child-after-tool"}, []string{"child-after-tool"}))
+	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 1, 1)
+	late := []string{"child-after-tool", "continue", "answer"}
+	checkUsage(t, "prompt", sum, h.want(append([]string{"spawn", "after-spawn", "child"}, late...), late))
+	checkDischargedOnce(t, h.p, r.InvocationID)
 	if n := len(h.p.spans("execute_tool exec_command", r.InvocationID)); n != 1 {
 		t.Errorf("%d execute_tool exec_command spans (the subagent's command)", n)
 	}
@@ -190,6 +195,7 @@ func testExecSubagentWaited(t *testing.T, h *harness) {
 	}
 	sum := h.wait(t, c, r.InvocationID)
 	wantSummary(t, "run", sum, contract.StatusFinal, nil, nil, 1, 0)
+	checkDischargedOnce(t, h.p, r.InvocationID)
 	var rules []string
 	for _, a := range h.router.Answered() {
 		rules = append(rules, a.Rule)
@@ -249,6 +255,7 @@ func testSubagentNested(t *testing.T, h *harness) {
 	jobs := h.p.spans("background subagent", r.InvocationID)
 	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, int64(len(jobs)), 0)
 	checkUsage(t, "prompt", sum, h.want(rules, nil))
+	checkDischargedOnce(t, h.p, r.InvocationID)
 	if _, n := h.router.Sum("inner"); n != 1 {
 		t.Errorf("%d inner requests (%v)", n, h.router.Labels())
 	}
@@ -283,6 +290,8 @@ func testSubagentSecondPrompt(t *testing.T, h *harness) {
 			Hold: func(scriptedmodel.Request) { <-arrived }},
 		rule("spawn", asks("SUB-FIRST"), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
 		rule("second", asks("SUB-SECOND"), says("second answer")),
+		rule("answer", deliversAnswer, says("noted")),
+		rule("continue", asks("has finished"), calls(scriptedmodel.WaitAgentCall(10000))),
 	)
 	c, _ := h.client(t, "subagent_second_prompt", WithModel(subagentModel))
 	s := h.start(t, c)
@@ -293,8 +302,10 @@ func testSubagentSecondPrompt(t *testing.T, h *harness) {
 	checkUsage(t, "second", sb, h.want([]string{"second"}, nil))
 	close(release)
 	sa := h.wait(t, c, a.InvocationID)
-	wantSummary(t, "first", sa, contract.StatusFinal, nil, nil, 1, 0)
-	checkUsage(t, "first", sa, h.want([]string{"spawn", "after-spawn", "child", "child-after-tool"}, []string{"child-after-tool"}))
+	wantSummary(t, "first", sa, contract.StatusFinal, nil, nil, 1, 1)
+	late := []string{"child-after-tool", "continue", "answer"}
+	checkUsage(t, "first", sa, h.want(append([]string{"spawn", "after-spawn", "child"}, late...), late))
+	checkDischargedOnce(t, h.p, a.InvocationID)
 	if err := s.Close(testCtx(t)); err != nil {
 		t.Error(err)
 	}
@@ -425,6 +436,7 @@ func testSubagentFollowupTask(t *testing.T, h *harness) {
 	}
 	sum := h.wait(t, c, r.InvocationID)
 	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 2, 0)
+	checkDischargedOnce(t, h.p, r.InvocationID)
 	var rules []string
 	for _, a := range h.router.Answered() {
 		rules = append(rules, a.Rule)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -65,7 +66,10 @@ const (
 // kindSubagent is the suffix of a subagent's background span.
 const kindSubagent = "subagent"
 
-var errSubagentKilled = errors.New("codex: subagent killed when codex exited")
+var (
+	errSubagentKilled   = errors.New("codex: subagent killed when codex exited")
+	errSubagentReplaced = errors.New("codex: a second spawn of the task name before its first request")
+)
 
 // subagentMeta is what X-Codex-Turn-Metadata says of a subagent's request.
 type subagentMeta struct {
@@ -102,6 +106,8 @@ type subagent struct {
 	meta subagentMeta
 	ctx  context.Context
 	j    *instrument.Job
+	// jb is its job among the mapper's (its followup: its answer).
+	jb *job
 	// calls counts its requests in flight; final is set when its last
 	// response asked for no tool: Codex ends a turn there.
 	calls int
@@ -137,7 +143,7 @@ func (s *subagents) init() {
 
 // attributeSubagent decides the owner of a subagent's request. It is
 // called with mu held.
-func (m *mapper) attributeSubagent(ev evidence) wireproxy.Decision {
+func (m *mapper) attributeSubagent(ev evidence, body []byte) wireproxy.Decision {
 	m.subs.init()
 	s, reason := m.subagentTurn(ev)
 	if s == nil {
@@ -148,6 +154,7 @@ func (m *mapper) attributeSubagent(ev evidence) wireproxy.Decision {
 		}
 		ctx, inv := m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
 		inv.Span().SetAttributes(providerAttr)
+		m.answersRead(ctx, body)
 		return m.decision(ctx, func() { inv.End() })
 	}
 	// Only the results of the subagent's own calls are its tools: a
@@ -160,6 +167,7 @@ func (m *mapper) attributeSubagent(ev evidence) wireproxy.Decision {
 	}
 	ev.outputs = own
 	m.toolResults(s.ctx, ev)
+	m.answersRead(s.ctx, body)
 	s.calls++
 	d := m.decision(s.ctx, nil)
 	asked := 0
@@ -289,7 +297,10 @@ func (m *mapper) startSubagent(ctx context.Context, meta subagentMeta) *subagent
 		attrs = append(attrs, attribute.String(AttrThreadID, meta.threadID), attribute.String(AttrTurnID, meta.turnID))
 	}
 	jctx, j := m.tracker.StartBackground(ctx, kindSubagent, trace.WithAttributes(attrs...))
-	return &subagent{meta: meta, ctx: jctx, j: j}
+	m.jobSeq++
+	jb := &job{callID: fmt.Sprintf("subagent-%d", m.jobSeq), agent: meta.agent, j: j, carrier: j.Carrier(), seq: m.jobSeq}
+	m.jobs[jb.callID] = jb
+	return &subagent{meta: meta, ctx: jctx, j: j, jb: jb}
 }
 
 // spawned handles the result of a spawn_agent call (tool span tctx, still
@@ -316,7 +327,7 @@ func (m *mapper) spawned(tctx context.Context, o toolOutput) {
 		// which turn is whose, nothing says.
 		m.taint(old.ctx, "two spawns of one task name")
 		m.taint(tctx, "two spawns of one task name")
-		m.endSubagent(old, nil)
+		m.endSubagent(old, errSubagentReplaced)
 	}
 	if len(m.subs.spawned) >= wireproxy.DefaultMaxTools {
 		return // bounded: its turn's job will start at its first request
@@ -324,18 +335,24 @@ func (m *mapper) spawned(tctx context.Context, o toolOutput) {
 	m.subs.spawned[res.TaskName] = m.startSubagent(tctx, subagentMeta{agent: res.TaskName})
 }
 
-// endSubagent ends a subagent turn's job once: it promises no followup
-// (Codex posts its answer into no later turn), unless cause says it was
-// killed. It is called with mu held.
+// endSubagent ends a subagent turn's job once. Its answer waits in the
+// parent's mailbox: the job is pending (its continuation owed) until a
+// turn reads it (answersRead) or a continuation is started for it; with
+// cause (it will never answer) its followup closes interrupted. It is
+// called with mu held.
 func (m *mapper) endSubagent(s *subagent, cause error) {
 	if s.ended {
 		return
 	}
 	s.ended = true
-	s.j.End(cause, cause != nil)
-	if cause != nil {
-		_ = m.tracker.CloseFollowup(context.Background(), s.j.Carrier(), contract.ReasonInterrupted, "")
+	if cause == nil {
+		m.endJob(s.jb, "", nil, nil)
+		return
 	}
+	m.endJob(s.jb, "", nil, cause)
+	m.settle(s.jb, func() {
+		_ = m.tracker.CloseFollowup(context.Background(), s.jb.carrier, contract.ReasonInterrupted, "")
+	})
 }
 
 // subagentTurnCompleted handles app-server's report that a subagent turn
@@ -365,18 +382,24 @@ func (m *mapper) subagentActivity(it threadItem) {
 	}
 }
 
-// answersRead ends the jobs of the subagents whose FINAL_ANSWER a
-// request's new input delivers: their turn is over. It is called with mu
-// held.
-func (m *mapper) answersRead(body []byte) {
+// answersRead records that the turn running in ctx read the answers its
+// request delivers (FINAL_ANSWER agent messages): for each, the oldest
+// unsettled turn of that agent has ended, and its followup is discharged
+// by that turn when it is the job's invocation's, else closed consumed_by
+// that turn's invocation. It is called with mu held.
+func (m *mapper) answersRead(ctx context.Context, body []byte) {
 	if len(m.subs.byTurn) == 0 || !bytes.Contains(body, []byte(`"agent_message"`)) {
 		return
 	}
 	for _, agent := range finalAnswers(body) {
 		for _, id := range m.subs.order {
-			if s := m.subs.byTurn[id]; s != nil && s.meta.agent == agent && !s.ended && s.calls == 0 {
-				m.endSubagent(s, nil)
+			s := m.subs.byTurn[id]
+			if s == nil || s.meta.agent != agent || s.jb.settled || s.calls > 0 {
+				continue
 			}
+			m.endSubagent(s, nil)
+			m.settle(s.jb, func() { _ = m.tracker.ConsumeFollowup(ctx, s.jb.carrier) })
+			break
 		}
 	}
 }
@@ -415,9 +438,11 @@ func finalAnswers(body []byte) []string {
 	return out
 }
 
-// exitSubagents ends the subagent turns still open when Codex exited: one
-// whose last response asked for no tool had ended its turn; any other was
-// killed (interrupted). It is called with mu held.
+// exitSubagents ends the subagent turns still open when Codex exited
+// (m.exited is set): one whose last response asked for no tool had ended
+// its turn, its unread answer's followup then closes like an ended
+// command's (exit); any other was killed (interrupted). It is called with
+// mu held.
 func (m *mapper) exitSubagents() {
 	for _, s := range m.subs.spawned {
 		// Spawned, and no request of it came.

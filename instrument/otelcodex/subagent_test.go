@@ -46,6 +46,12 @@ func spawnResult(turn, id string) wireReq {
 		output(id, `{"task_name":"/root/task_1"}`))
 }
 
+// answer is a request of turn delivering the final answer of agent.
+func answer(turn, agent string) wireReq {
+	return request(turn, map[string]any{"type": "agent_message", "author": agent, "recipient": "/root",
+		"content": []any{map[string]any{"type": "input_text", "text": "Message Type: FINAL_ANSWER\nTask name: /root\nSender: " + agent + "\nPayload:\nok"}}})
+}
+
 var child = subMeta{agent: "/root/task_1", thread: "cth", turn: "ct1", parentTurn: "t1", rootTurn: "t1"}
 
 func summaryNow(t *testing.T, p *pipeline, id string) instrument.Summary {
@@ -85,11 +91,22 @@ func TestSubagentAttributedByParentTurn(t *testing.T) {
 	}
 	notFinal(t, p, a)
 	m.event(event{kind: evTurnCompleted, turnID: "ct1", turn: turnInfo{ID: "ct1", Status: "completed"}})
+	// Its answer waits in the mailbox: A owes the turn that reads it.
+	notFinal(t, p, a)
+	if got := m.takeCompletions(); len(got) != 1 || got[0].Agent != child.agent || got[0].InvocationID != a {
+		t.Errorf("completions %+v", got)
+	}
+	// B's turn reads it (wait_agent): consumed_by B.
+	ask(t, m, answer("t2", child.agent))
 	m.turnCompleted(turnInfo{ID: "t2", Status: "completed"})
 	sa := summaryNow(t, p, a)
 	if sa.Status != contract.StatusFinal || sa.Usage.BackgroundJobs != 1 || sa.Usage.ModelCalls != 0 {
 		// The proxy makes the model-call spans; here there are none.
 		t.Errorf("A %+v", sa)
+	}
+	checkDischargedOnce(t, p, a)
+	if n := len(p.spans(contract.SpanNameFollowupClosed, a)); n != 1 {
+		t.Errorf("%d followup_closed spans (consumed_by B)", n)
 	}
 	jobs := p.spans("background subagent", a)
 	tools := p.spans("execute_tool spawn_agent", a)
@@ -98,9 +115,6 @@ func TestSubagentAttributedByParentTurn(t *testing.T) {
 	}
 	if jobs[0].Parent().SpanID() != tools[0].SpanContext().SpanID() {
 		t.Errorf("job not a child of the spawn_agent span")
-	}
-	if f := attr(jobs[0], contract.AttrFollowups).AsInt64(); f != 0 {
-		t.Errorf("followups %d", f)
 	}
 	if got := attr(jobs[0], AttrTurnID).AsString(); got != "ct1" {
 		t.Errorf("job turn %q", got)
@@ -135,10 +149,13 @@ func TestSubagentRequestBeforeSpawnResult(t *testing.T) {
 		t.Errorf("%d exec_command tool spans of the subagent", n)
 	}
 	m.event(event{kind: evItemCompleted, turnID: "t1", item: threadItem{Type: "subAgentActivity", Kind: "completed", ID: "subagent-completed-ct1"}})
+	// A's own turn reads the answer: the followup is discharged there.
+	ask(t, m, answer("t1", child.agent))
 	m.turnCompleted(turnInfo{ID: "t1", Status: "completed"})
 	if sa := summaryNow(t, p, a); sa.Status != contract.StatusFinal || sa.Usage.BackgroundJobs != 1 {
 		t.Errorf("A %+v (one job, not a second from the late spawn result)", sa)
 	}
+	checkDischargedOnce(t, p, a)
 }
 
 func TestSubagentUnknownParentTurn(t *testing.T) {
@@ -230,18 +247,14 @@ func TestSubagentOneShot(t *testing.T) {
 		len(s.Anomalies) != 1 || s.Anomalies[0] != contract.AnomalyFollowupInterrupted+":background subagent" {
 		t.Errorf("summary %+v", s)
 	}
-	checkDischargedOnceOrNone(t, p, a)
-}
-
-// checkDischargedOnceOrNone: every background span promising a followup
-// has exactly one span following it up.
-func checkDischargedOnceOrNone(t *testing.T, p *pipeline, inv string) {
-	t.Helper()
-	for _, s := range p.spans("background subagent", inv) {
-		f := attr(s, contract.AttrFollowups).AsInt64()
-		if n := len(p.linksTo(s.SpanContext(), contract.LinkFollowup, inv)); int64(n) != f {
-			t.Errorf("%s: followups %d, %d followup spans", attr(s, AttrAgentPath).AsString(), f, n)
-		}
+	checkDischargedOnce(t, p, a)
+	// task_2's unread answer closed session_closed, task_3 interrupted.
+	reasons := map[string]int{}
+	for _, c := range p.spans(contract.SpanNameFollowupClosed, a) {
+		reasons[attr(c, contract.AttrFollowupReason).AsString()]++
+	}
+	if reasons[contract.ReasonSessionClosed] != 1 || reasons[contract.ReasonInterrupted] != 1 {
+		t.Errorf("followups closed %v", reasons)
 	}
 }
 
@@ -273,7 +286,19 @@ func TestSubagentCompletedWithoutRequest(t *testing.T) {
 	m.turnCompleted(turnInfo{ID: "t1", Status: "completed"})
 	notFinal(t, p, a)
 	m.event(event{kind: evItemCompleted, turnID: "t1", item: threadItem{Type: "subAgentActivity", Kind: "completed", ID: "subagent-completed-ct9", AgentPath: "/root/task_1"}})
-	if s := summaryNow(t, p, a); s.Status != contract.StatusFinal || s.Usage.BackgroundJobs != 1 {
+	// Ended: its continuation is owed, as for any ended subagent turn.
+	m.mu.Lock()
+	jobs := m.nextContinuation("")
+	if len(jobs) != 1 {
+		t.Fatalf("%d pending", len(jobs))
+	}
+	_, cont, err := m.startContinuation(jobs)
+	m.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cont.End()
+	if s := summaryNow(t, p, a); s.Status != contract.StatusFinal || s.Usage.BackgroundJobs != 1 || s.Usage.Continuations != 1 {
 		t.Errorf("A %+v", s)
 	}
 }

@@ -57,9 +57,8 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ev.isSub {
-		return m.attributeSubagent(ev)
+		return m.attributeSubagent(ev, body)
 	}
-	m.answersRead(body)
 	ctx, reason := m.owner(ev)
 	if ctx == nil {
 		if m.exited {
@@ -69,9 +68,11 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
 		inv.Span().SetAttributes(providerAttr)
 		m.toolResults(ctx, ev)
+		m.answersRead(ctx, body)
 		return m.decision(ctx, func() { inv.End() })
 	}
 	m.toolResults(ctx, ev)
+	m.answersRead(ctx, body)
 	return m.decision(ctx, nil)
 }
 
