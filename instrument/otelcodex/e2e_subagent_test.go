@@ -38,6 +38,8 @@ func TestCodexSubagents(t *testing.T) {
 		{"subagent_nested", testSubagentNested},
 		{"subagent_followup_task", testSubagentFollowupTask},
 		{"subagent_second_prompt_meanwhile", testSubagentSecondPrompt},
+		{"subagent_host_continues", testSubagentHostContinues},
+		{"subagent_consumed_by_second_prompt", testSubagentConsumed},
 		{"subagent_close_while_running", testSubagentCloseWhileRunning},
 		{"exec_kills_subagent", testExecKillsSubagent},
 	} {
@@ -132,7 +134,9 @@ func testSubagentWaited(t *testing.T, h *harness) {
 // the continuation's after the result.
 func testSubagentOutlivesTurn(t *testing.T, h *harness) {
 	arrived, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var once, freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(free) // a held request must not outlive a failed test
 	rules := append([]scriptedmodel.Rule{
 		rule("child-after-tool", func(r scriptedmodel.Request) bool {
 			return fromSubagent(r) && returns("exec_command", "child-ok")(r)
@@ -165,7 +169,7 @@ func testSubagentOutlivesTurn(t *testing.T, h *harness) {
 	if sum, ok := h.p.ledger().Summary(r.InvocationID); ok && sum.Status == contract.StatusFinal {
 		t.Errorf("final while the subagent runs: %+v", sum)
 	}
-	close(release)
+	free()
 	sum := h.wait(t, c, r.InvocationID)
 	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 1, 1)
 	late := []string{"child-after-tool", "continue", "answer"}
@@ -278,7 +282,9 @@ func testSubagentNested(t *testing.T, h *harness) {
 // when they come.
 func testSubagentSecondPrompt(t *testing.T, h *harness) {
 	arrived, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var once, freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(free) // a held request must not outlive a failed test
 	h.router.SetRules(
 		rule("child-after-tool", both(fromSubagent, returns("exec_command", "child-ok")), says("child result")),
 		scriptedmodel.Rule{Name: "child", Match: fromSubagent, Answer: calls(scriptedmodel.ExecCommandCall("echo child-ok", 0)),
@@ -300,7 +306,7 @@ func testSubagentSecondPrompt(t *testing.T, h *harness) {
 	sb := h.wait(t, c, b.InvocationID)
 	wantSummary(t, "second", sb, contract.StatusFinal, nil, nil, 0, 0)
 	checkUsage(t, "second", sb, h.want([]string{"second"}, nil))
-	close(release)
+	free()
 	sa := h.wait(t, c, a.InvocationID)
 	wantSummary(t, "first", sa, contract.StatusFinal, nil, nil, 1, 1)
 	late := []string{"child-after-tool", "continue", "answer"}
@@ -452,6 +458,107 @@ func testSubagentFollowupTask(t *testing.T, h *harness) {
 	if len(turns) != 2 {
 		t.Errorf("jobs of turns %v", turns)
 	}
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	h.balance(t, s.SessionID())
+}
+
+// lateSubagent starts a session (ContinueByHost) whose prompt holding word
+// spawns a subagent and ends its turn; the subagent answers once the
+// returned release is called. Completions are sent on the channel.
+func lateSubagent(t *testing.T, h *harness, name, word string, extra ...scriptedmodel.Rule) (*Client, *Session, Result, func(), <-chan Completion) {
+	t.Helper()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rules := append([]scriptedmodel.Rule{
+		{Name: "child", Match: fromSubagent, Answer: says("child result"), Hold: func(scriptedmodel.Request) {
+			once.Do(func() { close(arrived) })
+			<-release
+		}},
+		{Name: "after-spawn", Match: returns("spawn_agent", "/root/task_1"), Answer: says("spawned"),
+			Hold: func(scriptedmodel.Request) { <-arrived }},
+		rule("spawn", asks(word), calls(scriptedmodel.SpawnAgentCall("task_1", "CHILD work", false))),
+	}, extra...)
+	h.router.SetRules(rules...)
+	done := make(chan Completion, 4)
+	c, _ := h.client(t, name, WithModel(subagentModel), WithContinuations(ContinueByHost),
+		WithOnCompletion(func(_ *Session, c Completion) { done <- c }))
+	s := h.start(t, c)
+	r := h.prompt(t, s, word+": delegate")
+	var closeOnce sync.Once
+	free := func() { closeOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // a held request must not outlive a failed test
+	return c, s, r, free, done
+}
+
+// testSubagentHostContinues: with ContinueByHost the host is told of the
+// subagent's end (Completion.Agent) and starts its continuation with
+// Session.Continue, which reads the answer: the continuation of the
+// prompt's invocation.
+func testSubagentHostContinues(t *testing.T, h *harness) {
+	c, s, r, release, done := lateSubagent(t, h, "subagent_host_continues", "SUB-HOST",
+		rule("answer", deliversAnswer, says("the child said: child result")),
+		rule("continue", asks("has finished"), calls(scriptedmodel.WaitAgentCall(10000))))
+	release()
+	var comp Completion
+	select {
+	case comp = <-done:
+	case <-testCtx(t).Done():
+		t.Fatal("no completion")
+	}
+	if comp.Agent != "/root/task_1" || comp.InvocationID != r.InvocationID {
+		t.Fatalf("completion %+v", comp)
+	}
+	if st, _ := s.State(); !st.OwesWork {
+		t.Errorf("no work owed before the host continues: %+v", st)
+	}
+	cr, err := s.Continue(testCtx(t), comp.CallID, DefaultContinueText(comp))
+	if err != nil {
+		t.Fatalf("continue: %v (model calls %v)", err, h.router.Labels())
+	}
+	if cr.InvocationID != r.InvocationID || cr.Text != "the child said: child result" {
+		t.Errorf("continuation %+v", cr)
+	}
+	sum := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "prompt", sum, contract.StatusFinal, nil, nil, 1, 1)
+	late := []string{"continue", "answer"}
+	checkUsage(t, "prompt", sum, h.want(append([]string{"spawn", "after-spawn", "child"}, late...), late))
+	checkDischargedOnce(t, h.p, r.InvocationID)
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Error(err)
+	}
+	h.balance(t, s.SessionID())
+}
+
+// testSubagentConsumed: the subagent ends after its prompt's turn; a
+// second prompt's turn reads its answer (wait_agent): the first
+// invocation's followup is closed consumed_by the second.
+func testSubagentConsumed(t *testing.T, h *harness) {
+	c, s, r, release, done := lateSubagent(t, h, "subagent_consumed", "SUB-CONSUMED",
+		rule("answer", deliversAnswer, says("the child said: child result")),
+		rule("second", asks("SUB-READ"), calls(scriptedmodel.WaitAgentCall(10000))))
+	release()
+	select {
+	case <-done:
+	case <-testCtx(t).Done():
+		t.Fatal("no completion")
+	}
+	b := h.prompt(t, s, "SUB-READ: what did the subagent say?")
+	if b.Text != "the child said: child result" {
+		t.Errorf("second %+v (model calls %v)", b, h.router.Labels())
+	}
+	sa := h.wait(t, c, r.InvocationID)
+	wantSummary(t, "first", sa, contract.StatusFinal, nil, nil, 1, 0)
+	checkUsage(t, "first", sa, h.want([]string{"spawn", "after-spawn", "child"}, nil))
+	checkDischargedOnce(t, h.p, r.InvocationID)
+	closed := h.p.spans(contract.SpanNameFollowupClosed, r.InvocationID)
+	if len(closed) != 1 || attr(closed[0], contract.AttrFollowupConsumer).AsString() != b.InvocationID {
+		t.Errorf("followup_closed %v, want consumed_by %s", closed, b.InvocationID)
+	}
+	sb := h.wait(t, c, b.InvocationID)
+	wantSummary(t, "second", sb, contract.StatusFinal, nil, nil, 0, 0)
+	checkUsage(t, "second", sb, h.want([]string{"second", "answer"}, nil))
 	if err := s.Close(testCtx(t)); err != nil {
 		t.Error(err)
 	}
