@@ -63,8 +63,11 @@
 // turn its parent_turn_id names, started as a child of the spawn_agent
 // tool span, with its model calls and tools under it. It ends when
 // app-server reports the child's turn completed, when the parent reads
-// its FINAL_ANSWER, or at exit (interrupted when it was still working);
-// it promises no followup, since Codex posts none (subagent.go).
+// its answer, or at exit (interrupted when it was still working). Its
+// answer is its followup, as a command's exit is: read by the turn whose
+// request delivers it (after wait_agent), or by a continuation (Codex
+// starts none: ContinueAuto or Session.Continue, Completion.Agent set).
+// See subagent.go.
 //
 // When the process exits, followups nobody will answer close: interrupted
 // for commands still running (codex exec and a closed app-server kill

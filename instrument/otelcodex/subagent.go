@@ -41,11 +41,15 @@ import (
 //   - the job ends when app-server reports the child turn completed (its
 //     turn/completed, or the parent's subAgentActivity "completed"), when
 //     a request of the parent delivers its FINAL_ANSWER, or when Codex
-//     exits. Codex starts no parent turn for a subagent that ended and
-//     does not put its answer into the parent's next turn (verified), so
-//     the job promises no followup: the invocation is final once every
-//     subagent turn it caused has ended. One still running when Codex
-//     exits was killed: it promises one followup, closed interrupted;
+//     exits. Its answer waits in the parent's mailbox, which wait_agent
+//     reads (in any later turn too), so the job promises one followup,
+//     like a background command: the turn whose request delivers the
+//     answer reads it (discharged when it is the job's invocation's, else
+//     consumed_by), or, since Codex starts no parent turn for it, the
+//     Session's continuation (ContinueAuto) or the host's
+//     (Session.Continue, Completion.Agent). At exit an unread answer's
+//     followup closes session_closed (interrupted when the process was
+//     stopped), and a turn still working was killed: interrupted;
 //   - evidence that names two owners (header and body naming different
 //     turns, a parent turn two prompts share, a spawn call of another
 //     invocation, a root_turn_id that is not the parent's) makes the
