@@ -10,7 +10,8 @@ import (
 // TestCodexSubagents -record), replayed: what Codex 0.169.0 reports of
 // its subagents, checked on every run.
 
-var subagentFixtures = []string{"subagent_waited", "subagent_outlives_turn", "subagent_nested", "subagent_second_prompt"}
+var subagentFixtures = []string{"subagent_waited", "subagent_outlives_turn", "subagent_nested", "subagent_second_prompt",
+	"subagent_followup_task", "subagent_host_continues", "subagent_consumed"}
 
 // subagentReplay is what a transcript says of its threads and turns.
 type subagentReplay struct {
@@ -113,28 +114,53 @@ func TestReplaySubagentTurns(t *testing.T) {
 }
 
 // TestReplaySubagentNoWake: a subagent whose turn ends after its
-// parent's turn starts no turn of the parent's thread; a completion
-// reported then is tagged with that finished turn.
+// parent's turn starts no turn of the parent's thread: the next one (the
+// continuation that reads its answer) starts only after a turn/start
+// response that came after the child's turn completed; a completion
+// reported meanwhile is tagged with the finished turn.
 func TestReplaySubagentNoWake(t *testing.T) {
-	s := replaySubagents(t, "subagent_outlives_turn")
-	var rootTurns, childTurns []string
-	for turn, thread := range s.threadOf {
-		if thread == s.root {
-			rootTurns = append(rootTurns, turn)
-		} else {
-			childTurns = append(childTurns, turn)
-		}
-	}
-	if len(rootTurns) != 1 || len(childTurns) != 1 {
-		t.Fatalf("root turns %v, child turns %v", rootTurns, childTurns)
-	}
-	if s.doneAt[childTurns[0]] < s.doneAt[rootTurns[0]] {
-		t.Errorf("child turn completed at %d, before the prompt's turn (%d)", s.doneAt[childTurns[0]], s.doneAt[rootTurns[0]])
-	}
-	for _, c := range s.completions {
-		if c.turnID != rootTurns[0] {
-			t.Errorf("completion %+v not tagged with the prompt's turn %s", c, rootTurns[0])
-		}
+	for _, name := range []string{"subagent_outlives_turn", "subagent_host_continues", "subagent_consumed"} {
+		t.Run(name, func(t *testing.T) {
+			s := replaySubagents(t, name)
+			r := replay(t, name)
+			var responses []int
+			for i, m := range r.msgs {
+				if m.Method == "" && strings.Contains(string(m.Result), `"turn":`) {
+					responses = append(responses, i)
+				}
+			}
+			var rootTurns, childTurns []string
+			for turn, thread := range s.threadOf {
+				if thread == s.root {
+					rootTurns = append(rootTurns, turn)
+				} else {
+					childTurns = append(childTurns, turn)
+				}
+			}
+			if len(rootTurns) != 2 || len(childTurns) != 1 {
+				t.Fatalf("root turns %v, child turns %v", rootTurns, childTurns)
+			}
+			first, second := rootTurns[0], rootTurns[1]
+			if s.startAt[second] < s.startAt[first] {
+				first, second = second, first
+			}
+			childDone := s.doneAt[childTurns[0]]
+			if childDone < s.doneAt[first] {
+				t.Errorf("child turn completed at %d, before the prompt's turn (%d)", childDone, s.doneAt[first])
+			}
+			asked := false
+			for _, at := range responses {
+				asked = asked || (at > childDone && at < s.startAt[second])
+			}
+			if s.startAt[second] < childDone || !asked {
+				t.Errorf("second turn started at %d, child done at %d, turn/start responses at %v", s.startAt[second], childDone, responses)
+			}
+			for _, c := range s.completions {
+				if c.turnID != first {
+					t.Errorf("completion %+v not tagged with the prompt's turn %s", c, first)
+				}
+			}
+		})
 	}
 }
 
