@@ -20,15 +20,15 @@ import (
 // write_stdin read its exit, or Codex exited).
 type job struct {
 	callID, session, command string
-	// agent is a subagent turn's task name (subagent.go); its callID is
-	// then the Client's key "subagent-N".
-	agent          string
-	j              *instrument.Job
-	carrier        instrument.Carrier
-	ended, settled bool
-	exitCode       *int64
+	j                        *instrument.Job
+	carrier                  instrument.Carrier
+	ended, settled           bool
+	exitCode                 *int64
 	// seq orders the jobs by start.
 	seq int
+	// agent is a subagent turn's task name (subagent.go); its callID is
+	// then the Client's key "subagent-N".
+	agent string
 }
 
 // Completion is a background command that ended and whose exit no turn has
