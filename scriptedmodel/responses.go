@@ -46,11 +46,15 @@ func (st Step) responsesItems(seq int) (msg map[string]any, calls []map[string]a
 		}
 	}
 	for i, tc := range st.ToolCalls {
-		calls = append(calls, map[string]any{
+		c := map[string]any{
 			"type": "function_call", "id": fmt.Sprintf("fc_scripted_%d_%d", seq, i),
 			"call_id": st.callID("call", seq, i), "name": tc.Name, "arguments": st.args(i),
 			"status": "completed",
-		})
+		}
+		if tc.Namespace != "" {
+			c["namespace"] = tc.Namespace
+		}
+		calls = append(calls, c)
 	}
 	return msg, calls
 }

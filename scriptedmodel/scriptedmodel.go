@@ -37,6 +37,9 @@ type ToolCall struct {
 	Name string
 	// Arguments is the JSON text of the arguments ("{}" when empty).
 	Arguments string
+	// Namespace is the tool's namespace in a Responses function_call
+	// (Codex's "collaboration" tools), when it has one.
+	Namespace string
 }
 
 // Step is the scripted answer to one request.

@@ -64,6 +64,18 @@
 //     read its exit: the job's followup is discharged by it when it is the
 //     job's invocation's, else closed consumed_by that turn's invocation.
 //
+// Subagents (multi_agent v2's spawn_agent and wait_agent, offered by the
+// gpt-6* models) are attributed by their requests' turn metadata: each
+// subagent turn is a "background subagent" job of the invocation whose
+// turn its parent_turn_id names, started as a child of the spawn_agent
+// tool span, with its model calls and tools under it. It ends when
+// app-server reports the child's turn completed, when the parent reads
+// its answer, or at exit (interrupted when it was still working). Its
+// answer is its followup, as a command's exit is: read by the turn whose
+// request delivers it (after wait_agent), or by a continuation (Codex
+// starts none: ContinueAuto or Session.Continue, Completion.Agent set).
+// See subagent.go.
+//
 // When the process exits, followups nobody will answer close: interrupted
 // for commands still running (codex exec and a closed app-server kill
 // them) or when the process was stopped, session_closed for commands that

@@ -46,6 +46,11 @@ type threadItem struct {
 	ProcessID string `json:"processId"`
 	Status    string `json:"status"`
 	ExitCode  *int64 `json:"exitCode"`
+	// Kind and AgentPath are a subAgentActivity's ("started",
+	// "completed"; "/root/task_1"); its ID is then the spawn call's, or
+	// "subagent-completed-{turn id}".
+	Kind      string `json:"kind"`
+	AgentPath string `json:"agentPath"`
 }
 
 // tokenBreakdown is app-server's usage of one request (last) or a thread

@@ -25,6 +25,9 @@ type evidence struct {
 	outputs []toolOutput
 	// parsed is false when the body's input could not be read.
 	parsed bool
+	// sub is the header's subagent metadata, when isSub (subagent.go).
+	sub   subagentMeta
+	isSub bool
 }
 
 // toolOutput is one tool result a request returns to the model.
@@ -68,6 +71,7 @@ func readEvidence(h http.Header, body []byte) evidence {
 	}
 	if v := h.Get(headerTurnMetadata); v != "" && json.Unmarshal([]byte(v), &meta) == nil {
 		ev.turnID, ev.threadID = meta.TurnID, meta.ThreadID
+		ev.sub, ev.isSub = readSubagentMeta(v)
 	}
 	var req struct {
 		ClientMetadata struct {

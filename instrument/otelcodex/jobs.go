@@ -26,6 +26,9 @@ type job struct {
 	exitCode                 *int64
 	// seq orders the jobs by start.
 	seq int
+	// agent is a subagent turn's task name (subagent.go); its callID is
+	// then the Client's key "subagent-N".
+	agent string
 }
 
 // Completion is a background command that ended and whose exit no turn has
@@ -42,11 +45,20 @@ type Completion struct {
 	Command string
 	// ExitCode is the command's exit code, when app-server reported one.
 	ExitCode *int64
+	// Agent is set for a subagent's turn that ended (its task name, e.g.
+	// "/root/task_1"): its answer waits in the parent's mailbox, which
+	// wait_agent reads. CallID is then the Client's key of the turn, and
+	// ProcessID, Command and ExitCode are empty.
+	Agent string
 }
 
 // DefaultContinueText is the prompt of a continuation the Session starts
-// for a completion: it tells the model which process to read.
+// for a completion: it tells the model which process to read, or which
+// subagent's answer.
 func DefaultContinueText(c Completion) string {
+	if c.Agent != "" {
+		return fmt.Sprintf("The subagent %s has finished. Read its answer with wait_agent and report the result.", c.Agent)
+	}
 	code := "unknown"
 	if c.ExitCode != nil {
 		code = fmt.Sprint(*c.ExitCode)
@@ -56,7 +68,7 @@ func DefaultContinueText(c Completion) string {
 }
 
 func (j *job) completion() Completion {
-	return Completion{InvocationID: j.j.InvocationID(), CallID: j.callID, ProcessID: j.session, Command: j.command, ExitCode: j.exitCode}
+	return Completion{InvocationID: j.j.InvocationID(), CallID: j.callID, ProcessID: j.session, Command: j.command, ExitCode: j.exitCode, Agent: j.agent}
 }
 
 // startJob starts the background span of the command whose exec_command

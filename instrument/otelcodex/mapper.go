@@ -118,6 +118,8 @@ type mapper struct {
 	jobSeq      int
 	calls       int
 	exited      bool
+	// subs are the subagents' turns (subagent.go).
+	subs subagents
 }
 
 func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, agent, session string, turnSync time.Duration) *mapper {
@@ -274,6 +276,7 @@ func (m *mapper) exit(stopped bool) {
 	for _, id := range m.turnOrder {
 		m.endTurn(m.turns[id], "", errExited)
 	}
+	m.exitSubagents()
 	for _, j := range m.jobOrder() {
 		if j.settled {
 			continue
@@ -319,6 +322,7 @@ func (m *mapper) oversized() {
 			m.taint(t.ctx, "request too large to read")
 		}
 	}
+	m.taintSubagents("request too large to read")
 }
 
 // event handles one app-server notification.
@@ -332,8 +336,11 @@ func (m *mapper) event(ev event) {
 			m.mu.Lock()
 			m.commandEnded(ev.item)
 			m.mu.Unlock()
+		case "subAgentActivity":
+			m.subagentActivity(ev.item)
 		}
 	case evTurnCompleted:
 		m.turnCompleted(ev.turn)
+		m.subagentTurnCompleted(ev.turn.ID)
 	}
 }

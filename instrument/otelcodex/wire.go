@@ -56,6 +56,9 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 	ev := readEvidence(req.Header, body)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if ev.isSub {
+		return m.attributeSubagent(ev, body)
+	}
 	ctx, reason := m.owner(ev)
 	if ctx == nil {
 		if m.exited {
@@ -65,9 +68,11 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
 		inv.Span().SetAttributes(providerAttr)
 		m.toolResults(ctx, ev)
+		m.answersRead(ctx, body)
 		return m.decision(ctx, func() { inv.End() })
 	}
 	m.toolResults(ctx, ev)
+	m.answersRead(ctx, body)
 	return m.decision(ctx, nil)
 }
 
@@ -185,6 +190,8 @@ func (m *mapper) toolResults(ctx context.Context, ev evidence) {
 			if st.running {
 				m.startJob(tctx, o, st.session)
 			}
+		case "spawn_agent":
+			m.spawned(tctx, o)
 		case "write_stdin":
 			if sid, ok := stdinSession(o.args); ok && st.exited {
 				if j, ok := m.bySession[sid]; ok {
