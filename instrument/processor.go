@@ -209,8 +209,9 @@ var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
 // NewSpanProcessor returns a SpanProcessor that passes spans on to next
 // (which may be nil, for a ledger-only setup). Options WithClock,
 // WithRemoteSettle, WithOpenTimeout, WithRetention,
-// WithMaxOpenInvocations configure its Ledger; WithMaxOpenSpans bounds its
-// per-span bookkeeping; WithMeterProvider its internal telemetry.
+// WithMaxOpenInvocations, WithMaxSpansPerInvocation and WithClosedRecords
+// configure its Ledger; WithMaxOpenSpans bounds its per-span bookkeeping;
+// WithMeterProvider its internal telemetry.
 func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcessor {
 	cfg := newConfig(opts)
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
