@@ -112,6 +112,20 @@ type EarlyCall struct {
 	Input, Output int64
 }
 
+// arrival is one span being indexed, as the steps of Arrive after its own
+// state share it.
+type arrival struct {
+	s *Span
+	// self is the span's index in Spans; fresh says its ID was new to the
+	// graph (with no children it cannot close a cycle).
+	self  int
+	fresh bool
+	// trace and name index the span's trace and name.
+	trace, name int32
+	now         int64
+	cfg         *GraphConfig
+}
+
 // Outcome is what Arrive did with a span.
 type Outcome uint8
 
@@ -309,7 +323,7 @@ func count(c Count) (int32, bool) {
 
 // Arrive indexes one span of the invocation at now, in O(1) amortised
 // time (plus its links and, under a remote span, its ancestors), updating
-// the open obligation count as LEDGER.md describes and applying every rule
+// the open obligation count as ../shared/LEDGER.md describes and applying every rule
 // of CONTRACT.md a span's arrival touches.
 func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 	id, name := s.ID, s.Name
@@ -446,10 +460,11 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		g.declareDetached(s, nameIdx, cfg)
 	}
 	g.reserveSpans(expected)
+	a := arrival{s: s, self: self, fresh: fresh, trace: traceIdx, name: nameIdx, now: now, cfg: cfg}
 	if !s.Parent.IsEmpty() {
-		g.attachToParent(self, fresh, id, s.Parent, traceIdx, nameIdx, late, now, cfg)
+		g.attachToParent(&a)
 	}
-	g.applyLinks(s, nameIdx, now, cfg)
+	g.applyLinks(&a)
 	if g.HasRemote && g.underRemote(id) {
 		g.SettleFrom = now
 	}

@@ -82,7 +82,8 @@ func (g *Graph) arriveDetached(s *Span) {
 // span links to with detached_from, matched by trace and span ID. A late
 // span (started after the span it links to ended, so not counted in its
 // invocation.detached) discharges nothing.
-func (g *Graph) applyDetachedLinks(id SpanID, nameIdx int32, links []Link, late bool, now int64, cfg *GraphConfig) {
+func (g *Graph) applyDetachedLinks(a *arrival, links []Link) {
+	id, nameIdx, late := a.s.ID, a.name, a.s.LateChild
 	for i, l := range links {
 		if l.Kind != LinkDetachedFrom {
 			continue
@@ -107,7 +108,7 @@ func (g *Graph) applyDetachedLinks(id SpanID, nameIdx int32, links []Link, late 
 			g.AddTaint(contract.ReasonMalformedLink + ":" + g.Name(nameIdx))
 			continue
 		}
-		if g.detachedAt(l.Span) < 0 && !g.room(cfg) {
+		if g.detachedAt(l.Span) < 0 && !g.room(a.cfg) {
 			return
 		}
 		d := &g.rare.detached[g.detachedSlot(l.Span, l.Trace)]
@@ -124,7 +125,7 @@ func (g *Graph) applyDetachedLinks(id SpanID, nameIdx int32, links []Link, late 
 		before := d.Arrived
 		d.Arrived++
 		if d.Declared >= 0 && before < d.Declared {
-			g.discharge(now)
+			g.discharge(a.now)
 		}
 	}
 }

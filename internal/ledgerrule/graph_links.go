@@ -113,7 +113,8 @@ func compareSpanIDs(a, b SpanID) int {
 // and makes the invocation malformed_link; a target's ID counts toward
 // the span bound (v0.6 rule 5). A followup an interrupted span discharges
 // marks its job (v0.7).
-func (g *Graph) applyLinks(s *Span, nameIdx int32, now int64, cfg *GraphConfig) {
+func (g *Graph) applyLinks(a *arrival) {
+	s, nameIdx := a.s, a.name
 	id, links := s.ID, s.Links.All()
 	if len(links) == 0 {
 		return
@@ -133,7 +134,7 @@ func (g *Graph) applyLinks(s *Span, nameIdx int32, now int64, cfg *GraphConfig) 
 			g.AddTaint(contract.ReasonMalformedLink + ":" + g.Name(nameIdx))
 			continue
 		}
-		if !held && !g.room(cfg) {
+		if !held && !g.room(a.cfg) {
 			return
 		}
 		t := &g.Spans[g.slot(target.span)]
@@ -146,12 +147,12 @@ func (g *Graph) applyLinks(s *Span, nameIdx int32, now int64, cfg *GraphConfig) 
 			t.setLinkedBy(nameIdx)
 		}
 		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
-			g.discharge(now)
+			g.discharge(a.now)
 		}
 		if s.Interrupted {
 			t.job |= jobInterrupted
 			g.noteInterrupted(&t.SpanState)
 		}
 	}
-	g.applyDetachedLinks(id, nameIdx, links, s.LateChild, now, cfg)
+	g.applyDetachedLinks(a, links)
 }

@@ -7,11 +7,12 @@ import "github.com/agentledger/agentledger/contract"
 // or its parentage is malformed (rule 3: itself, another trace, a cycle),
 // in which case it is nobody's child.
 //
-// self is the span's index in Spans; fresh says its ID was new to the
-// graph: with no children it is a component of its own, so it is linked
-// to its parent without walking the union-find (find compresses the
-// longer paths this leaves when it next walks them).
-func (g *Graph) attachToParent(self int, fresh bool, id, pid SpanID, traceIdx, nameIdx int32, late bool, now int64, cfg *GraphConfig) {
+// A span whose ID was new to the graph (a.fresh) has no children: it is a
+// component of its own, so it is linked to its parent without walking the
+// union-find (find compresses the longer paths this leaves when it next
+// walks them).
+func (g *Graph) attachToParent(a *arrival) {
+	self, id, pid, traceIdx, nameIdx, late := a.self, a.s.ID, a.s.Parent, a.trace, a.name, a.s.LateChild
 	if pid == id {
 		g.AddTaint(contract.ReasonMalformedParentage + ":" + g.Name(nameIdx))
 		return
@@ -21,10 +22,10 @@ func (g *Graph) attachToParent(self int, fresh bool, id, pid SpanID, traceIdx, n
 		g.AddTaint(contract.ReasonMalformedParentage + ":" + g.Name(nameIdx))
 		return
 	}
-	if !held && !g.room(cfg) {
+	if !held && !g.room(a.cfg) {
 		return // v0.6 rule 5: the parent's ID would exceed the bound
 	}
-	if fresh {
+	if a.fresh {
 		g.Spans[self].up = pid
 	} else {
 		rx, rp := g.find(id), g.find(pid)
@@ -54,7 +55,7 @@ func (g *Graph) attachToParent(self int, fresh bool, id, pid SpanID, traceIdx, n
 	p.ArrivedChildren++
 	if p.Arrived && p.DeclaredChildren >= 0 {
 		if before < p.DeclaredChildren {
-			g.discharge(now)
+			g.discharge(a.now)
 		} else if !p.Remote {
 			g.AddAnomaly(contract.AnomalyExtraChildren + ":" + g.Name(p.Name))
 		}
