@@ -1,8 +1,16 @@
 // Package contract holds the names of the span attributes, values and span
-// names that make up the agentledger wire contract (CONTRACT.md): the only
-// thing the instrumentation (instrument/) and the collector processor
-// (processor/) share. It has no dependencies, so importing it compiles
-// neither half.
+// names that make up the agentledger wire contract (docs/CONTRACT.md): the
+// only public package the instrumentation (instrument/) and the collector
+// processor (processor/) share. Besides it they share only the rule that
+// reads these names, internal/ledgerrule, and the test cases in
+// internal/contract/fixtures. It has no dependencies, so importing it
+// compiles neither half.
+//
+// Where to start reading: the invocation attribute keys, then the values
+// of roles, link kinds and followup reasons, the span names, the summary
+// marker, the gen_ai keys and values, and the statuses, reasons and
+// anomalies of summaries; docs/CONTRACT.md gives the rules they take part
+// in.
 //
 // The gen_ai.* names and values are those of the OpenTelemetry GenAI
 // semantic conventions in go.opentelemetry.io/otel/semconv/v1.41.0, the

@@ -106,4 +106,12 @@
 // collector, a remote span's subtree must be quiet for the remote settle
 // time (WithRemoteSettle) before the invocation is final, but here the
 // quiet time only covers the spans of this process.
+//
+// Where to start reading: the examples (ExampleNewSpanProcessor for the
+// pipeline, ExampleTracker_StartBackground and
+// ExampleTracker_StartContinuation for a job and the turn it wakes), then
+// NewSpanProcessor, NewTracker and Ledger. The rule the Ledger applies is
+// internal/ledgerrule's, shared with the collector; docs/CONTRACT.md, "The
+// in-process half", lists what only this half does. The client adapters
+// are the sub-packages otel<target>.
 package instrument // import "github.com/agentledger/agentledger/instrument"

@@ -1,6 +1,8 @@
 // Package refmodel is an executable reading of the finality rule of
-// docs/CONTRACT.md (up to agentledger v0.8), written from the contract
-// alone and sharing no code with either half (instrument/, processor/).
+// docs/CONTRACT.md (up to agentledger v0.8; v0.9 and v0.10 add bounds and
+// readings that can only delay or forbid a final, which it need not
+// model), written from the contract alone and sharing no code with either
+// half (instrument/, processor/, internal/ledgerrule).
 // It exists to be compared against them: a differential fuzz target feeds
 // the same spans to the processor and to Evaluate, and fails when the
 // processor says `final` where the model cannot prove it, or with other
@@ -23,6 +25,10 @@
 // shutdown, pending summaries or tenants: those can only make an
 // invocation incomplete, never final, so they cannot make a wrong `final`
 // right.
+//
+// Where to start reading: Evaluate in model.go (one invocation's verdict
+// from the delivered spans), then judge.go (the conditions, checked one by
+// one).
 //
 // # Ambiguities, resolved towards "not final"
 //
