@@ -207,13 +207,14 @@ func (p *SpanProcessor) release(rec *spanRecord) {
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
 
 // NewSpanProcessor returns a SpanProcessor that passes spans on to next
-// (which may be nil, for a ledger-only setup). Options WithClock,
-// WithRemoteSettle, WithOpenTimeout, WithRetention,
+// (which may be nil, for a ledger-only setup). Options WithRemoteSettle,
+// WithOpenTimeout, WithRetention,
 // WithMaxOpenInvocations, WithMaxSpansPerInvocation and WithClosedRecords
 // configure its Ledger; WithMaxOpenSpans bounds its per-span bookkeeping;
-// WithMeterProvider its internal telemetry.
-func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcessor {
-	cfg := newConfig(opts)
+// WithMeterProvider its internal telemetry. Tests set its clock with
+// instrumenttest.WithClock.
+func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...SpanProcessorOption) *SpanProcessor {
+	cfg := newProcessorConfig(opts)
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	p := &SpanProcessor{
 		next:   next,

@@ -56,8 +56,8 @@ const maxRootNames = 64
 // provider whose pipeline has the SpanProcessor; WithPropagators adds
 // propagators for Job.Env besides the W3C ones; WithMeterProvider the
 // provider of its internal telemetry.
-func NewTracker(opts ...Option) *Tracker {
-	cfg := newConfig(opts)
+func NewTracker(opts ...TrackerOption) *Tracker {
+	cfg := newTrackerConfig(opts)
 	t := &Tracker{
 		tracer:      cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		propagators: cfg.propagators,
@@ -150,9 +150,15 @@ func (t *Tracker) StartInvocation(ctx context.Context, agent, session string) (c
 	return t.startRoot(ctx, agent, session)
 }
 
+// UnattributedReason says why a turn is unattributed: the value of
+// contract.AttrUnattributed and the detail of its
+// "unattributed_wakeup:<reason>" reason. Each adapter names its own (for
+// example otelopencode.UnattributedUnknownTask).
+type UnattributedReason string
+
 // UnattributedUnknown is the reason StartUnattributed records when it is
 // given none.
-const UnattributedUnknown = "unknown"
+const UnattributedUnknown UnattributedReason = "unknown"
 
 // StartUnattributed starts a turn the runtime started by itself that no
 // invocation can own (contract rule 7): the notification of a job no
@@ -165,12 +171,12 @@ const UnattributedUnknown = "unknown"
 // but the ledger closes it incomplete with
 // "unattributed_wakeup:<reason>", never final, and Ledger.Session says the
 // session owes work until End is called.
-func (t *Tracker) StartUnattributed(ctx context.Context, agent, session, reason string) (context.Context, *Invocation) {
+func (t *Tracker) StartUnattributed(ctx context.Context, agent, session string, reason UnattributedReason) (context.Context, *Invocation) {
 	if reason == "" {
 		reason = UnattributedUnknown
 	}
 	return t.startRoot(ctx, agent, session, trace.WithNewRoot(),
-		trace.WithAttributes(attribute.String(contract.AttrUnattributed, reason)))
+		trace.WithAttributes(attribute.String(contract.AttrUnattributed, string(reason))))
 }
 
 // StartInvocationWithID starts an invocation as StartInvocation does, but
@@ -343,16 +349,31 @@ func (j *Job) Carrier() Carrier {
 	return c
 }
 
-// End ends the job's span. outcome, when not nil, is recorded as the
-// span's error. notify says whether the runtime will post a completion
-// notification (invocation.followups = 1) or is known to post none (0);
-// a posted notification must later start a continuation or be closed with
-// CloseFollowup or ConsumeFollowup.
+// EndWithFollowup ends the job's span and declares that the runtime will
+// post a completion notification for it (invocation.followups = 1); the
+// notification must later start a continuation or be closed with
+// CloseFollowup or ConsumeFollowup. outcome, when not nil, is recorded as
+// the span's error.
+func (j *Job) EndWithFollowup(outcome error) { j.end(outcome, 1) }
+
+// EndWithoutFollowup ends the job's span and declares that the runtime is
+// known to post no completion notification for it (invocation.followups =
+// 0). outcome, when not nil, is recorded as the span's error.
+func (j *Job) EndWithoutFollowup(outcome error) { j.end(outcome, 0) }
+
+// End ends the job's span: with notify, as EndWithFollowup; without, as
+// EndWithoutFollowup.
+//
+// Deprecated: use EndWithFollowup or EndWithoutFollowup.
 func (j *Job) End(outcome error, notify bool) {
-	followups := 0
 	if notify {
-		followups = 1
+		j.EndWithFollowup(outcome)
+		return
 	}
+	j.EndWithoutFollowup(outcome)
+}
+
+func (j *Job) end(outcome error, followups int) {
 	j.span.SetAttributes(attribute.Int(contract.AttrFollowups, followups))
 	if outcome != nil {
 		j.span.RecordError(outcome)
@@ -434,27 +455,49 @@ func followupLink(sc trace.SpanContext, kind string) trace.Link {
 	}
 }
 
+// FollowupReason says why a followup closed without a continuation of its
+// job's invocation: the values of contract.AttrFollowupReason.
+type FollowupReason string
+
+// Values of FollowupReason.
+const (
+	// FollowupInterrupted: the job was interrupted; no notification comes.
+	FollowupInterrupted FollowupReason = contract.ReasonInterrupted
+	// FollowupSessionClosed: the session closed before the notification
+	// was delivered.
+	FollowupSessionClosed FollowupReason = contract.ReasonSessionClosed
+	// FollowupCancelled: the runtime cancelled the notification.
+	FollowupCancelled FollowupReason = contract.ReasonCancelled
+	// FollowupConsumedBy: another invocation read the notification; the
+	// consumer is required.
+	FollowupConsumedBy FollowupReason = contract.ReasonConsumedBy
+	// FollowupAbandoned: the instrumentation stops waiting without knowing
+	// whether the notification will still start a continuation; the
+	// invocation closes incomplete, never final.
+	FollowupAbandoned FollowupReason = contract.ReasonAbandoned
+)
+
 // CloseFollowup records that the notification of the job named by carrier
 // will not start a continuation of the job's invocation: a zero-length
 // span "followup_closed", the root of its own trace, of the job's
 // invocation, with a followup link to the job's span. reason is one of
-// contract.ReasonInterrupted, ReasonSessionClosed, ReasonCancelled,
-// ReasonConsumedBy or ReasonAbandoned (the caller cannot tell whether the
+// FollowupInterrupted, FollowupSessionClosed, FollowupCancelled,
+// FollowupConsumedBy or FollowupAbandoned (the caller cannot tell whether the
 // notification will still start a continuation: the invocation then closes
 // incomplete, never final); consumer names the consuming invocation and is
-// required with ReasonConsumedBy only. ctx supplies no parent, only
+// required with FollowupConsumedBy only. ctx supplies no parent, only
 // context values.
-func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason, consumer string) error {
+func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason FollowupReason, consumer string) error {
 	ref, err := ParseCarrier(carrier)
 	if err != nil {
 		return err
 	}
 	switch reason {
-	case contract.ReasonInterrupted, contract.ReasonSessionClosed, contract.ReasonCancelled, contract.ReasonAbandoned:
+	case FollowupInterrupted, FollowupSessionClosed, FollowupCancelled, FollowupAbandoned:
 		if consumer != "" {
 			return fmt.Errorf("instrument: consumer %q given with reason %q", consumer, reason)
 		}
-	case contract.ReasonConsumedBy:
+	case FollowupConsumedBy:
 		if consumer == "" {
 			return fmt.Errorf("instrument: reason %q needs a consumer", reason)
 		}
@@ -468,7 +511,7 @@ func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason, co
 	attrs := []attribute.KeyValue{
 		attribute.String(contract.AttrInvocationID, ref.InvocationID),
 		attribute.String(contract.AttrRole, contract.RoleFollowupClosed),
-		attribute.String(contract.AttrFollowupReason, reason),
+		attribute.String(contract.AttrFollowupReason, string(reason)),
 	}
 	if consumer != "" {
 		attrs = append(attrs, attribute.String(contract.AttrFollowupConsumer, consumer))
@@ -506,5 +549,5 @@ func (t *Tracker) ConsumeFollowup(ctx context.Context, carrier Carrier) error {
 		return errors.New("instrument: the consuming context names no invocation")
 	}
 	span.AddLink(followupLink(ref.SpanContext, contract.LinkConsumed))
-	return t.CloseFollowup(ctx, carrier, contract.ReasonConsumedBy, consumer)
+	return t.CloseFollowup(ctx, carrier, FollowupConsumedBy, consumer)
 }

@@ -161,7 +161,7 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 			reason = UnattributedUnknownPrompt
 		}
 		var inv *instrument.Invocation
-		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
+		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, instrument.UnattributedReason(reason))
 		inv.Span().SetAttributes(providerAttr)
 		return m.decision(ctx, func() { inv.End() })
 	}
