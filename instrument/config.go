@@ -57,29 +57,19 @@ type config struct {
 
 // newTrackerConfig is the configuration of a Tracker (or ContextFromEnv).
 func newTrackerConfig(opts []TrackerOption) config {
-	c := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o.applyTracker(&c)
-		}
-	}
-	return c.withGlobals()
+	return buildConfig(opts, TrackerOption.applyTracker)
 }
 
 // newProcessorConfig is the configuration of a SpanProcessor and its
 // Ledger.
 func newProcessorConfig(opts []SpanProcessorOption) config {
-	c := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o.applySpanProcessor(&c)
-		}
-	}
-	return c.withGlobals()
+	return buildConfig(opts, SpanProcessorOption.applySpanProcessor)
 }
 
-func defaultConfig() config {
-	return config{
+// buildConfig applies opts (nil ones ignored) to the defaults, then falls
+// back to the globals.
+func buildConfig[O comparable](opts []O, apply func(O, *config)) config {
+	c := config{
 		remoteSettle:       DefaultRemoteSettle,
 		openTimeout:        DefaultOpenTimeout,
 		retention:          DefaultRetention,
@@ -88,9 +78,12 @@ func defaultConfig() config {
 		closedRecords:      DefaultClosedRecords,
 		maxOpenSpans:       DefaultMaxOpenSpans,
 	}
-}
-
-func (c config) withGlobals() config {
+	var none O
+	for _, o := range opts {
+		if o != none {
+			apply(o, &c)
+		}
+	}
 	if c.tracerProvider == nil {
 		c.tracerProvider = otel.GetTracerProvider()
 	}
