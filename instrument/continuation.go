@@ -12,13 +12,15 @@ import (
 	"github.com/agentledger/agentledger/contract"
 )
 
-// ErrMixedInvocations is returned by StartContinuation when its carriers
-// name jobs of different invocations; the caller must split the batch and
-// start one continuation per invocation.
-var ErrMixedInvocations = errors.New("instrument: carriers name different invocations")
-
-// ErrNoCarriers is returned by StartContinuation without carriers.
-var ErrNoCarriers = errors.New("instrument: no carriers")
+// Errors returned by StartContinuation.
+var (
+	// ErrMixedInvocations: the carriers name jobs of different
+	// invocations; the caller must split the batch and start one
+	// continuation per invocation.
+	ErrMixedInvocations = errors.New("instrument: carriers name different invocations")
+	// ErrNoCarriers: no carriers were given.
+	ErrNoCarriers = errors.New("instrument: no carriers")
+)
 
 // Continuation is a turn the runtime starts by itself because of
 // completion notifications; it belongs to the invocation whose jobs woke
