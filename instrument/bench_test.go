@@ -23,7 +23,7 @@ func benchProvider(b *testing.B, withProcessor bool) (*sdktrace.TracerProvider, 
 	b.Helper()
 	var sp sdktrace.SpanProcessor = sdktrace.NewSimpleSpanProcessor(nopExporter{})
 	if withProcessor {
-		sp = NewSpanProcessor(sp, WithClock(newManualClock()))
+		sp = NewSpanProcessor(sp, withClock(newManualClock()))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -74,7 +74,7 @@ func BenchmarkSpan(b *testing.B) {
 // BenchmarkLedgerArrived measures the ledger's work per arriving span of a
 // large invocation.
 func BenchmarkLedgerArrived(b *testing.B) {
-	l := newLedger(newConfig([]Option{WithClock(newManualClock())}), metricnoop.NewMeterProvider().Meter("b"))
+	l := newLedger(newProcessorConfig([]SpanProcessorOption{withClock(newManualClock())}), metricnoop.NewMeterProvider().Meter("b"))
 	root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
 	attrs := []attribute.KeyValue{
 		attribute.String(contract.AttrInvocationID, "inv"),
@@ -94,7 +94,7 @@ func BenchmarkLedgerArrived(b *testing.B) {
 	for b.Loop() {
 		if i == len(spans) {
 			b.StopTimer()
-			l = newLedger(newConfig([]Option{WithClock(newManualClock())}), metricnoop.NewMeterProvider().Meter("b"))
+			l = newLedger(newProcessorConfig([]SpanProcessorOption{withClock(newManualClock())}), metricnoop.NewMeterProvider().Meter("b"))
 			i = 0
 			b.StartTimer()
 		}

@@ -186,9 +186,10 @@ func envName(key string) string {
 // process passed in env (as from os.Environ(); variables TRACEPARENT,
 // TRACESTATE, BAGGAGE, see Job.Env). Spans started from the returned
 // context in a process whose provider has a SpanProcessor are children of
-// the job's span and carry its invocation.id.
-func ContextFromEnv(ctx context.Context, env []string, opts ...Option) context.Context {
-	cfg := newConfig(opts)
+// the job's span and carry its invocation.id. Of its options it reads
+// WithPropagators.
+func ContextFromEnv(ctx context.Context, env []string, opts ...TrackerOption) context.Context {
+	cfg := newTrackerConfig(opts)
 	carrier := envCarrier{}
 	for _, kv := range env {
 		k, v, ok := strings.Cut(kv, "=")

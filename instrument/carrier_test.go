@@ -80,7 +80,7 @@ func TestJobCarrierAndEnvRoundTrip(t *testing.T) {
 			t.Errorf("unexpected env var %s", kv)
 		}
 	}
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	inv.End()
 	if v, ok := attrOf(p.span(t, "background shell"), contract.AttrRemote); !ok || !v.AsBool() {
 		t.Error("background span handed to a subprocess is not remote")

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/instrument/internal/clock"
 )
 
 // Defaults of the ledger, the same as the collector processor's.
@@ -37,12 +39,13 @@ const (
 	DefaultMaxOpenSpans = 1 << 20
 )
 
-// config holds the settings of a SpanProcessor, Ledger or Tracker.
+// config holds the settings of a SpanProcessor (and its Ledger) or a
+// Tracker; each reads only its own fields.
 type config struct {
 	tracerProvider     trace.TracerProvider
 	meterProvider      metric.MeterProvider
 	propagators        propagation.TextMapPropagator
-	clock              Clock
+	clock              clock.Clock
 	remoteSettle       time.Duration
 	openTimeout        time.Duration
 	retention          time.Duration
@@ -52,7 +55,20 @@ type config struct {
 	maxOpenSpans       int
 }
 
-func newConfig(opts []Option) config {
+// newTrackerConfig is the configuration of a Tracker (or ContextFromEnv).
+func newTrackerConfig(opts []TrackerOption) config {
+	return buildConfig(opts, TrackerOption.applyTracker)
+}
+
+// newProcessorConfig is the configuration of a SpanProcessor and its
+// Ledger.
+func newProcessorConfig(opts []SpanProcessorOption) config {
+	return buildConfig(opts, SpanProcessorOption.applySpanProcessor)
+}
+
+// buildConfig applies opts (nil ones ignored) to the defaults, then falls
+// back to the globals.
+func buildConfig[O comparable](opts []O, apply func(O, *config)) config {
 	c := config{
 		remoteSettle:       DefaultRemoteSettle,
 		openTimeout:        DefaultOpenTimeout,
@@ -62,9 +78,10 @@ func newConfig(opts []Option) config {
 		closedRecords:      DefaultClosedRecords,
 		maxOpenSpans:       DefaultMaxOpenSpans,
 	}
+	var none O
 	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
+		if o != none {
+			apply(o, &c)
 		}
 	}
 	if c.tracerProvider == nil {
@@ -77,24 +94,55 @@ func newConfig(opts []Option) config {
 		c.propagators = otel.GetTextMapPropagator()
 	}
 	if c.clock == nil {
-		c.clock = systemClock{}
+		c.clock = clock.System{}
 	}
 	return c
 }
 
-// Option configures a SpanProcessor, Ledger or Tracker.
-type Option interface {
-	apply(*config)
+// TrackerOption configures a Tracker (and ContextFromEnv).
+type TrackerOption interface {
+	applyTracker(*config)
 }
 
-type optionFunc func(*config)
+// SpanProcessorOption configures a SpanProcessor and its Ledger.
+type SpanProcessorOption interface {
+	applySpanProcessor(*config)
+}
 
-func (f optionFunc) apply(c *config) { f(c) }
+// SharedOption configures a Tracker and a SpanProcessor alike; both
+// constructors accept it.
+type SharedOption interface {
+	TrackerOption
+	SpanProcessorOption
+}
+
+// Option is the option type both constructors used to share.
+//
+// Deprecated: use TrackerOption, SpanProcessorOption or SharedOption; an
+// Option holds only options that apply to both (WithMeterProvider).
+type Option = SharedOption
+
+type trackerOption func(*config)
+
+func (f trackerOption) applyTracker(c *config) { f(c) }
+
+type spanProcessorOption func(*config)
+
+func (f spanProcessorOption) applySpanProcessor(c *config) { f(c) }
+
+type sharedOption func(*config)
+
+func (f sharedOption) applyTracker(c *config)       { f(c) }
+func (f sharedOption) applySpanProcessor(c *config) { f(c) }
+
+func init() {
+	clock.NewOption = func(clk clock.Clock) any { return withClock(clk) }
+}
 
 // WithTracerProvider sets the TracerProvider the Tracker starts its spans
 // with. The global provider is used when it is not given or nil.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) {
+func WithTracerProvider(tp trace.TracerProvider) TrackerOption {
+	return trackerOption(func(c *config) {
 		if tp != nil {
 			c.tracerProvider = tp
 		}
@@ -104,8 +152,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithMeterProvider sets the MeterProvider for the internal telemetry
 // (late children, untracked spans, evictions). The global provider is used
 // when it is not given or nil.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) {
+func WithMeterProvider(mp metric.MeterProvider) SharedOption {
+	return sharedOption(func(c *config) {
 		if mp != nil {
 			c.meterProvider = mp
 		}
@@ -116,19 +164,21 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // subprocess environment and to inject it into one, in addition to the W3C
 // trace context and baggage the contract requires (always used). The
 // global propagators are used when it is not given or nil.
-func WithPropagators(p propagation.TextMapPropagator) Option {
-	return optionFunc(func(c *config) {
+func WithPropagators(p propagation.TextMapPropagator) TrackerOption {
+	return trackerOption(func(c *config) {
 		if p != nil {
 			c.propagators = p
 		}
 	})
 }
 
-// WithClock sets the clock of the ledger's arrival times and timers
-// (remote settle, open timeout, retention). The system clock is used when
-// it is not given or nil.
-func WithClock(clk Clock) Option {
-	return optionFunc(func(c *config) {
+// WithClock sets the clock of the ledger's arrival times and timers.
+//
+// Deprecated: it is a test hook; use instrumenttest.WithClock.
+func WithClock(clk Clock) SpanProcessorOption { return withClock(clk) }
+
+func withClock(clk clock.Clock) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if clk != nil {
 			c.clock = clk
 		}
@@ -138,8 +188,8 @@ func WithClock(clk Clock) Option {
 // WithRemoteSettle sets the quiet time required after the latest arrival
 // in a remote span's subtree (default DefaultRemoteSettle). Negative
 // values are ignored; zero means no waiting.
-func WithRemoteSettle(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func WithRemoteSettle(d time.Duration) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if d >= 0 {
 			c.remoteSettle = d
 		}
@@ -150,8 +200,8 @@ func WithRemoteSettle(d time.Duration) Option {
 // the first span of it the ledger saw (default DefaultOpenTimeout); then
 // it is closed incomplete with reason open_timeout. Values <= 0 are
 // ignored.
-func WithOpenTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func WithOpenTimeout(d time.Duration) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if d > 0 {
 			c.openTimeout = d
 		}
@@ -160,8 +210,8 @@ func WithOpenTimeout(d time.Duration) Option {
 
 // WithRetention sets how long a closed invocation is remembered (default
 // DefaultRetention). Negative values are ignored; zero forgets at once.
-func WithRetention(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func WithRetention(d time.Duration) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if d >= 0 {
 			c.retention = d
 		}
@@ -170,8 +220,8 @@ func WithRetention(d time.Duration) Option {
 
 // WithMaxOpenInvocations bounds the open invocations of the ledger
 // (default DefaultMaxOpenInvocations). Values <= 0 are ignored.
-func WithMaxOpenInvocations(n int) Option {
-	return optionFunc(func(c *config) {
+func WithMaxOpenInvocations(n int) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if n > 0 {
 			c.maxOpenInvocations = n
 		}
@@ -183,8 +233,8 @@ func WithMaxOpenInvocations(n int) Option {
 // reaches it closes incomplete with reason span_limit, never final: the
 // spans beyond it are not indexed, so its totals cannot be proven. Values
 // <= 0 are ignored.
-func WithMaxSpansPerInvocation(n int) Option {
-	return optionFunc(func(c *config) {
+func WithMaxSpansPerInvocation(n int) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if n > 0 {
 			c.maxSpans = n
 		}
@@ -196,8 +246,8 @@ func WithMaxSpansPerInvocation(n int) Option {
 // them (default DefaultClosedRecords); the oldest is dropped beyond it
 // (counted in agentledger.instrument.ledger.closed_records_dropped). Zero
 // keeps none; negative values are ignored.
-func WithClosedRecords(n int) Option {
-	return optionFunc(func(c *config) {
+func WithClosedRecords(n int) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if n >= 0 {
 			c.closedRecords = n
 		}
@@ -206,32 +256,20 @@ func WithClosedRecords(n int) Option {
 
 // WithMaxOpenSpans bounds the spans the SpanProcessor tracks at once
 // (default DefaultMaxOpenSpans). Values <= 0 are ignored.
-func WithMaxOpenSpans(n int) Option {
-	return optionFunc(func(c *config) {
+func WithMaxOpenSpans(n int) SpanProcessorOption {
+	return spanProcessorOption(func(c *config) {
 		if n > 0 {
 			c.maxOpenSpans = n
 		}
 	})
 }
 
-// Clock is the time source of the ledger. Tests inject a manual clock so
-// that no test waits for a real timer.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has passed.
-	AfterFunc(d time.Duration, f func()) Timer
-}
+// Clock is the time source of the ledger.
+//
+// Deprecated: it is a test hook; use instrumenttest.Clock.
+type Clock = clock.Clock
 
 // Timer is a pending call scheduled by Clock.AfterFunc.
-type Timer interface {
-	// Stop prevents the call if it has not run yet; it reports whether it
-	// did.
-	Stop() bool
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
-func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+//
+// Deprecated: use instrumenttest.Timer.
+type Timer = clock.Timer

@@ -58,7 +58,7 @@ func ExampleTracker_StartBackground() {
 	inv.End() // the caller has its result; the job still runs
 	fmt.Println(sp.Ledger().Session("session-1").OwesWork)
 
-	job.End(cmd.Wait(), false) // no completion notification will be posted
+	job.EndWithoutFollowup(cmd.Wait()) // no completion notification will be posted
 	s, _ := sp.Ledger().Summary(inv.ID())
 	fmt.Println(s.Status, s.Usage.BackgroundJobs, sp.Ledger().Session("session-1").OwesWork)
 	// Output:
@@ -78,7 +78,7 @@ func ExampleTracker_StartContinuation() {
 	inv.End()
 
 	// The job ends; the runtime posts a notification holding its carrier.
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 	notification := job.Carrier()
 	s, _ := sp.Ledger().Summary(inv.ID())
 	fmt.Println(s.Status, s.Reasons)
@@ -108,7 +108,7 @@ func ExampleTracker_CloseFollowup() {
 	ctx, inv := tracker.StartInvocation(context.Background(), "coder", "session-1")
 	_, job := tracker.StartBackground(ctx, "shell")
 	inv.End()
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 
 	// The user interrupts the session: the notification will not resume it.
 	if err := tracker.CloseFollowup(context.Background(), job.Carrier(), "interrupted", ""); err != nil {

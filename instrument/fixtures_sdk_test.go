@@ -114,7 +114,7 @@ func TestContractFixturesThroughSDK(t *testing.T) {
 			clk := newManualClock()
 			start := clk.Now()
 			exp := tracetest.NewInMemoryExporter()
-			sp := NewSpanProcessor(sdktrace.NewSimpleSpanProcessor(exp), WithClock(clk),
+			sp := NewSpanProcessor(sdktrace.NewSimpleSpanProcessor(exp), withClock(clk),
 				WithRemoteSettle(c.Config.RemoteSettle()), WithOpenTimeout(c.Config.OpenTimeout()))
 			ids := &presetIDs{}
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithIDGenerator(ids))

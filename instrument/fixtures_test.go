@@ -40,8 +40,8 @@ func TestContractFixtures(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			clk := newManualClock()
 			start := clk.Now()
-			l := newLedger(newConfig([]Option{
-				WithClock(clk),
+			l := newLedger(newProcessorConfig([]SpanProcessorOption{
+				withClock(clk),
 				WithRemoteSettle(c.Config.RemoteSettle()),
 				WithOpenTimeout(c.Config.OpenTimeout()),
 			}), noopMeter())
@@ -85,7 +85,7 @@ func checkOutcome(t *testing.T, l *Ledger, want fixtures.Outcome) {
 		}
 		return xs
 	}
-	if got.Status != string(want.Status) ||
+	if string(got.Status) != string(want.Status) ||
 		!slices.Equal(sorted(got.Reasons), sorted(want.Reasons)) ||
 		!slices.Equal(sorted(got.Anomalies), sorted(want.Anomalies)) {
 		t.Errorf("%s: %s reasons %v anomalies %v, want %s reasons %v anomalies %v", want.Moment(),

@@ -94,10 +94,10 @@ func newPipeline(t *testing.T, opts ...sdktrace.TracerProviderOption) *pipeline 
 	return newPipelineWith(t, nil, opts...)
 }
 
-func newPipelineWith(t *testing.T, iopts []Option, opts ...sdktrace.TracerProviderOption) *pipeline {
+func newPipelineWith(t *testing.T, iopts []SpanProcessorOption, opts ...sdktrace.TracerProviderOption) *pipeline {
 	t.Helper()
 	p := &pipeline{exp: tracetest.NewInMemoryExporter(), clock: newManualClock()}
-	iopts = append([]Option{WithClock(p.clock)}, iopts...)
+	iopts = append([]SpanProcessorOption{withClock(p.clock)}, iopts...)
 	p.sp = NewSpanProcessor(sdktrace.NewSimpleSpanProcessor(p.exp), iopts...)
 	p.tp = sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(p.sp)}, opts...)...)
 	p.tracker = NewTracker(WithTracerProvider(p.tp))

@@ -49,7 +49,7 @@ func TestJobFromEndedToolIsParentedOnOpenRoot(t *testing.T) {
 	if s := p.summary(t, inv.ID()); s.Status != contract.StatusPending {
 		t.Fatalf("%s while the job runs (reasons %v); session %+v", s.Status, s.Reasons, p.sp.Ledger().Session("s1"))
 	}
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	s := p.summary(t, inv.ID())
 	wantStatus(t, s, contract.StatusFinal)
 	if len(s.Anomalies) != 0 {
@@ -91,7 +91,7 @@ func TestJobParentedOnNearestOpenAncestor(t *testing.T) {
 		}
 		inv.End()
 		wantStatus(t, p.summary(t, inv.ID()), contract.StatusPending)
-		job.End(nil, false)
+		job.EndWithoutFollowup(nil)
 		wantStatus(t, p.summary(t, inv.ID()), contract.StatusFinal)
 		if got := spanByID(t, p, job.Span().SpanContext().SpanID()).Parent.SpanID(); got != want {
 			t.Errorf("subagent open %v: job parent %s, want %s", subagentOpen, got, want)
@@ -106,7 +106,7 @@ func TestJobFromEndedContinuationTool(t *testing.T) {
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	_, first := p.tracker.StartBackground(ctx, "shell")
 	inv.End()
-	first.End(nil, true)
+	first.EndWithFollowup(nil)
 	cctx, cont, err := p.tracker.StartContinuation(context.Background(), "coder", "s1", first.Carrier())
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestJobFromEndedContinuationTool(t *testing.T) {
 	if got := spanByID(t, p, cont.Span().SpanContext().SpanID()); intAttr(t, got, contract.AttrChildren) != 2 {
 		t.Errorf("continuation invocation.children = %d, want 2", intAttr(t, got, contract.AttrChildren))
 	}
-	second.End(nil, false)
+	second.EndWithoutFollowup(nil)
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusFinal)
 	if got := spanByID(t, p, second.Span().SpanContext().SpanID()).Parent.SpanID(); got != cont.Span().SpanContext().SpanID() {
 		t.Errorf("job parent %s, want the continuation", got)
@@ -147,7 +147,7 @@ func TestOrphanJob(t *testing.T) {
 	if s.Status != contract.StatusFinal {
 		t.Fatalf("status %s", s.Status)
 	}
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	js := spanByID(t, p, job.Span().SpanContext().SpanID())
 	if js.Parent.IsValid() || js.SpanContext.TraceID() == inv2.Span().SpanContext().TraceID() {
 		t.Errorf("orphan job parent %v trace %s, want a new trace", js.Parent, js.SpanContext.TraceID())
@@ -172,7 +172,7 @@ func TestOrphanJobBlocksFinal(t *testing.T) {
 	tool.End()
 	inv.End()
 	_, job := p.tracker.StartBackground(tctx, "shell") // the invocation closed already: a late span
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	s := p.summary(t, inv.ID())
 	if s.Status != contract.StatusFinal || s.Revision != 2 || !contains(s.Anomalies, "orphan_job:background shell") ||
 		!contains(s.Anomalies, "late_span:background shell") {
@@ -195,7 +195,7 @@ func TestOrphanJobBlocksFinal(t *testing.T) {
 	if st := p2.sp.Ledger().Session("s1"); !st.OwesWork || len(st.OpenJobs) != 1 {
 		t.Errorf("session %+v", st)
 	}
-	job2.End(nil, false)
+	job2.EndWithoutFollowup(nil)
 	wantStatus(t, p2.summary(t, inv2.ID()), contract.StatusFinal)
 }
 
@@ -205,7 +205,7 @@ func TestNeverFinalWhileContinuationRuns(t *testing.T) {
 	p := newPipeline(t)
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	_, job := p.tracker.StartBackground(ctx, "shell")
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	cctx, cont, err := p.tracker.StartContinuation(context.Background(), "coder", "s1", job.Carrier())
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package instrument
 
 import (
 	"context"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math"
 	"sync"
 	"time"
@@ -10,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/clock"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
 // Ledger keeps the running usage of invocations and decides their
@@ -43,7 +44,7 @@ import (
 // (ledger_record.go) answers a late Wait. Spans come in
 // through ledger_ingest.go, questions through ledger_query.go.
 type Ledger struct {
-	clock    Clock
+	clock    clock.Clock
 	settle   time.Duration
 	maxSpans int
 	// rule configures the contract's reader of spans (internal/ledgerrule).
@@ -59,7 +60,7 @@ type Ledger struct {
 	held retention
 	// timeout is the timer of the oldest open invocation's open timeout
 	// (nil when none is set).
-	timeout    Timer
+	timeout    clock.Timer
 	sessions   sessionIndex
 	background backgroundIndex
 	names      nameTable

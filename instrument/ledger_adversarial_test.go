@@ -130,7 +130,7 @@ func TestLedgerAdversarialArrivalOrder(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		g := generateAdversarial(r)
 		clk := newManualClock()
-		l := newLedger(newConfig([]Option{WithClock(clk), WithRemoteSettle(settle)}), noopMeter())
+		l := newLedger(newProcessorConfig([]SpanProcessorOption{withClock(clk), WithRemoteSettle(settle)}), noopMeter())
 		order := r.Perm(len(g.spans))
 		for i := 0; i < len(g.spans)/3; i++ {
 			order = append(order, r.IntN(len(g.spans)))

@@ -16,7 +16,7 @@ import (
 // ldObserved is what the harness last saw of one invocation's summary.
 type ldObserved struct {
 	known     bool
-	status    string
+	status    Status
 	revision  int
 	usage     Usage
 	revision1 int // revision-1 final/incomplete summaries seen
@@ -193,7 +193,7 @@ func (r *ldRun) deliver(b ldBuilt, when string) {
 }
 
 func (r *ldRun) run() {
-	var opts []Option
+	var opts []SpanProcessorOption
 	opts = append(opts, WithRemoteSettle(r.prog.settle))
 	if r.prog.maxSpans != DefaultMaxSpansPerInvocation {
 		opts = append(opts, WithMaxSpansPerInvocation(r.prog.maxSpans))

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/clock"
 	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
@@ -54,7 +55,7 @@ type invocationState struct {
 
 	// done is closed at the first close; made by the first Wait.
 	done        chan struct{}
-	settleTimer Timer
+	settleTimer clock.Timer
 	// status is that of the latest summary; pending until the first
 	// close. emitted is the latest final or incomplete summary, revision
 	// its number, forced the reason that closed it early ("" when its
@@ -125,7 +126,7 @@ func (inv *invocationState) summary(status string, revision int, reasons []strin
 		InvocationID: inv.id,
 		SessionID:    inv.session,
 		Agent:        inv.agent,
-		Status:       status,
+		Status:       Status(status),
 		Reasons:      reasons,
 		Revision:     revision,
 		Usage:        inv.usage(),

@@ -163,7 +163,7 @@ func TestLedgerAnyArrivalOrder(t *testing.T) {
 	for seed := uint64(0); seed < 300; seed++ {
 		r := rand.New(rand.NewPCG(seed, 7))
 		g := generate(r)
-		l := newLedger(newConfig([]Option{WithClock(newManualClock()), WithRemoteSettle(0)}), metricnoop.NewMeterProvider().Meter("t"))
+		l := newLedger(newProcessorConfig([]SpanProcessorOption{withClock(newManualClock()), WithRemoteSettle(0)}), metricnoop.NewMeterProvider().Meter("t"))
 		order := r.Perm(len(g.spans))
 		for i := 0; i < len(g.spans)/3; i++ { // duplicates
 			order = append(order, r.IntN(len(g.spans)))

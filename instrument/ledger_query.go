@@ -88,7 +88,7 @@ func (l *Ledger) Wait(ctx context.Context, id string) (Summary, error) {
 		case recorded:
 			return rec, nil
 		case notSampled(id):
-			return Summary{InvocationID: id, Status: contract.StatusIncomplete, Revision: 1,
+			return Summary{InvocationID: id, Status: StatusIncomplete, Revision: 1,
 				Reasons: []string{contract.ReasonNotSampled}}, nil
 		case l.down:
 			return Summary{}, ErrLedgerShutdown

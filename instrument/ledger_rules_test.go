@@ -187,7 +187,7 @@ func TestRuleMissingUsage(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		call    tracetest.SpanStub
-		status  string
+		status  Status
 		reasons []string
 	}{
 		{"unset status", noUsage, contract.StatusIncomplete, []string{"usage_missing:chat m"}},

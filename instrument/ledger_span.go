@@ -187,7 +187,7 @@ func readStartAttrs(attrs []attribute.KeyValue) startAttrs {
 	if rf.Unattributed {
 		a.unattributed = rf.UnattributedReason
 		if a.unattributed == "" {
-			a.unattributed = UnattributedUnknown
+			a.unattributed = string(UnattributedUnknown)
 		}
 	}
 	a.lateChild = rf.LateChild

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentledger/agentledger/contract"
 )
 
 // Usage is the running usage of one invocation: sums over its model-call
@@ -27,6 +29,21 @@ type Usage struct {
 	Spans                   int64
 }
 
+// Status is an invocation's status in a Summary: the values of
+// contract.AttrStatus.
+type Status string
+
+// Values of Summary.Status.
+const (
+	// StatusPending: the invocation may still change.
+	StatusPending Status = contract.StatusPending
+	// StatusFinal: every counted span arrived and the totals are exact.
+	StatusFinal Status = contract.StatusFinal
+	// StatusIncomplete: the invocation closed without meeting the rule;
+	// Summary.Reasons says why.
+	StatusIncomplete Status = contract.StatusIncomplete
+)
+
 // Summary is the ledger's view of one invocation, with the fields of the
 // collector's invocation.summary span. While the invocation is pending it
 // is its current state; once it closed, it is the latest summary: the
@@ -35,8 +52,8 @@ type Summary struct {
 	InvocationID string
 	SessionID    string
 	Agent        string
-	// Status is contract.StatusPending, StatusFinal or StatusIncomplete.
-	Status string
+	// Status is StatusPending, StatusFinal or StatusIncomplete.
+	Status Status
 	// Reasons says, each as "kind:detail", what keeps a pending
 	// invocation open or why it closed incomplete: the contract's kinds,
 	// and in process also "open_span:<name>" for a span the ledger saw

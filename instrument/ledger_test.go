@@ -42,7 +42,7 @@ func (p *pipeline) summary(t *testing.T, id string) Summary {
 	return s
 }
 
-func wantStatus(t *testing.T, s Summary, status string, reasons ...string) {
+func wantStatus(t *testing.T, s Summary, status Status, reasons ...string) {
 	t.Helper()
 	if s.Status != status {
 		t.Fatalf("status = %s (reasons %v), want %s", s.Status, s.Reasons, status)
@@ -98,7 +98,7 @@ func TestLedgerBackgroundContinuation(t *testing.T) {
 		t.Errorf("session while job runs = %+v", st)
 	}
 
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusPending, "open_followup:background shell")
 	st = l.Session("s1")
 	if !st.OwesWork || len(st.OpenJobs) != 0 || len(st.ExpectedFollowups) != 1 {
@@ -143,18 +143,18 @@ func TestLedgerNoNotification(t *testing.T) {
 	_, job := p.tracker.StartBackground(ctx, "shell")
 	inv.End()
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusPending, "missing_children:invoke_agent coder")
-	job.End(errors.New("killed"), false)
+	job.EndWithoutFollowup(errors.New("killed"))
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusFinal)
 }
 
 func TestLedgerFollowupClosed(t *testing.T) {
-	for _, reason := range []string{contract.ReasonInterrupted, contract.ReasonSessionClosed, contract.ReasonCancelled} {
-		t.Run(reason, func(t *testing.T) {
+	for _, reason := range []FollowupReason{FollowupInterrupted, FollowupSessionClosed, FollowupCancelled} {
+		t.Run(string(reason), func(t *testing.T) {
 			p := newPipeline(t)
 			ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 			_, job := p.tracker.StartBackground(ctx, "shell")
 			inv.End()
-			job.End(nil, true)
+			job.EndWithFollowup(nil)
 			if err := p.tracker.CloseFollowup(context.Background(), job.Carrier(), reason, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +169,7 @@ func TestLedgerFollowupClosed(t *testing.T) {
 				t.Errorf("anomalies = %q, want %q", s.Anomalies, want)
 			}
 			fc := p.span(t, contract.SpanNameFollowupClosed)
-			if fc.Parent.IsValid() || !fc.StartTime.Equal(fc.EndTime) || strAttr(fc, contract.AttrFollowupReason) != reason ||
+			if fc.Parent.IsValid() || !fc.StartTime.Equal(fc.EndTime) || strAttr(fc, contract.AttrFollowupReason) != string(reason) ||
 				strAttr(fc, contract.AttrInvocationID) != inv.ID() || strAttr(fc, contract.AttrRole) != contract.RoleFollowupClosed {
 				t.Errorf("followup_closed span = %+v", fc)
 			}
@@ -195,7 +195,7 @@ func TestLedgerFollowupInterruptedWhileJobRuns(t *testing.T) {
 	if len(s.Anomalies) != 0 {
 		t.Errorf("anomalies before the job's span ended = %q", s.Anomalies)
 	}
-	job.End(errors.New("killed"), true)
+	job.EndWithFollowup(errors.New("killed"))
 	s = p.summary(t, inv.ID())
 	wantStatus(t, s, contract.StatusFinal)
 	if want := []string{contract.AnomalyFollowupInterrupted + ":background shell"}; !slices.Equal(s.Anomalies, want) {
@@ -214,7 +214,7 @@ func TestLedgerConsumedByAnotherInvocation(t *testing.T) {
 	a.End()
 
 	ctxB, b := p.tracker.StartInvocation(context.Background(), "coder", "s1")
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 	if err := p.tracker.ConsumeFollowup(ctxB, job.Carrier()); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestLedgerConsumedByOwnTurn(t *testing.T) {
 	p := newPipeline(t)
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	_, job := p.tracker.StartBackground(ctx, "shell")
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 	if err := p.tracker.ConsumeFollowup(ctx, job.Carrier()); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestLedgerRemoteSettle(t *testing.T) {
 	if env := job.Env(); len(env) < 2 {
 		t.Fatalf("env = %v", env)
 	}
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	inv.End()
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusPending, "remote_settling:background shell")
 
@@ -286,7 +286,7 @@ func TestLedgerRemoteSettleRestartsOnSubtreeArrival(t *testing.T) {
 	jctx, job := p.tracker.StartBackground(ctx, "shell")
 	job.Env()
 	_, helper := p.tp.Tracer("x").Start(jctx, "helper")
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	inv.End()
 	p.clock.Advance(time.Second)
 	helper.End() // a child ends after its remote parent: quiet time restarts
@@ -297,7 +297,7 @@ func TestLedgerRemoteSettleRestartsOnSubtreeArrival(t *testing.T) {
 }
 
 func TestLedgerOpenTimeout(t *testing.T) {
-	p := newPipelineWith(t, []Option{WithOpenTimeout(time.Hour)})
+	p := newPipelineWith(t, []SpanProcessorOption{WithOpenTimeout(time.Hour)})
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	_, job := p.tracker.StartBackground(ctx, "shell")
 	inv.End()
@@ -308,7 +308,7 @@ func TestLedgerOpenTimeout(t *testing.T) {
 	// Rule 4: a late span that leaves an obligation open revises the
 	// invocation at once, incomplete; one that meets the last obligation
 	// revises it final.
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 	s = p.summary(t, inv.ID())
 	wantStatus(t, s, contract.StatusIncomplete, contract.ReasonOpenTimeout, "open_followup:background shell")
 	if s.Revision != 2 || !contains(s.Anomalies, "late_span:background shell") {
@@ -342,7 +342,7 @@ func TestLedgerRetention(t *testing.T) {
 }
 
 func TestLedgerEviction(t *testing.T) {
-	p := newPipelineWith(t, []Option{WithMaxOpenInvocations(2)})
+	p := newPipelineWith(t, []SpanProcessorOption{WithMaxOpenInvocations(2)})
 	var ids []string
 	for i := 0; i < 3; i++ {
 		_, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
@@ -387,7 +387,7 @@ func TestLedgerForeignFollowup(t *testing.T) {
 	ctxA, a := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	_, job := p.tracker.StartBackground(ctxA, "shell")
 	a.End()
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 	_, b := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	b.End()
 	forged := job.Carrier()

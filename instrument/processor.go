@@ -2,17 +2,12 @@ package instrument
 
 import (
 	"context"
-	"math"
-	"reflect"
 	"sync"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/parked"
 )
 
@@ -68,152 +63,17 @@ type SpanProcessor struct {
 	free []*spanRecord
 }
 
-type turnKey struct {
-	trace      trace.TraceID
-	invocation string
-}
-
-// spanRecord is the per-span bookkeeping between OnStart and OnEnd. It is
-// reused once the span ended, so nothing may keep it past OnEnd.
-type spanRecord struct {
-	invocation string
-	children   int
-	span       sdktrace.ReadWriteSpan
-	// trace is the span's trace; sameID the record of another open span
-	// with the same span ID in another trace, or nil.
-	trace  trace.TraceID
-	sameID *spanRecord
-	// parent is the span's parent in the same trace, when local.
-	parent trace.SpanID
-	// bagCtx is the context the span's latest child started from, when it
-	// is a pointer, and bagID the invocation id in its baggage: the
-	// children of a span most often start from one context, whose
-	// baggage (immutable, as the context) is then read once.
-	bagCtx context.Context
-	bagID  string
-	// turn: the span is registered in turns.
-	turn bool
-	// dropped: the span is not sampled and its parent (or context span)
-	// counts it in invocation.unrecorded; OnEnd tells the ledger when it
-	// is a model call.
-	dropped bool
-	// unrecorded and detached count the span's direct children of its
-	// invocation that were not sampled, and the spans started from its
-	// context as roots of new traces (contract v0.6 rules 3 and 4); OnEnd
-	// adds them to the span when not 0. They fit beside the flags, so
-	// that a record stays in its size class; unrecorded saturates (any
-	// value above 0 means the same), detached is bounded by the spans a
-	// process tracks.
-	unrecorded uint16
-	detached   int32
-	// inv is the ledger's state of the span's invocation, when known at
-	// its start: OnEnd hands it back so that the ledger need not look the
-	// invocation up by id.
-	inv *invocationState
-	// stamp holds the attributes OnStart adds (invocation.id and a
-	// provisional invocation.children of 0), so that SetAttributes needs
-	// no slice of its own; the SDK copies them.
-	stamp [2]attribute.KeyValue
-}
-
-// newRecord returns a cleared record. p.mu must be held.
-func (p *SpanProcessor) newRecord() *spanRecord {
-	if n := len(p.free); n > 0 {
-		rec := p.free[n-1]
-		p.free = p.free[:n-1]
-		return rec
-	}
-	return &spanRecord{}
-}
-
-// lookupOpen returns the record of the open span sid of trace tid, or
-// nil. p.mu must be held.
-func (p *SpanProcessor) lookupOpen(tid trace.TraceID, sid trace.SpanID) *spanRecord {
-	for rec := p.open[sid]; rec != nil; rec = rec.sameID {
-		if rec.trace == tid {
-			return rec
-		}
-	}
-	return nil
-}
-
-// addOpen indexes rec, the record of span sid of trace rec.trace; it
-// replaces the record of a span with the same IDs (which then ends
-// unrecorded). p.mu must be held.
-func (p *SpanProcessor) addOpen(sid trace.SpanID, rec *spanRecord) {
-	p.removeOpen(rec.trace, sid)
-	rec.sameID = p.open[sid]
-	p.open[sid] = rec
-	p.openCount++
-}
-
-// removeOpen unindexes and returns the record of the open span sid of
-// trace tid, or nil. p.mu must be held.
-func (p *SpanProcessor) removeOpen(tid trace.TraceID, sid trace.SpanID) *spanRecord {
-	var prev *spanRecord
-	for rec := p.open[sid]; rec != nil; prev, rec = rec, rec.sameID {
-		if rec.trace != tid {
-			continue
-		}
-		switch {
-		case prev != nil:
-			prev.sameID = rec.sameID
-		case rec.sameID != nil:
-			p.open[sid] = rec.sameID
-		default:
-			delete(p.open, sid)
-		}
-		rec.sameID = nil
-		p.openCount--
-		return rec
-	}
-	return nil
-}
-
-// baggageID returns the invocation id in the baggage of ctx, the context
-// a child of rec's span starts from. It keeps the answer for the next
-// child started from the same context; only a context that is a pointer
-// is kept (comparing it cannot panic). p.mu must be held.
-func (rec *spanRecord) baggageID(ctx context.Context) string {
-	if rec.bagCtx != nil && rec.bagCtx == ctx {
-		return rec.bagID
-	}
-	id := baggageInvocationID(ctx)
-	if reflect.TypeOf(ctx).Kind() == reflect.Pointer {
-		rec.bagCtx, rec.bagID = ctx, id
-	}
-	return id
-}
-
-// baggageInvocationID returns the invocation id in ctx's baggage, or "".
-func baggageInvocationID(ctx context.Context) string {
-	return baggage.FromContext(ctx).Member(contract.BaggageInvocationID).Value()
-}
-
-// noteUnrecorded counts a child of rec's span that was not recorded.
-// p.mu must be held.
-func (rec *spanRecord) noteUnrecorded() {
-	if rec.unrecorded < math.MaxUint16 {
-		rec.unrecorded++
-	}
-}
-
-// release clears rec and keeps it for reuse. p.mu must be held.
-func (p *SpanProcessor) release(rec *spanRecord) {
-	*rec = spanRecord{}
-	p.free = append(p.free, rec)
-}
-
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
 
 // NewSpanProcessor returns a SpanProcessor that passes spans on to next
-// (which may be nil, for a ledger-only setup). Options WithClock,
-// WithRemoteSettle, WithOpenTimeout, WithRetention,
+// (which may be nil, for a ledger-only setup). Options WithRemoteSettle,
+// WithOpenTimeout, WithRetention,
 // WithMaxOpenInvocations, WithMaxSpansPerInvocation and WithClosedRecords
 // configure its Ledger; WithMaxOpenSpans bounds its per-span bookkeeping;
-// WithMeterProvider its internal telemetry.
-func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcessor {
-	cfg := newConfig(opts)
+// WithMeterProvider its internal telemetry. Tests set its clock with
+// instrumenttest.WithClock.
+func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...SpanProcessorOption) *SpanProcessor {
+	cfg := newProcessorConfig(opts)
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	p := &SpanProcessor{
 		next:   next,
@@ -236,142 +96,55 @@ func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcesso
 // Ledger returns the ledger this processor feeds.
 func (p *SpanProcessor) Ledger() *Ledger { return p.ledger }
 
-// OnStart implements sdktrace.SpanProcessor.
+// OnStart implements sdktrace.SpanProcessor. It finds the span's
+// invocation (its own attribute, the baggage, or its parent's record),
+// counts it in its parent's record (fromParentLocked) or as a span of a
+// new trace (detachedStart), tracks it until OnEnd (trackLocked), tells a
+// Tracker or a client wrapper about it (noteOwner), stamps it (stamp), and
+// tells the ledger of the spans no count declares (Ledger.started).
 func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
 	if parent == nil {
 		parent = context.Background()
 	}
-	sc := s.SpanContext()
-	attrs := readStartAttrs(s.Attributes())
-	id := attrs.id
-	psc := s.Parent()
-	local := psc.IsValid() && !psc.IsRemote()
-	if id == "" && !local {
+	st := spanStart{sc: s.SpanContext(), psc: s.Parent(), attrs: readStartAttrs(s.Attributes())}
+	st.id = st.attrs.id
+	st.local = st.psc.IsValid() && !st.psc.IsRemote()
+	if st.id == "" && !st.local {
 		// A span with a local parent reads the baggage below, through its
 		// parent's record.
-		id = baggageInvocationID(parent)
+		st.id = baggageInvocationID(parent)
 	}
 	// Only lifecycle spans (which carry a role) and model calls need to
 	// know whether the Tracker started them.
 	client := s.SpanKind() == trace.SpanKindClient
-	ours := (attrs.role != "" || client) && s.InstrumentationScope().Name == ScopeName
-	ledgered := id != "" && sc.IsSampled()
+	ours := (st.attrs.role != "" || client) && s.InstrumentationScope().Name == ScopeName
+	st.ledgered = st.id != "" && st.sc.IsSampled()
 
 	// A span without a local parent (a root, a continuation, a span of a
 	// new trace) is counted by nobody: the ledger records it before the
 	// span's record is made, so that the record carries the invocation's
 	// state without a second pass under the lock.
-	var inv *invocationState
-	if !local && ledgered {
-		inv = p.ledger.started(id, s, &attrs, startFacts{})
+	if !st.local && st.ledgered {
+		st.inv = p.ledger.started(st.id, s, &st.attrs, startFacts{})
 	}
 
-	var late, counted, dropped bool
-	var detachedFrom trace.SpanContext
-	var rec *spanRecord
 	p.mu.Lock()
-	if !local && id != "" && attrs.role == "" && !psc.IsValid() {
+	switch {
+	case st.local:
+		p.fromParentLocked(parent, &st)
+	case st.id != "" && st.attrs.role == "" && !st.psc.IsValid():
 		// A span started with trace.WithNewRoot from the context of a span
 		// (rule 4). Lifecycle spans are declared otherwise.
-		detachedFrom, late, dropped = p.detachedStart(parent, id, sc)
+		st.detachedFrom, st.late, st.dropped = p.detachedStart(parent, st.id, st.sc)
 	}
-	if local {
-		if prec := p.lookupOpen(psc.TraceID(), psc.SpanID()); prec != nil {
-			if id == "" {
-				id = prec.baggageID(parent)
-				ledgered = id != "" && sc.IsSampled()
-			}
-			if id == "" {
-				id = prec.invocation
-				ledgered = sc.IsSampled()
-			}
-			if sc.IsSampled() && id == prec.invocation {
-				prec.children++
-				counted = true
-				inv = prec.inv
-			} else if id != "" && id == prec.invocation && prec.span.SpanContext().IsSampled() {
-				// Recorded, never exported (rule 3): the parent declares it.
-				prec.noteUnrecorded()
-				dropped = true
-			}
-		} else {
-			if id == "" {
-				id = baggageInvocationID(parent)
-				ledgered = id != "" && sc.IsSampled()
-			}
-			// The parent is not tracked: it ended already (a late child),
-			// or it belongs to a provider without this processor.
-			if ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan); ok &&
-				ps.SpanContext().SpanID() == psc.SpanID() && !ps.EndTime().IsZero() {
-				pid := readStartAttrs(ps.Attributes()).id
-				if id == "" {
-					id = pid
-					ledgered = id != "" && sc.IsSampled()
-				}
-				late = pid != "" && pid == id
-			}
-		}
-	}
-	tracked := p.openCount < p.max
-	if tracked {
-		rec = p.newRecord()
-		rec.invocation, rec.span, rec.inv, rec.trace = id, s, inv, sc.TraceID()
-		rec.dropped = dropped
-		if local {
-			rec.parent = psc.SpanID()
-		}
-		if ours && id != "" && (attrs.role == contract.RoleRoot || attrs.role == contract.RoleContinuation) {
-			rec.turn = true
-			p.turns[turnKey{sc.TraceID(), id}] = rec
-		}
-		p.addOpen(sc.SpanID(), rec)
-	}
+	rec := p.trackLocked(s, &st, ours)
 	p.mu.Unlock()
-	if ours {
-		// A Tracker's span: tell the Tracker its pipeline has this
-		// processor (it says so loudly when none answers).
-		if probe, ok := parent.Value(probeKey{}).(*startProbe); ok {
-			probe.processor = p
-		}
-	} else if client {
-		// A model call a wrapper may hold open for a retry.
-		if h := parked.HolderFromContext(parent); h != nil {
-			p.holders.Add(h)
-		}
-	}
-
-	if tracked {
-		// invocation.children is stamped 0 now, in the same call as
-		// invocation.id: OnEnd passes a span whose count stayed 0 on as
-		// it is, and wraps the others with their count.
-		stamp := rec.stamp[:0]
-		if id != "" && id != attrs.id {
-			stamp = append(stamp, attribute.String(contract.AttrInvocationID, id))
-		}
-		stamp = append(stamp, attribute.Int(contract.AttrChildren, 0))
-		s.SetAttributes(stamp...)
-	} else {
-		// Without invocation.children nobody declares this span's
-		// children, so it is marked remote: the processor and the ledger
-		// then wait remote_settle for its subtree instead of calling the
-		// invocation final while a child may still come.
-		p.untracked.Add(parent, 1)
-		if id != "" {
-			s.SetAttributes(attribute.String(contract.AttrInvocationID, id), attribute.Bool(contract.AttrRemote, true))
-		}
-	}
-	if late {
-		s.SetAttributes(attribute.Bool(AttrLateChild, true))
-		p.lateChildren.Add(parent, 1)
-	}
-	if detachedFrom.IsValid() {
-		s.AddLink(trace.Link{SpanContext: detachedFrom,
-			Attributes: []attribute.KeyValue{attribute.String(contract.AttrLink, contract.LinkDetachedFrom)}})
-	}
+	p.noteOwner(parent, ours, client)
+	p.stamp(parent, s, rec, &st)
 	// A span with a local parent that counts it and no role costs the
 	// ledger nothing at its start (Ledger.started).
-	if local && ledgered && (attrs.role != "" || !counted) {
-		if inv := p.ledger.started(id, s, &attrs, startFacts{counted: counted, late: late}); inv != nil && tracked {
+	if st.local && st.ledgered && (st.attrs.role != "" || !st.counted) {
+		if inv := p.ledger.started(st.id, s, &st.attrs, startFacts{counted: st.counted, late: st.late}); inv != nil && rec != nil {
 			p.mu.Lock()
 			rec.inv = inv
 			p.mu.Unlock()
@@ -444,171 +217,4 @@ func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
 		return p.next.ForceFlush(ctx)
 	}
 	return nil
-}
-
-// maxAncestorWalk bounds the walk up the records of open spans.
-const maxAncestorWalk = 64
-
-// openAncestor returns the nearest span of invocation id on the ancestry
-// of the ended span launching that is still open in this processor, and
-// false when none is. The walk goes up the records of open spans from the
-// launching span's parent; when it meets a span that has ended, it falls
-// back to the open root or continuation of the invocation in the same
-// trace (the turn that launched it), which is an ancestor of every span
-// of the invocation in its trace.
-func (p *SpanProcessor) openAncestor(id string, launching sdktrace.ReadOnlySpan) (trace.Span, bool) {
-	psc := launching.Parent()
-	tid := launching.SpanContext().TraceID()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if psc.IsValid() && !psc.IsRemote() {
-		sid := psc.SpanID()
-		for i := 0; i < maxAncestorWalk && sid != (trace.SpanID{}); i++ {
-			rec := p.lookupOpen(tid, sid)
-			if rec == nil {
-				break
-			}
-			if rec.invocation == id {
-				return rec.span, true
-			}
-			sid = rec.parent
-		}
-	}
-	if rec, ok := p.turns[turnKey{tid, id}]; ok {
-		return rec.span, true
-	}
-	return nil, false
-}
-
-// openSpans returns the number of spans tracked (for tests).
-func (p *SpanProcessor) openSpans() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.openCount
-}
-
-// exportCounts are the counts the SpanProcessor puts on an ended span
-// as it exports it: the invocation.children it counted (countAbsent when
-// it counted none) and the invocation.unrecorded and invocation.detached
-// it counted when not 0 (contract v0.6 rules 3 and 4). wrap is false when
-// the span is exported as it is (it counted nothing, or the span carries
-// the count it stamped at its start). The exported span (span) and the
-// ledger's reading of it (readFacts) both take its attributes from
-// exportedAttrs, so they cannot differ.
-type exportCounts struct {
-	children             int
-	unrecorded, detached int32
-	wrap                 bool
-}
-
-// countsOf returns how the SpanProcessor exports the ended span s.
-func countsOf(s sdktrace.ReadOnlySpan, children, unrecorded, detached int) exportCounts {
-	c := exportCounts{children: children,
-		unrecorded: int32(min(unrecorded, math.MaxInt32)), detached: int32(min(detached, math.MaxInt32))}
-	c.wrap = c.unrecorded != 0 || c.detached != 0 ||
-		(children != countAbsent && !carriesCount(s.Attributes(), children))
-	return c
-}
-
-// span returns s as exported.
-func (c exportCounts) span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
-	switch {
-	case !c.wrap:
-		return s
-	case c.unrecorded != 0 || c.detached != 0:
-		return &declaredSpan{ReadOnlySpan: s, children: c.children, unrecorded: c.unrecorded, detached: c.detached}
-	}
-	return &countedSpan{ReadOnlySpan: s, children: c.children}
-}
-
-// keeps reports whether the span's own attribute kv is exported as it is
-// under the counts c (a count the SpanProcessor puts replaces the span's).
-func (c exportCounts) keeps(kv attribute.KeyValue) bool {
-	if !c.wrap {
-		return true
-	}
-	switch kv.Key {
-	case contract.AttrChildren:
-		return c.children == countAbsent
-	case contract.AttrUnrecorded:
-		return c.unrecorded == 0
-	case contract.AttrDetached:
-		return c.detached == 0
-	}
-	return true
-}
-
-// added returns, in buf, the attributes the counts c add after the span's
-// own (those keeps keeps).
-func (c exportCounts) added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
-	out := buf[:0]
-	if !c.wrap {
-		return out
-	}
-	if c.children != countAbsent {
-		out = append(out, attribute.Int(contract.AttrChildren, c.children))
-	}
-	if c.unrecorded != 0 {
-		out = append(out, attribute.Int(contract.AttrUnrecorded, int(c.unrecorded)))
-	}
-	if c.detached != 0 {
-		out = append(out, attribute.Int(contract.AttrDetached, int(c.detached)))
-	}
-	return out
-}
-
-// collectAttrs returns the attributes of the span whose own are base as
-// exported with the counts c: what keeps keeps, then what added adds.
-func collectAttrs(base []attribute.KeyValue, c exportCounts) []attribute.KeyValue {
-	out := make([]attribute.KeyValue, 0, len(base)+3)
-	for _, kv := range base {
-		if c.keeps(kv) {
-			out = append(out, kv)
-		}
-	}
-	var buf [3]attribute.KeyValue
-	return append(out, c.added(&buf)...)
-}
-
-// carriesCount reports whether attrs hold invocation.children, every time
-// as the int children (a stamp its attributes kept).
-func carriesCount(attrs []attribute.KeyValue, children int) bool {
-	found := false
-	for _, kv := range attrs {
-		if kv.Key != contract.AttrChildren {
-			continue
-		}
-		if kv.Value.Type() != attribute.INT64 || kv.Value.AsInt64() != int64(children) {
-			return false
-		}
-		found = true
-	}
-	return found
-}
-
-// countedSpan is an ended span with invocation.children added.
-type countedSpan struct {
-	sdktrace.ReadOnlySpan
-	children int
-}
-
-// Attributes returns the span's attributes with invocation.children.
-func (s *countedSpan) Attributes() []attribute.KeyValue {
-	return collectAttrs(s.ReadOnlySpan.Attributes(), exportCounts{children: s.children, wrap: true})
-}
-
-// declaredSpan is an ended span with invocation.children added, and
-// invocation.unrecorded and invocation.detached when not 0 (contract
-// v0.6 rules 3 and 4). It is a type of its own so that countedSpan, which
-// most spans with children get, stays 24 bytes.
-type declaredSpan struct {
-	sdktrace.ReadOnlySpan
-	children             int
-	unrecorded, detached int32
-}
-
-// Attributes returns the span's attributes with its counts.
-func (s *declaredSpan) Attributes() []attribute.KeyValue {
-	return collectAttrs(s.ReadOnlySpan.Attributes(),
-		exportCounts{children: s.children, unrecorded: s.unrecorded, detached: s.detached, wrap: true})
 }

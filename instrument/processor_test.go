@@ -179,7 +179,7 @@ func TestChildOfAnotherInvocationIsNotCounted(t *testing.T) {
 }
 
 func TestOpenSpanLimit(t *testing.T) {
-	p := newPipelineWith(t, []Option{WithMaxOpenSpans(1)})
+	p := newPipelineWith(t, []SpanProcessorOption{WithMaxOpenSpans(1)})
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	_, s := p.tp.Tracer("other").Start(ctx, "untracked")
 	s.End()

@@ -74,7 +74,7 @@ func TestTrackerWithoutSpanProcessorSaysSo(t *testing.T) {
 
 	ctx, inv := tracker.StartInvocation(context.Background(), "coder", "s1")
 	_, job := tracker.StartBackground(ctx, "shell")
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	inv.End()
 
 	got := errs.all()

@@ -24,11 +24,11 @@ type stubLedger struct {
 	clock *manualClock
 }
 
-func newStubLedger(t *testing.T, opts ...Option) *stubLedger {
+func newStubLedger(t *testing.T, opts ...SpanProcessorOption) *stubLedger {
 	t.Helper()
 	clk := newManualClock()
-	opts = append([]Option{WithClock(clk), WithRemoteSettle(0)}, opts...)
-	return &stubLedger{t: t, l: newLedger(newConfig(opts), metricnoop.NewMeterProvider().Meter("t")), clock: clk}
+	opts = append([]SpanProcessorOption{withClock(clk), WithRemoteSettle(0)}, opts...)
+	return &stubLedger{t: t, l: newLedger(newProcessorConfig(opts), metricnoop.NewMeterProvider().Meter("t")), clock: clk}
 }
 
 // feed delivers spans in order; invocation.children is taken from each

@@ -55,7 +55,7 @@ func TestSubprocessSpanJoinsInvocation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	job.End(nil, false)
+	job.EndWithoutFollowup(nil)
 	inv.End()
 
 	var got struct {

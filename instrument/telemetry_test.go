@@ -14,7 +14,7 @@ import (
 func TestInternalTelemetry(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	p := newPipelineWith(t, []Option{WithMeterProvider(mp), WithMaxOpenInvocations(1)})
+	p := newPipelineWith(t, []SpanProcessorOption{WithMeterProvider(mp), WithMaxOpenInvocations(1)})
 
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	tctx, tool := p.tool(ctx)
@@ -50,7 +50,7 @@ func TestInternalTelemetry(t *testing.T) {
 func TestSpanLimitFailsClosed(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	p := newPipelineWith(t, []Option{WithMeterProvider(mp), WithMaxSpansPerInvocation(3)})
+	p := newPipelineWith(t, []SpanProcessorOption{WithMeterProvider(mp), WithMaxSpansPerInvocation(3)})
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	for range 3 {
 		p.chat(ctx, 10, 1)

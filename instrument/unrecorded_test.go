@@ -221,7 +221,7 @@ func TestDetachedLifecycleSpansAreNotCounted(t *testing.T) {
 	p := newPipeline(t)
 	ctx, inv := p.tracker.StartInvocation(context.Background(), "a", "s1")
 	_, job := p.tracker.StartBackground(ctx, "shell")
-	job.End(nil, true)
+	job.EndWithFollowup(nil)
 	if err := p.tracker.CloseFollowup(ctx, job.Carrier(), contract.ReasonInterrupted, ""); err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,8 @@ func TestLedgerUsageMismatch(t *testing.T) {
 	_, second := p.tracker.StartBackground(ctx, "shell")
 	inv.Span().SetAttributes(flagMismatch)
 	inv.End()
-	first.End(nil, true)
-	second.End(nil, true)
+	first.EndWithFollowup(nil)
+	second.EndWithFollowup(nil)
 	const onRoot = contract.AnomalyUsageMismatch + ":invoke_agent coder"
 	s := p.summary(t, inv.ID())
 	wantStatus(t, s, contract.StatusPending)
@@ -60,7 +60,7 @@ func TestLedgerUsageMismatchNotTrue(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		value   attribute.KeyValue
-		status  string
+		status  Status
 		reasons []string
 	}{
 		{"false", attribute.Bool(contract.AttrUsageMismatch, false), contract.StatusFinal, nil},

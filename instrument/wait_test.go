@@ -22,7 +22,7 @@ func cancelled() context.Context {
 // ledger never saw answers at once, creates no state and evicts no open
 // invocation, however many there are.
 func TestWaitUnknownCreatesNothing(t *testing.T) {
-	p := newPipelineWith(t, []Option{WithMaxOpenInvocations(1)})
+	p := newPipelineWith(t, []SpanProcessorOption{WithMaxOpenInvocations(1)})
 	l := p.sp.Ledger()
 	_, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
 	for _, id := range []string{"never-1", "never-2", "never-3"} {
@@ -43,7 +43,7 @@ func TestWaitUnknownCreatesNothing(t *testing.T) {
 // invocation, Wait still answers from the bounded record of closed ids;
 // beyond the record's bound the oldest is dropped (and counted).
 func TestLateWaitAnswersFromClosedRecord(t *testing.T) {
-	p := newPipelineWith(t, []Option{WithClosedRecords(2)})
+	p := newPipelineWith(t, []SpanProcessorOption{WithClosedRecords(2)})
 	l := p.sp.Ledger()
 	var ids []string
 	for range 3 {

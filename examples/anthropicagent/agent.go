@@ -163,7 +163,7 @@ func (a *Agent) runTool(ctx context.Context, s *session, callID, name string, in
 		defer a.wg.Done()
 		out := a.work(args.Task)
 		// The runtime will post a notification: one followup is owed.
-		job.End(nil, true)
+		job.EndWithFollowup(nil)
 		a.notify(s, job.Carrier(), fmt.Sprintf("[notification] task %q finished: %s", args.Task, out))
 	}()
 	return "started task " + args.Task + " in the background"

@@ -83,7 +83,7 @@ type line struct {
 func lineOf(session string, s instrument.Summary) line {
 	u := s.Usage
 	return line{
-		InvocationID: s.InvocationID, SessionID: session, Status: s.Status,
+		InvocationID: s.InvocationID, SessionID: session, Status: string(s.Status),
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheReadInputTokens: u.CacheReadInputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens,
 		ReasoningOutputTokens:  u.ReasoningOutputTokens,

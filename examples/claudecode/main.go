@@ -87,7 +87,7 @@ type line struct {
 func lineOf(s instrument.Summary) line {
 	u := s.Usage
 	return line{
-		InvocationID: s.InvocationID, SessionID: s.SessionID, Status: s.Status,
+		InvocationID: s.InvocationID, SessionID: s.SessionID, Status: string(s.Status),
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheReadInputTokens: u.CacheReadInputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens,
 		ReasoningOutputTokens:  u.ReasoningOutputTokens,

@@ -82,7 +82,7 @@ type line struct {
 func lineOf(at string, s instrument.Summary, owes bool) line {
 	u := s.Usage
 	return line{
-		At: at, InvocationID: s.InvocationID, SessionID: s.SessionID, Status: s.Status, OwesWork: owes,
+		At: at, InvocationID: s.InvocationID, SessionID: s.SessionID, Status: string(s.Status), OwesWork: owes,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheReadInputTokens: u.CacheReadInputTokens, ReasoningOutputTokens: u.ReasoningOutputTokens,
 		AfterResultInputTokens: u.AfterResultInputTokens, AfterResultOutputTokens: u.AfterResultOutputTokens,

@@ -96,7 +96,7 @@ func run(ctx context.Context, w io.Writer, otlp, baseURL string) error {
 
 	// 4. The job ends and its completion notification (which carries
 	// job.Carrier()) wakes a continuation turn of the same invocation.
-	job.End(cmd.Wait(), true)
+	job.EndWithFollowup(cmd.Wait())
 	notification := job.Carrier()
 	cctx, cont, err := tracker.StartContinuation(ctx, "quickstart", "session-1", notification)
 	if err != nil {

@@ -103,7 +103,7 @@ func lineOf(scenario, session string, s instrument.Summary) line {
 		InvocationID:            s.InvocationID,
 		Scenario:                scenario,
 		SessionID:               session,
-		Status:                  s.Status,
+		Status:                  string(s.Status),
 		InputTokens:             s.Usage.InputTokens,
 		OutputTokens:            s.Usage.OutputTokens,
 		CacheReadInputTokens:    s.Usage.CacheReadInputTokens,

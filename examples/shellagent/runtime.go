@@ -261,7 +261,7 @@ func (s *Session) startJob(ctx context.Context, command string) string {
 		s.mu.Lock()
 		delete(s.jobs, bj.id)
 		s.mu.Unlock()
-		job.End(err, false)
+		job.EndWithoutFollowup(err)
 		return fmt.Sprintf("error: %v", err)
 	}
 	s.rt.log.Info("background job started", "session", s.id, "job", bj.id, "pid", cmd.Process.Pid, "command", command)
@@ -293,10 +293,10 @@ func (s *Session) jobExited(bj *backgroundJob, output string, err error) {
 	delete(s.jobs, bj.id)
 	s.lastActive = s.rt.idle.Now()
 	if bj.quiet || s.closed {
-		bj.job.End(err, false)
+		bj.job.EndWithoutFollowup(err)
 		return
 	}
-	bj.job.End(err, true)
+	bj.job.EndWithFollowup(err)
 	s.inbox = append(s.inbox, notification{
 		jobID:      bj.id,
 		invocation: bj.job.InvocationID(),
@@ -375,7 +375,7 @@ func (s *Session) continueInvocation(ns []notification) {
 // not yet read are closed as interrupted, and jobs still running will post
 // none. A turn already running finishes.
 func (rt *Runtime) Interrupt(ctx context.Context, session string) {
-	rt.session(session).abandon(ctx, contract.ReasonInterrupted, false)
+	rt.session(session).abandon(ctx, instrument.FollowupInterrupted, false)
 }
 
 // CloseSession closes a session: its unread notifications are closed as
@@ -386,11 +386,11 @@ func (rt *Runtime) CloseSession(ctx context.Context, session string) {
 	delete(rt.sessions, session)
 	rt.mu.Unlock()
 	if ok {
-		s.abandon(ctx, contract.ReasonSessionClosed, true)
+		s.abandon(ctx, instrument.FollowupSessionClosed, true)
 	}
 }
 
-func (s *Session) abandon(ctx context.Context, reason string, closeSession bool) {
+func (s *Session) abandon(ctx context.Context, reason instrument.FollowupReason, closeSession bool) {
 	s.mu.Lock()
 	for _, j := range s.jobs {
 		j.quiet = true

@@ -255,7 +255,7 @@ func checkUsage(t *testing.T, what string, got instrument.Summary, want instrume
 
 func wantStatus(t *testing.T, what string, got instrument.Summary, status string) {
 	t.Helper()
-	if got.Status != status {
+	if string(got.Status) != status {
 		t.Errorf("%s: status %s (reasons %v, anomalies %v), want %s", what, got.Status, got.Reasons, got.Anomalies, status)
 	}
 }

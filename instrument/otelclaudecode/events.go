@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+
+	"github.com/agentledger/agentledger/instrument/internal/anthropicwire"
 )
 
 // Types and subtypes of the stream-json lines `claude -p --output-format
@@ -116,9 +118,7 @@ type streamEvent struct {
 
 // rawUsage is usage the Anthropic way: Input excludes the cache reads and
 // cache creations.
-type rawUsage struct {
-	Input, CacheRead, CacheCreation, Output int64
-}
+type rawUsage = anthropicwire.Usage
 
 // envelope holds the fields of every line; the rest is decoded per type
 // from the raw fields, each on its own.

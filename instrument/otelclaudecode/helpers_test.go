@@ -26,7 +26,7 @@ type pipeline struct {
 	sp  *instrument.SpanProcessor
 }
 
-func newPipeline(t testing.TB, export sdktrace.SpanProcessor, opts ...instrument.Option) *pipeline {
+func newPipeline(t testing.TB, export sdktrace.SpanProcessor, opts ...instrument.SpanProcessorOption) *pipeline {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	next := fanout{rec}
@@ -213,7 +213,7 @@ func checkSummary(t *testing.T, what string, got instrument.Summary, w want) {
 	t.Helper()
 	wu := w.usage()
 	checkUsage(t, what, got, wu)
-	if got.Status != w.status || got.Usage.BackgroundJobs != wu.BackgroundJobs || got.Usage.Continuations != wu.Continuations ||
+	if string(got.Status) != w.status || got.Usage.BackgroundJobs != wu.BackgroundJobs || got.Usage.Continuations != wu.Continuations ||
 		fmt.Sprint(nonNil(got.Reasons)) != fmt.Sprint(nonNil(w.reasons)) {
 		t.Errorf("%s: status %s reasons %v jobs %d continuations %d, want %s %v %d %d",
 			what, got.Status, got.Reasons, got.Usage.BackgroundJobs, got.Usage.Continuations, w.status, w.reasons, wu.BackgroundJobs, wu.Continuations)

@@ -143,7 +143,7 @@ func (m *mapper) endJob(j *job, status string, cause error) {
 			err = errors.New("claude code: task " + status)
 		}
 	}
-	j.j.End(err, true)
+	j.j.EndWithFollowup(err)
 }
 
 // replayedNotification handles the CLI's replay of a notification it put

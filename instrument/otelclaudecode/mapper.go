@@ -356,9 +356,9 @@ func (m *mapper) exit(interrupted bool) {
 	if m.exited {
 		return
 	}
-	reason, cause := contract.ReasonSessionClosed, errExited
+	reason, cause := instrument.FollowupSessionClosed, errExited
 	if interrupted {
-		reason, cause = contract.ReasonInterrupted, errInterrupted
+		reason, cause = instrument.FollowupInterrupted, errInterrupted
 	}
 	for _, t := range m.tools {
 		if !t.ended {

@@ -161,7 +161,7 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 			reason = UnattributedUnknownPrompt
 		}
 		var inv *instrument.Invocation
-		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
+		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, instrument.UnattributedReason(reason))
 		inv.Span().SetAttributes(providerAttr)
 		return m.decision(ctx, func() { inv.End() })
 	}
@@ -425,18 +425,13 @@ type wireSum struct {
 }
 
 func (w *wireSum) add(u genaicall.Usage) {
-	if u.Input == nil || u.Output == nil {
+	raw, ok := anthropicwire.FromGenAI(u)
+	if !ok {
 		w.unknown = true
 		return
 	}
-	v := func(p *int64) int64 {
-		if p == nil {
-			return 0
-		}
-		return *p
-	}
-	w.CacheRead += v(u.CacheRead)
-	w.CacheCreation += v(u.CacheCreation)
-	w.Input += *u.Input - v(u.CacheRead) - v(u.CacheCreation)
-	w.Output += *u.Output
+	w.Input += raw.Input
+	w.CacheRead += raw.CacheRead
+	w.CacheCreation += raw.CacheCreation
+	w.Output += raw.Output
 }

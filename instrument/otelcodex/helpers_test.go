@@ -148,7 +148,7 @@ func wantSummary(t testing.TB, what string, got instrument.Summary, status strin
 	slices.Sort(anomalies)
 	gotAnomalies := slices.Clone(got.Anomalies)
 	slices.Sort(gotAnomalies)
-	if got.Status != status || fmt.Sprint(nonNil(got.Reasons)) != fmt.Sprint(nonNil(reasons)) ||
+	if string(got.Status) != status || fmt.Sprint(nonNil(got.Reasons)) != fmt.Sprint(nonNil(reasons)) ||
 		fmt.Sprint(nonNil(gotAnomalies)) != fmt.Sprint(nonNil(anomalies)) ||
 		got.Usage.BackgroundJobs != jobs || got.Usage.Continuations != continuations {
 		t.Errorf("%s: status %s reasons %v anomalies %v jobs %d continuations %d; want %s %v %v %d %d",

@@ -147,7 +147,7 @@ func (m *mapper) endJob(j *job, status string, code *int64, err error) {
 	if status != "" {
 		j.j.Span().SetAttributes(attribute.String("codex.command.status", status))
 	}
-	j.j.End(err, true)
+	j.j.EndWithFollowup(err)
 	if !j.settled && !m.exited {
 		m.pending = append(m.pending, j)
 		m.completions = append(m.completions, j.completion())

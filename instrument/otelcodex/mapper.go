@@ -281,9 +281,9 @@ func (m *mapper) exit(stopped bool) {
 		if j.settled {
 			continue
 		}
-		reason := contract.ReasonSessionClosed
+		reason := instrument.FollowupSessionClosed
 		if !j.ended || stopped {
-			reason = contract.ReasonInterrupted
+			reason = instrument.FollowupInterrupted
 		}
 		if !j.ended {
 			m.endJob(j, "killed", nil, errors.New("codex: command killed when codex exited"))

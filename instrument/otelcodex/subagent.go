@@ -156,7 +156,7 @@ func (m *mapper) attributeSubagent(ev evidence, body []byte) wireproxy.Decision 
 		if m.exited {
 			reason = UnattributedExited
 		}
-		ctx, inv := m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
+		ctx, inv := m.tracker.StartUnattributed(context.Background(), m.agent, m.session, instrument.UnattributedReason(reason))
 		inv.Span().SetAttributes(providerAttr)
 		m.answersRead(ctx, body)
 		return m.decision(ctx, func() { inv.End() })

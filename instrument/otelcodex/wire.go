@@ -65,7 +65,7 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 			reason = UnattributedExited
 		}
 		var inv *instrument.Invocation
-		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, reason)
+		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, instrument.UnattributedReason(reason))
 		inv.Span().SetAttributes(providerAttr)
 		m.toolResults(ctx, ev)
 		m.answersRead(ctx, body)

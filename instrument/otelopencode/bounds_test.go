@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/instrumenttest"
 )
 
 // trackedJobs is the number of jobs the mapper tracks.
@@ -131,7 +132,7 @@ func launchIn(s *script, p *pipeline, session, child string) *instrument.Invocat
 // its invocation.
 func TestJobBoundDropsOldestFailClosed(t *testing.T) {
 	clk := newManualClock()
-	p := newPipeline(t, instrument.WithClock(clk))
+	p := newPipeline(t, instrumenttest.WithClock(clk))
 	c, err := New("http://127.0.0.1:1", &http.Client{}, WithTracerProvider(p.tp), WithLedger(p.sp.Ledger()), WithMaxJobs(2))
 	if err != nil {
 		t.Fatal(err)

@@ -1344,7 +1344,7 @@ func testCollector(t *testing.T, s *server) {
 		if id == foreign {
 			want = contract.StatusIncomplete
 		}
-		if err != nil || sum.Status != want {
+		if err != nil || string(sum.Status) != want {
 			t.Fatalf("ledger %s: %v %+v", id, err, sum)
 		}
 		local[id] = sum
@@ -1388,7 +1388,7 @@ func testCollector(t *testing.T, s *server) {
 		// The only anomaly these runs make is an aborted job's
 		// (followup_interrupted, contract v0.7), on both halves alike.
 		ra, la := slices.Sorted(slices.Values(r.Anomalies)), slices.Sorted(slices.Values(l.Anomalies))
-		if fmt.Sprint(got) != fmt.Sprint(want) || id != foreign && r.Status != l.Status || fmt.Sprint(ra) != fmt.Sprint(la) ||
+		if fmt.Sprint(got) != fmt.Sprint(want) || id != foreign && r.Status != string(l.Status) || fmt.Sprint(ra) != fmt.Sprint(la) ||
 			slices.ContainsFunc(ra, func(a string) bool { return !strings.HasPrefix(a, contract.AnomalyFollowupInterrupted+":") }) {
 			t.Errorf("invocation %s: collector %s %v anomalies %v, ledger %s %v anomalies %v", id, r.Status, got, r.Anomalies, l.Status, want, l.Anomalies)
 		}

@@ -230,7 +230,7 @@ func TestServerModelWireCollector(t *testing.T) {
 			r.AfterResultInputTokens, r.AfterResultOutputTokens, r.ModelCalls, r.BackgroundJobs, r.Continuations}
 		want := []int64{u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens, u.ReasoningOutputTokens,
 			u.AfterResultInputTokens, u.AfterResultOutputTokens, u.ModelCalls, u.BackgroundJobs, u.Continuations}
-		if fmt.Sprint(got) != fmt.Sprint(want) || r.Status != l.Status {
+		if fmt.Sprint(got) != fmt.Sprint(want) || r.Status != string(l.Status) {
 			t.Errorf("invocation %s: collector %s %v %v, ledger %s %v %v", id, r.Status, got, r.IncompleteReasons, l.Status, want, l.Reasons)
 		}
 	}

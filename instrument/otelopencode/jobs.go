@@ -226,7 +226,7 @@ func (m *mapper) endJob(jb *job, aborted bool, errMsg string) {
 	case errMsg != "":
 		outcome = fmt.Errorf("opencode: %s", errMsg)
 	}
-	jb.j.End(outcome, true)
+	jb.j.EndWithFollowup(outcome)
 	if aborted {
 		m.settle(jb)
 		_ = m.tracker.CloseFollowup(context.Background(), jb.carrier, contract.ReasonInterrupted, "")
@@ -261,7 +261,7 @@ func (m *mapper) resolve(n *note) {
 func (m *mapper) dropJob(jb *job) {
 	if !jb.ended {
 		jb.ended = true
-		jb.j.End(errUntracked, true)
+		jb.j.EndWithFollowup(errUntracked)
 	}
 	jb.settled = true
 	if jb.note != nil {

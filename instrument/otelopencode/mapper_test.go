@@ -31,7 +31,7 @@ type pipeline struct {
 
 // newPipeline returns a pipeline whose SpanProcessor (and ledger) has
 // the given options, such as a manual clock.
-func newPipeline(t testing.TB, opts ...instrument.Option) *pipeline {
+func newPipeline(t testing.TB, opts ...instrument.SpanProcessorOption) *pipeline {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	sp := instrument.NewSpanProcessor(rec, opts...)
@@ -186,7 +186,7 @@ func checkSummary(t *testing.T, p *pipeline, r *replayed, want wantUsage) {
 		s, _ = p.sp.Ledger().Summary(r.inv.ID())
 	}
 	u := s.Usage
-	got := wantUsage{s.Status, u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.ReasoningOutputTokens,
+	got := wantUsage{string(s.Status), u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.ReasoningOutputTokens,
 		u.AfterResultInputTokens, u.AfterResultOutputTokens, u.ModelCalls, u.BackgroundJobs, u.Continuations}
 	if got != want {
 		t.Errorf("prompt %s:\n got %+v\nwant %+v\nsummary %+v", r.msgID, got, want, s)

@@ -52,5 +52,5 @@ func (m *mapper) keepRest(session, msgID string) {
 func endRest(u *userMsg, outcome error) {
 	rest := u.rest
 	u.rest, u.owner = nil, nil
-	rest.End(outcome, false)
+	rest.EndWithoutFollowup(outcome)
 }

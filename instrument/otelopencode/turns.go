@@ -139,7 +139,7 @@ func (s *sessionState) unownedReason(u *userMsg, parent string) string {
 // message.
 func (m *mapper) startUnattributed(s *sessionState, info rawInfo, reason string) context.Context {
 	agent := cmp.Or(info.Agent, "opencode")
-	ctx, inv := m.tracker.StartUnattributed(context.Background(), agent, s.id, reason)
+	ctx, inv := m.tracker.StartUnattributed(context.Background(), agent, s.id, instrument.UnattributedReason(reason))
 	tr := &turn{ctx: ctx, end: inv.End, reason: reason}
 	s.turns[info.ParentID] = tr
 	s.current = tr

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/instrument/internal/openaiwire"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
@@ -277,7 +278,7 @@ func (w *wireAttributor) titleOwner(s *sessionState, text string) (context.Conte
 // unattributed starts the unattributed invocation a request nobody owns
 // is, ended when the call is done.
 func (w *wireAttributor) unattributed(session, reason string) wireproxy.Decision {
-	ctx, inv := w.m.tracker.StartUnattributed(context.Background(), "opencode", session, reason)
+	ctx, inv := w.m.tracker.StartUnattributed(context.Background(), "opencode", session, instrument.UnattributedReason(reason))
 	return w.decision(ctx, func() { inv.End() })
 }
 

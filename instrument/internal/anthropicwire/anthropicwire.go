@@ -67,19 +67,52 @@ func (p *Parser) merge(u *anthropicUsage, r *genaicall.Result) {
 	// The GenAI conventions count cache reads and writes as input. A sum
 	// beyond int64 is no count either: input is then left out.
 	if p.rawInput != nil {
-		sum := *p.rawInput
-		for _, v := range []*int64{r.Usage.CacheRead, r.Usage.CacheCreation} {
-			if v == nil {
-				continue
-			}
-			if *v > math.MaxInt64-sum {
-				r.Usage.Input = nil
-				return
-			}
-			sum += *v
-		}
-		r.Usage.Input = &sum
+		r.Usage.Input = genAIInput(*p.rawInput, r.Usage.CacheRead, r.Usage.CacheCreation)
 	}
+}
+
+// Usage is usage the Anthropic way: Input excludes the cache reads and
+// cache creations, which the GenAI conventions (genaicall.Usage) count as
+// input. The two conversions live here, so that they cannot disagree.
+type Usage struct {
+	Input, CacheRead, CacheCreation, Output int64
+}
+
+// FromGenAI converts u to the Anthropic way, and false when u lacks its
+// input or output count. An absent cache count is 0.
+func FromGenAI(u genaicall.Usage) (Usage, bool) {
+	if u.Input == nil || u.Output == nil {
+		return Usage{}, false
+	}
+	v := func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	cacheRead, cacheCreation := v(u.CacheRead), v(u.CacheCreation)
+	return Usage{
+		Input:         *u.Input - cacheRead - cacheCreation,
+		CacheRead:     cacheRead,
+		CacheCreation: cacheCreation,
+		Output:        *u.Output,
+	}, true
+}
+
+// genAIInput is the GenAI input count of an Anthropic input count and its
+// cache counts (each nil when absent): their sum, or nil beyond int64.
+func genAIInput(raw int64, caches ...*int64) *int64 {
+	sum := raw
+	for _, v := range caches {
+		if v == nil {
+			continue
+		}
+		if *v > math.MaxInt64-sum {
+			return nil
+		}
+		sum += *v
+	}
+	return &sum
 }
 
 // count returns v when it is a token count, nil when absent or negative.

@@ -1,0 +1,136 @@
+package instrument
+
+import (
+	"math"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/agentledger/agentledger/contract"
+)
+
+// exportCounts are the counts the SpanProcessor puts on an ended span
+// as it exports it: the invocation.children it counted (countAbsent when
+// it counted none) and the invocation.unrecorded and invocation.detached
+// it counted when not 0 (contract v0.6 rules 3 and 4). wrap is false when
+// the span is exported as it is (it counted nothing, or the span carries
+// the count it stamped at its start). The exported span (span) and the
+// ledger's reading of it (readFacts) both take its attributes from
+// exportedAttrs, so they cannot differ.
+type exportCounts struct {
+	children             int
+	unrecorded, detached int32
+	wrap                 bool
+}
+
+// countsOf returns how the SpanProcessor exports the ended span s.
+func countsOf(s sdktrace.ReadOnlySpan, children, unrecorded, detached int) exportCounts {
+	c := exportCounts{children: children,
+		unrecorded: int32(min(unrecorded, math.MaxInt32)), detached: int32(min(detached, math.MaxInt32))}
+	c.wrap = c.unrecorded != 0 || c.detached != 0 ||
+		(children != countAbsent && !carriesCount(s.Attributes(), children))
+	return c
+}
+
+// span returns s as exported.
+func (c exportCounts) span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
+	switch {
+	case !c.wrap:
+		return s
+	case c.unrecorded != 0 || c.detached != 0:
+		return &declaredSpan{ReadOnlySpan: s, children: c.children, unrecorded: c.unrecorded, detached: c.detached}
+	}
+	return &countedSpan{ReadOnlySpan: s, children: c.children}
+}
+
+// keeps reports whether the span's own attribute kv is exported as it is
+// under the counts c (a count the SpanProcessor puts replaces the span's).
+func (c exportCounts) keeps(kv attribute.KeyValue) bool {
+	if !c.wrap {
+		return true
+	}
+	switch kv.Key {
+	case contract.AttrChildren:
+		return c.children == countAbsent
+	case contract.AttrUnrecorded:
+		return c.unrecorded == 0
+	case contract.AttrDetached:
+		return c.detached == 0
+	}
+	return true
+}
+
+// added returns, in buf, the attributes the counts c add after the span's
+// own (those keeps keeps).
+func (c exportCounts) added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
+	out := buf[:0]
+	if !c.wrap {
+		return out
+	}
+	if c.children != countAbsent {
+		out = append(out, attribute.Int(contract.AttrChildren, c.children))
+	}
+	if c.unrecorded != 0 {
+		out = append(out, attribute.Int(contract.AttrUnrecorded, int(c.unrecorded)))
+	}
+	if c.detached != 0 {
+		out = append(out, attribute.Int(contract.AttrDetached, int(c.detached)))
+	}
+	return out
+}
+
+// collectAttrs returns the attributes of the span whose own are base as
+// exported with the counts c: what keeps keeps, then what added adds.
+func collectAttrs(base []attribute.KeyValue, c exportCounts) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, len(base)+3)
+	for _, kv := range base {
+		if c.keeps(kv) {
+			out = append(out, kv)
+		}
+	}
+	var buf [3]attribute.KeyValue
+	return append(out, c.added(&buf)...)
+}
+
+// carriesCount reports whether attrs hold invocation.children, every time
+// as the int children (a stamp its attributes kept).
+func carriesCount(attrs []attribute.KeyValue, children int) bool {
+	found := false
+	for _, kv := range attrs {
+		if kv.Key != contract.AttrChildren {
+			continue
+		}
+		if kv.Value.Type() != attribute.INT64 || kv.Value.AsInt64() != int64(children) {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// countedSpan is an ended span with invocation.children added.
+type countedSpan struct {
+	sdktrace.ReadOnlySpan
+	children int
+}
+
+// Attributes returns the span's attributes with invocation.children.
+func (s *countedSpan) Attributes() []attribute.KeyValue {
+	return collectAttrs(s.ReadOnlySpan.Attributes(), exportCounts{children: s.children, wrap: true})
+}
+
+// declaredSpan is an ended span with invocation.children added, and
+// invocation.unrecorded and invocation.detached when not 0 (contract
+// v0.6 rules 3 and 4). It is a type of its own so that countedSpan, which
+// most spans with children get, stays 24 bytes.
+type declaredSpan struct {
+	sdktrace.ReadOnlySpan
+	children             int
+	unrecorded, detached int32
+}
+
+// Attributes returns the span's attributes with its counts.
+func (s *declaredSpan) Attributes() []attribute.KeyValue {
+	return collectAttrs(s.ReadOnlySpan.Attributes(),
+		exportCounts{children: s.children, unrecorded: s.unrecorded, detached: s.detached, wrap: true})
+}
