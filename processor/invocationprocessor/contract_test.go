@@ -117,7 +117,7 @@ func (h *harness) observe(id string) (observed, bool) {
 	if !ok {
 		return observed{}, false
 	}
-	td := buildTraces([]summary{inv.snapshot(contract.StatusPending, 0, h.clock.Now().UnixNano(), &h.p.cfg)}, &h.p.trust)
+	td := buildTraces([]summary{inv.snapshot(contract.StatusPending, 0, h.clock.Now().UnixNano(), &h.p.rules)}, &h.p.trust)
 	return observedFromSpan(td.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)), true
 }
 

@@ -24,8 +24,8 @@ const (
 
 // spanRef names a span in another trace (continuation roots).
 type spanRef struct {
-	TraceID pcommon.TraceID `json:"trace_id"`
-	SpanID  pcommon.SpanID  `json:"span_id"`
+	TraceID pcommon.TraceID
+	SpanID  pcommon.SpanID
 }
 
 // invocation is the state of one invocation: its Graph, which the

@@ -103,7 +103,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 		s.mu.Lock()
 		s.sendFailed = false
 		s.mu.Unlock()
-		p.journalSent(s, out)
+		s.journal.sent(s, out)
 		p.countSent(ctx, out)
 	}
 }
@@ -211,7 +211,7 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 		}
 		p.countSent(ctx, all)
 		for _, t := range parts {
-			p.journalSent(t.shard, t.out)
+			t.shard.journal.sent(t.shard, t.out)
 			clear(t.out)
 			t.shard.mu.Lock()
 			t.shard.sendFailed = false

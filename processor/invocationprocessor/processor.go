@@ -47,7 +47,9 @@ func tickInterval(cfg *Config) time.Duration {
 
 // invocationProcessor passes every span through and adds summary spans.
 type invocationProcessor struct {
-	cfg    ledgerConfig
+	// rules is the ledger's view of config (ledgerConfig), shared by
+	// every shard; config is the user's Config it was derived from.
+	rules  ledgerConfig
 	next   consumer.Traces
 	clock  clock
 	logger *zap.Logger
@@ -112,7 +114,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		numShards = runtime.GOMAXPROCS(0) * 4
 	}
 	p := &invocationProcessor{
-		cfg: ledgerConfig{
+		rules: ledgerConfig{
 			maxSpans:     cfg.MaxSpansPerInvocation,
 			settle:       int64(cfg.RemoteSettle),
 			openTimeout:  int64(cfg.OpenTimeout),
@@ -147,7 +149,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	}
 	p.statusID = cfg.Status
 	if cfg.Status != nil {
-		p.cfg.timelineSpans = cfg.StatusSpans
+		p.rules.timelineSpans = cfg.StatusSpans
 	}
 	p.tenants = newTenants(cfg.Tenant)
 	p.trust = trust
@@ -156,10 +158,10 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	p.warnIDBytes.msg = "spans whose invocation.id is longer than max_invocation_id_bytes were passed on without being indexed: their invocations get no summary"
 	p.warnTenant.msg = "spans without a tenant were passed on without being indexed (see the processor's tenant setting)"
 	for _, op := range cfg.UsageOperations {
-		p.cfg.usageOps[op] = struct{}{}
+		p.rules.usageOps[op] = struct{}{}
 	}
 	for i := range p.shards {
-		p.shards[i] = newShard(&p.cfg, p.bounds, p.outboxLimit)
+		p.shards[i] = newShard(&p.rules, p.bounds, p.outboxLimit)
 	}
 	return p, nil
 }
@@ -332,9 +334,9 @@ func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	var pending []*shard
 	for _, s := range p.shards {
 		s.mu.Lock()
-		s.journalBegin()
+		s.journal.begin(s)
 		s.tick(n, &stats)
-		s.journalEnd(n)
+		s.journal.end(s, n)
 		stats.outboxDropped += s.trimOutbox()
 		if len(s.outbox) > 0 {
 			pending = append(pending, s)

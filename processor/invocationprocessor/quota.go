@@ -161,9 +161,9 @@ func (s *shard) evictOpen(ts *tenantState, seq uint64, now int64, stats *stats) 
 	if inv == nil || inv.index.seq != seq {
 		return false
 	}
-	s.journalBegin()
+	s.journal.begin(s)
 	s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonEvicted, now, stats)
-	s.journalEnd(now)
+	s.journal.end(s, now)
 	stats.outboxDropped += s.trimOutbox()
 	return true
 }
@@ -178,13 +178,13 @@ func (s *shard) forgetClosed(ts *tenantState, seq uint64, now int64, stats *stat
 	if inv == nil || inv.index.seq != seq {
 		return false
 	}
-	s.journalBegin()
+	s.journal.begin(s)
 	if inv.Dirty {
 		s.revise(inv, now)
 	}
 	s.forget(inv)
 	s.rememberClosed(inv.ID, inv.retentionEnd(s.cfg), now)
-	s.journalEnd(now)
+	s.journal.end(s, now)
 	stats.outboxDropped += s.trimOutbox()
 	return true
 }

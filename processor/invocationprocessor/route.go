@@ -91,7 +91,7 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 					continue
 				}
 				f := &facts[used]
-				readFacts(f, sp, &p.cfg)
+				readFacts(f, sp, &p.rules)
 				if f.InvocationID == "" {
 					continue
 				}
@@ -105,7 +105,7 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 					refusedSpans.idTooLong++
 					continue
 				}
-				refusedSpans.namesCut += p.limits.capNames(f, &p.cfg)
+				refusedSpans.namesCut += p.limits.capNames(f, &p.rules)
 				used++
 				key := ledgerKey(tenant, f.InvocationID)
 				b.refs = append(b.refs, indexRef{shard: p.shardOf(key), id: key, facts: f, span: sp, res: rs.Resource()})

@@ -35,9 +35,9 @@ const maxRemoteNames = 8
 // jobTimes are a background span's start and end (Unix nanoseconds of the
 // agent's clock), kept to say since when a followup is expected.
 type jobTimes struct {
-	SpanID pcommon.SpanID `json:"span_id"`
-	Start  uint64         `json:"start"`
-	End    uint64         `json:"end"`
+	SpanID pcommon.SpanID
+	Start  uint64
+	End    uint64
 }
 
 // noteJob remembers when a background span ran. A span ID is indexed
@@ -248,28 +248,28 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 	var remote []string
 	parentIdx := map[int32]int{}
 	jobTimesOf := inv.jobTimesOf()
-	for _, st := range inv.Spans {
-		id := st.ID
-		if !st.Arrived {
+	for _, span := range inv.Spans {
+		id := span.ID
+		if !span.Arrived {
 			continue
 		}
-		if missing := st.DeclaredChildren - st.ArrivedChildren; st.DeclaredChildren >= 0 && missing > 0 {
-			i, ok := parentIdx[st.Name]
+		if missing := span.DeclaredChildren - span.ArrivedChildren; span.DeclaredChildren >= 0 && missing > 0 {
+			i, ok := parentIdx[span.Name]
 			if !ok {
 				i = len(w.MissingChildren)
-				parentIdx[st.Name] = i
-				w.MissingChildren = append(w.MissingChildren, statusapi.MissingChildren{Parent: inv.Name(st.Name)})
+				parentIdx[span.Name] = i
+				w.MissingChildren = append(w.MissingChildren, statusapi.MissingChildren{Parent: inv.Name(span.Name)})
 			}
 			w.MissingChildren[i].Missing += int(missing)
 			w.MissingChildren[i].Parents++
 		}
-		if missing := st.DeclaredFollowups - st.ArrivedFollowups; st.DeclaredFollowups >= 0 && missing > 0 {
+		if missing := span.DeclaredFollowups - span.ArrivedFollowups; span.DeclaredFollowups >= 0 && missing > 0 {
 			jt := jobTimesOf(pcommon.SpanID(id))
 			w.ExpectedFollowups = append(w.ExpectedFollowups, statusapi.ExpectedFollowup{
-				Job: inv.Name(st.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
+				Job: inv.Name(span.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
 			})
 		}
-		if name := inv.Name(st.Name); st.Remote && !slices.Contains(remote, name) {
+		if name := inv.Name(span.Name); span.Remote && !slices.Contains(remote, name) {
 			remote = append(remote, name)
 		}
 	}

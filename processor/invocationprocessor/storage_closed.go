@@ -167,7 +167,7 @@ func withoutClosedFacts(ops []storedOp, closed map[string]bool) []storedOp {
 // restoreClosed re-creates a closed invocation from its record, in the
 // shard's closed list after those restored before it, as closeInvocation
 // left it. mu must be held.
-func (p *invocationProcessor) restoreClosed(s *shard, ev *storedEvent, res map[string]any, st *stats) error {
+func (p *invocationProcessor) restoreClosed(s *shard, ev *storedEvent, res map[string]any, stats *stats) error {
 	inv, err := decodeClosed(ev.id, ev.fact)
 	if err != nil {
 		return err
@@ -186,7 +186,7 @@ func (p *invocationProcessor) restoreClosed(s *shard, ev *storedEvent, res map[s
 	ts.closed.Add(1)
 	s.lists(ts).closed.pushBack(inv)
 	s.names.shareNames(inv)
-	st.opened++
-	st.closed++
+	stats.opened++
+	stats.closed++
 	return nil
 }

@@ -111,20 +111,20 @@ func chunkOps(ops []storedOp) [][]byte {
 // committing their records (which go to log keys after the compacted
 // ones) while a partition is read, folded and rewritten.
 func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
-	st := p.store
-	st.cmu.Lock()
-	defer st.cmu.Unlock()
+	db := p.store
+	db.cmu.Lock()
+	defer db.cmu.Unlock()
 	for k := range p.shards {
-		i := (st.compactNext + k) % len(p.shards)
+		i := (db.compactNext + k) % len(p.shards)
 		s := p.shards[i]
 		s.mu.Lock()
-		ps := s.persist
-		due := ps.unwritten == 0 && ps.logBytes >= max(st.compactMin, int64(ps.man.snapBytes))
+		ps := s.partition()
+		due := ps.unwritten == 0 && ps.logBytes >= max(db.compactMin, int64(ps.man.snapBytes))
 		s.mu.Unlock()
 		if due {
-			st.compactNext = i + 1
+			db.compactNext = i + 1
 			if err := p.compactLocked(ctx, s, now); err != nil {
-				st.fail(ctx, opCompact, err, fmt.Sprintf("compacting partition %d failed; its log keeps growing until a compaction succeeds", i))
+				db.fail(ctx, opCompact, err, fmt.Sprintf("compacting partition %d failed; its log keeps growing until a compaction succeeds", i))
 			}
 			return
 		}
@@ -140,9 +140,9 @@ func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
 // the state those records replay to, and later records, written
 // meanwhile under later keys, stay in the log.
 func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now int64) error {
-	st := p.store
+	db := p.store
 	s.mu.Lock()
-	ps := s.persist
+	ps := s.partition()
 	if ps.unwritten > 0 {
 		s.mu.Unlock()
 		return nil
@@ -158,7 +158,7 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 
 	var ops []storedOp
 	for c := uint64(0); c < man.chunks; c++ {
-		raw, err := st.client.Get(ctx, chunkKey(part, man.gen, c))
+		raw, err := db.client.Get(ctx, chunkKey(part, man.gen, c))
 		if err != nil {
 			return fmt.Errorf("reading snapshot chunk: %w", err)
 		}
@@ -175,7 +175,7 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 		for k := seq; k < end && k < seq+readBatch; k++ {
 			batch = append(batch, storage.GetOperation(logKey(part, k)))
 		}
-		if err := st.client.Batch(ctx, batch...); err != nil {
+		if err := db.client.Batch(ctx, batch...); err != nil {
 			return fmt.Errorf("reading log: %w", err)
 		}
 		for _, op := range batch {
@@ -206,15 +206,15 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 		next.snapBytes += uint64(len(b))
 	}
 	if len(writes) > 0 {
-		if err := st.client.Batch(ctx, writes...); err != nil {
+		if err := db.client.Batch(ctx, writes...); err != nil {
 			return fmt.Errorf("writing snapshot: %w", err)
 		}
 	}
 	mb := next.encode()
-	if err := st.client.Set(ctx, manifestKey(part), mb); err != nil {
+	if err := db.client.Set(ctx, manifestKey(part), mb); err != nil {
 		return fmt.Errorf("writing manifest: %w", err)
 	}
-	st.metrics.bytesWritten.Add(ctx, written+int64(len(mb)))
+	db.metrics.bytesWritten.Add(ctx, written+int64(len(mb)))
 	s.mu.Lock()
 	ps.man = next
 	// Records written meanwhile are in the log after end.

@@ -13,15 +13,15 @@ import (
 // span arriving at t would (without evicting: the bound is enforced after
 // the load, and a replay re-applies the recorded evictions). mu must be
 // held.
-func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, st *stats) *invocation {
-	return s.ensure(id, t, st)
+func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, stats *stats) *invocation {
+	return s.ensure(id, t, stats)
 }
 
 // replayEmission re-applies a recorded summary to the invocation's state as
 // the shard took it at time t: a pending marks the pending as sent, a first
 // final or incomplete closes the invocation (with the recorded forced
 // reason), a later revision records the revision. mu must be held.
-func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *storedEvent, t int64, st *stats) {
+func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *storedEvent, t int64, stats *stats) {
 	switch {
 	case ev.revision == 0:
 		inv.PendingSent = true
@@ -32,7 +32,7 @@ func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *stor
 		}
 		// The summary closeInvocation makes again is the recorded one.
 		made := len(s.outbox)
-		s.closeInvocation(inv, status, ev.forced, t, st)
+		s.closeInvocation(inv, status, ev.forced, t, stats)
 		clear(s.outbox[made:])
 		s.outbox = s.outbox[:made]
 		if ev.revision > 1 {
@@ -67,10 +67,10 @@ func (p *invocationProcessor) rearm(s *shard, inv *invocation, now int64) {
 // remote one once it settled), one past open_timeout closes incomplete.
 // Oldest first, so the summaries are made in a stable order. mu must be
 // held, inside a journalled section.
-func (p *invocationProcessor) evaluateLoaded(s *shard, now int64, st *stats) {
+func (p *invocationProcessor) evaluateLoaded(s *shard, now int64, stats *stats) {
 	for inv := s.open.head; inv != nil; {
 		next := inv.index.next
-		s.evaluate(inv, now, st)
+		s.evaluate(inv, now, stats)
 		inv = next
 	}
 }

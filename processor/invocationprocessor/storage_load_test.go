@@ -67,7 +67,7 @@ func TestLoadClosesInvocationWhoseObligationsAreMet(t *testing.T) {
 func appendFacts(t *testing.T, p *invocationProcessor, mem *memStorage, now int64, id string, spans ...sp) {
 	t.Helper()
 	s := p.shards[p.shardOf(id)]
-	ps := s.persist
+	ps := s.partition()
 	td := batch(spans...)
 	res := td.ResourceSpans().At(0).Resource()
 	op := storedOp{seq: ps.nextSeq, time: now}
