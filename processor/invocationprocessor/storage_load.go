@@ -303,4 +303,3 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 	}
 	return out, counts
 }
-
