@@ -18,129 +18,132 @@ import (
 // 16- and 8-byte trace and span IDs, and typed attribute values. Every
 // stored value starts with codecVersion; see record.go for the framing.
 
-// errCorrupt is wrapped by every decoding error.
-var errCorrupt = errors.New("corrupt stored ledger data")
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("corrupt stored ledger data")
 
 // maxValueDepth bounds the nesting of a stored attribute value; deeper
 // slices and maps are stored empty (no attribute the ledger reads nests).
 const maxValueDepth = 16
 
-// encoder appends to a byte slice.
-type encoder struct{ b []byte }
+// Encoder appends to a byte slice.
+type Encoder struct{ B []byte }
 
-func (e *encoder) byte1(v byte)       { e.b = append(e.b, v) }
-func (e *encoder) uvarint(v uint64)   { e.b = binary.AppendUvarint(e.b, v) }
-func (e *encoder) varint(v int64)     { e.b = binary.AppendVarint(e.b, v) }
-func (e *encoder) raw(p []byte)       { e.b = append(e.b, p...) }
-func (e *encoder) bytesLP(p []byte)   { e.uvarint(uint64(len(p))); e.b = append(e.b, p...) }
-func (e *encoder) str(s string)       { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
-func (e *encoder) traceID(t [16]byte) { e.b = append(e.b, t[:]...) }
-func (e *encoder) spanID(s [8]byte)   { e.b = append(e.b, s[:]...) }
+func (e *Encoder) Byte1(v byte)       { e.B = append(e.B, v) }
+func (e *Encoder) Uvarint(v uint64)   { e.B = binary.AppendUvarint(e.B, v) }
+func (e *Encoder) Varint(v int64)     { e.B = binary.AppendVarint(e.B, v) }
+func (e *Encoder) Raw(p []byte)       { e.B = append(e.B, p...) }
+func (e *Encoder) BytesLP(p []byte)   { e.Uvarint(uint64(len(p))); e.B = append(e.B, p...) }
+func (e *Encoder) Str(s string)       { e.Uvarint(uint64(len(s))); e.B = append(e.B, s...) }
+func (e *Encoder) TraceID(t [16]byte) { e.B = append(e.B, t[:]...) }
+func (e *Encoder) SpanID(s [8]byte)   { e.B = append(e.B, s[:]...) }
 
-// decoder reads what encoder wrote. The first error sticks: every later
+// Decoder reads what encoder wrote. The first error sticks: every later
 // read returns a zero value, so callers check err once per value.
-type decoder struct {
-	b   []byte
+type Decoder struct {
+	B   []byte
 	off int
-	err error
+	Err error
 }
 
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: at byte %d: %s", errCorrupt, d.off, fmt.Sprintf(format, args...))
+func (d *Decoder) Fail(format string, args ...any) {
+	if d.Err == nil {
+		d.Err = fmt.Errorf("%w: at byte %d: %s", ErrCorrupt, d.off, fmt.Sprintf(format, args...))
 	}
 }
 
-func (d *decoder) remaining() int { return len(d.b) - d.off }
+func (d *Decoder) Remaining() int { return len(d.B) - d.off }
 
-func (d *decoder) byte1() byte {
-	if d.err != nil {
+// Rest is what is left to read.
+func (d *Decoder) Rest() []byte { return d.B[d.off:] }
+
+func (d *Decoder) Byte1() byte {
+	if d.Err != nil {
 		return 0
 	}
-	if d.off >= len(d.b) {
-		d.fail("truncated")
+	if d.off >= len(d.B) {
+		d.Fail("truncated")
 		return 0
 	}
-	v := d.b[d.off]
+	v := d.B[d.off]
 	d.off++
 	return v
 }
 
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
+func (d *Decoder) Uvarint() uint64 {
+	if d.Err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b[d.off:])
+	v, n := binary.Uvarint(d.B[d.off:])
 	if n <= 0 {
-		d.fail("bad uvarint")
+		d.Fail("bad uvarint")
 		return 0
 	}
 	d.off += n
 	return v
 }
 
-func (d *decoder) varint() int64 {
-	if d.err != nil {
+func (d *Decoder) Varint() int64 {
+	if d.Err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.b[d.off:])
+	v, n := binary.Varint(d.B[d.off:])
 	if n <= 0 {
-		d.fail("bad varint")
+		d.Fail("bad varint")
 		return 0
 	}
 	d.off += n
 	return v
 }
 
-// count reads an element count, each element taking at least minSize
-// bytes, so a corrupt count cannot make the reader allocate beyond the
+// Count reads an element Count, each element taking at least minSize
+// bytes, so a corrupt Count cannot make the reader allocate beyond the
 // input.
-func (d *decoder) count(minSize int) int {
-	n := d.uvarint()
-	if d.err != nil {
+func (d *Decoder) Count(minSize int) int {
+	n := d.Uvarint()
+	if d.Err != nil {
 		return 0
 	}
-	if n > uint64(d.remaining()/max(minSize, 1)) {
-		d.fail("count %d exceeds the %d bytes left", n, d.remaining())
+	if n > uint64(d.Remaining()/max(minSize, 1)) {
+		d.Fail("count %d exceeds the %d bytes left", n, d.Remaining())
 		return 0
 	}
 	return int(n)
 }
 
-func (d *decoder) fixed(n int) []byte {
-	if d.err != nil {
+func (d *Decoder) Fixed(n int) []byte {
+	if d.Err != nil {
 		return nil
 	}
-	if d.remaining() < n {
-		d.fail("truncated")
+	if d.Remaining() < n {
+		d.Fail("truncated")
 		return nil
 	}
-	p := d.b[d.off : d.off+n]
+	p := d.B[d.off : d.off+n]
 	d.off += n
 	return p
 }
 
-func (d *decoder) bytesLP() []byte {
-	n := d.count(1)
-	return d.fixed(n)
+func (d *Decoder) BytesLP() []byte {
+	n := d.Count(1)
+	return d.Fixed(n)
 }
 
-func (d *decoder) str() string { return string(d.bytesLP()) }
+func (d *Decoder) Str() string { return string(d.BytesLP()) }
 
-func (d *decoder) traceID() (t [16]byte) {
-	copy(t[:], d.fixed(16))
+func (d *Decoder) TraceID() (t [16]byte) {
+	copy(t[:], d.Fixed(16))
 	return t
 }
 
-func (d *decoder) spanID() (s [8]byte) {
-	copy(s[:], d.fixed(8))
+func (d *Decoder) SpanID() (s [8]byte) {
+	copy(s[:], d.Fixed(8))
 	return s
 }
 
-// attrKeys is the dictionary of attribute keys stored as one index byte
+// AttrKeys is the dictionary of attribute keys stored as one index byte
 // instead of the name. Append only: an index must keep its key for as long
 // as data of codecVersion exists.
-var attrKeys = []string{
+var AttrKeys = []string{
 	"", // 0: the key follows as a string
 	contract.AttrInvocationID,
 	contract.AttrRole,
@@ -169,32 +172,32 @@ var attrKeys = []string{
 }
 
 var attrKeyIndex = func() map[string]byte {
-	m := make(map[string]byte, len(attrKeys))
-	for i, k := range attrKeys[1:] {
+	m := make(map[string]byte, len(AttrKeys))
+	for i, k := range AttrKeys[1:] {
 		m[k] = byte(i + 1)
 	}
 	return m
 }()
 
-func (e *encoder) key(k string) {
+func (e *Encoder) Key(k string) {
 	if i, ok := attrKeyIndex[k]; ok {
-		e.byte1(i)
+		e.Byte1(i)
 		return
 	}
-	e.byte1(0)
-	e.str(k)
+	e.Byte1(0)
+	e.Str(k)
 }
 
-func (d *decoder) key() string {
-	i := d.byte1()
+func (d *Decoder) Key() string {
+	i := d.Byte1()
 	if i == 0 {
-		return d.str()
+		return d.Str()
 	}
-	if int(i) >= len(attrKeys) {
-		d.fail("unknown attribute key index %d", i)
+	if int(i) >= len(AttrKeys) {
+		d.Fail("unknown attribute key index %d", i)
 		return ""
 	}
-	return attrKeys[i]
+	return AttrKeys[i]
 }
 
 // Value type tags.
@@ -209,260 +212,228 @@ const (
 	tagMap
 )
 
-func (e *encoder) value(v pcommon.Value, depth int) {
+func (e *Encoder) Value(v pcommon.Value, depth int) {
 	switch v.Type() {
 	case pcommon.ValueTypeStr:
-		e.byte1(tagStr)
-		e.str(v.Str())
+		e.Byte1(tagStr)
+		e.Str(v.Str())
 	case pcommon.ValueTypeInt:
-		e.byte1(tagInt)
-		e.varint(v.Int())
+		e.Byte1(tagInt)
+		e.Varint(v.Int())
 	case pcommon.ValueTypeDouble:
-		e.byte1(tagDouble)
-		e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(v.Double()))
+		e.Byte1(tagDouble)
+		e.B = binary.LittleEndian.AppendUint64(e.B, math.Float64bits(v.Double()))
 	case pcommon.ValueTypeBool:
-		e.byte1(tagBool)
+		e.Byte1(tagBool)
 		if v.Bool() {
-			e.byte1(1)
+			e.Byte1(1)
 		} else {
-			e.byte1(0)
+			e.Byte1(0)
 		}
 	case pcommon.ValueTypeBytes:
-		e.byte1(tagBytes)
-		e.bytesLP(v.Bytes().AsRaw())
+		e.Byte1(tagBytes)
+		e.BytesLP(v.Bytes().AsRaw())
 	case pcommon.ValueTypeSlice:
-		e.byte1(tagSlice)
+		e.Byte1(tagSlice)
 		if depth >= maxValueDepth {
-			e.uvarint(0)
+			e.Uvarint(0)
 			return
 		}
 		sl := v.Slice()
-		e.uvarint(uint64(sl.Len()))
+		e.Uvarint(uint64(sl.Len()))
 		for i := 0; i < sl.Len(); i++ {
-			e.value(sl.At(i), depth+1)
+			e.Value(sl.At(i), depth+1)
 		}
 	case pcommon.ValueTypeMap:
-		e.byte1(tagMap)
+		e.Byte1(tagMap)
 		if depth >= maxValueDepth {
-			e.uvarint(0)
+			e.Uvarint(0)
 			return
 		}
-		e.attrs(v.Map(), nil, depth+1)
+		e.Attrs(v.Map(), nil, depth+1)
 	default:
-		e.byte1(tagEmpty)
+		e.Byte1(tagEmpty)
 	}
 }
 
-func (d *decoder) value(v pcommon.Value, depth int) {
-	switch tag := d.byte1(); tag {
+func (d *Decoder) Value(v pcommon.Value, depth int) {
+	switch tag := d.Byte1(); tag {
 	case tagEmpty:
 	case tagStr:
-		v.SetStr(d.str())
+		v.SetStr(d.Str())
 	case tagInt:
-		v.SetInt(d.varint())
+		v.SetInt(d.Varint())
 	case tagDouble:
-		p := d.fixed(8)
+		p := d.Fixed(8)
 		if p != nil {
 			v.SetDouble(math.Float64frombits(binary.LittleEndian.Uint64(p)))
 		}
 	case tagBool:
-		switch b := d.byte1(); b {
+		switch b := d.Byte1(); b {
 		case 0, 1:
 			v.SetBool(b == 1)
 		default:
-			d.fail("bad bool %d", b)
+			d.Fail("bad bool %d", b)
 		}
 	case tagBytes:
-		v.SetEmptyBytes().FromRaw(d.bytesLP())
+		v.SetEmptyBytes().FromRaw(d.BytesLP())
 	case tagSlice:
 		if depth >= maxValueDepth {
-			d.fail("value nested deeper than %d", maxValueDepth)
+			d.Fail("value nested deeper than %d", maxValueDepth)
 			return
 		}
-		n := d.count(1)
+		n := d.Count(1)
 		sl := v.SetEmptySlice()
 		sl.EnsureCapacity(n)
-		for i := 0; i < n && d.err == nil; i++ {
-			d.value(sl.AppendEmpty(), depth+1)
+		for i := 0; i < n && d.Err == nil; i++ {
+			d.Value(sl.AppendEmpty(), depth+1)
 		}
 	case tagMap:
 		if depth >= maxValueDepth {
-			d.fail("value nested deeper than %d", maxValueDepth)
+			d.Fail("value nested deeper than %d", maxValueDepth)
 			return
 		}
-		d.attrs(v.SetEmptyMap(), depth+1)
+		d.Attrs(v.SetEmptyMap(), depth+1)
 	default:
-		d.fail("unknown value tag %d", tag)
+		d.Fail("unknown value tag %d", tag)
 	}
 }
 
-// attrs encodes the entries of m that keep accepts (all when keep is nil).
-func (e *encoder) attrs(m pcommon.Map, keep func(string) bool, depth int) {
+// Attrs encodes the entries of m that keep accepts (all when keep is nil).
+func (e *Encoder) Attrs(m pcommon.Map, keep func(string) bool, depth int) {
 	n := 0
 	for k := range m.All() {
 		if keep == nil || keep(k) {
 			n++
 		}
 	}
-	e.uvarint(uint64(n))
+	e.Uvarint(uint64(n))
 	for k, v := range m.All() {
 		if keep == nil || keep(k) {
-			e.key(k)
-			e.value(v, depth)
+			e.Key(k)
+			e.Value(v, depth)
 		}
 	}
 }
 
-func (d *decoder) attrs(m pcommon.Map, depth int) {
-	n := d.count(2)
+func (d *Decoder) Attrs(m pcommon.Map, depth int) {
+	n := d.Count(2)
 	m.EnsureCapacity(n)
-	for i := 0; i < n && d.err == nil; i++ {
-		k := d.key()
-		d.value(m.PutEmpty(k), depth)
+	for i := 0; i < n && d.Err == nil; i++ {
+		k := d.Key()
+		d.Value(m.PutEmpty(k), depth)
 	}
 }
 
-// factAttr reports whether a span attribute is part of a span's facts: the
+// FactAttr reports whether a span attribute is part of a span's facts: the
 // contract's namespaces, which hold everything the ledger reads from
 // attributes (ids, roles, counts, flags, links' kinds, usage, models,
 // conversation and agent).
-func factAttr(k string) bool {
+func FactAttr(k string) bool {
 	return strings.HasPrefix(k, "invocation.") || strings.HasPrefix(k, "gen_ai.")
 }
 
-// linkAttr reports whether a link attribute is part of a span's facts.
-func linkAttr(k string) bool { return strings.HasPrefix(k, "invocation.") }
+// LinkAttr reports whether a link attribute is part of a span's facts.
+func LinkAttr(k string) bool { return strings.HasPrefix(k, "invocation.") }
 
 // Span flags in a stored span.
 const (
 	spanHasParent = 1 << iota
 )
 
-// encodeSpan writes what the ledger reads from one span: IDs, parent,
+// encodeSpan writes what the ledger reads from one Span: IDs, parent,
 // name, times, status code and kind, the attributes keep accepts (all when
 // nil), and links with the link attributes linkKeep accepts.
-func (e *encoder) span(sp ptrace.Span, keep, linkKeep func(string) bool) {
-	e.traceID(sp.TraceID())
-	e.spanID(sp.SpanID())
+func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
+	e.TraceID(sp.TraceID())
+	e.SpanID(sp.SpanID())
 	var flags byte
 	pid := sp.ParentSpanID()
 	if !pid.IsEmpty() {
 		flags |= spanHasParent
 	}
-	e.byte1(flags)
+	e.Byte1(flags)
 	if !pid.IsEmpty() {
-		e.spanID(pid)
+		e.SpanID(pid)
 	}
-	e.str(sp.Name())
-	e.byte1(byte(sp.Kind()))
-	e.byte1(byte(sp.Status().Code()))
-	e.uvarint(uint64(sp.StartTimestamp()))
-	e.uvarint(uint64(sp.EndTimestamp()))
-	e.attrs(sp.Attributes(), keep, 0)
+	e.Str(sp.Name())
+	e.Byte1(byte(sp.Kind()))
+	e.Byte1(byte(sp.Status().Code()))
+	e.Uvarint(uint64(sp.StartTimestamp()))
+	e.Uvarint(uint64(sp.EndTimestamp()))
+	e.Attrs(sp.Attributes(), keep, 0)
 	links := sp.Links()
-	e.uvarint(uint64(links.Len()))
+	e.Uvarint(uint64(links.Len()))
 	for i := 0; i < links.Len(); i++ {
 		l := links.At(i)
-		e.traceID(l.TraceID())
-		e.spanID(l.SpanID())
-		e.attrs(l.Attributes(), linkKeep, 0)
+		e.TraceID(l.TraceID())
+		e.SpanID(l.SpanID())
+		e.Attrs(l.Attributes(), linkKeep, 0)
 	}
 }
 
-// spanHeader is a stored span's identity, name, kind, status and times.
-type spanHeader struct {
-	traceID    pcommon.TraceID
-	spanID     pcommon.SpanID
-	parent     pcommon.SpanID
-	name       string
-	kind       ptrace.SpanKind
-	code       ptrace.StatusCode
-	start, end uint64
+// SpanHeader is a stored span's identity, name, kind, status and times.
+type SpanHeader struct {
+	TraceID    pcommon.TraceID
+	SpanID     pcommon.SpanID
+	Parent     pcommon.SpanID
+	Name       string
+	Kind       ptrace.SpanKind
+	Code       ptrace.StatusCode
+	Start, End uint64
 }
 
-// header decodes what precedes a stored span's attributes.
-func (d *decoder) header() (h spanHeader, ok bool) {
-	h.traceID = d.traceID()
-	h.spanID = d.spanID()
-	flags := d.byte1()
+// Header decodes what precedes a stored span's attributes.
+func (d *Decoder) Header() (h SpanHeader, ok bool) {
+	h.TraceID = d.TraceID()
+	h.SpanID = d.SpanID()
+	flags := d.Byte1()
 	if flags&^spanHasParent != 0 {
-		d.fail("bad span flags %#x", flags)
+		d.Fail("bad span flags %#x", flags)
 		return h, false
 	}
 	if flags&spanHasParent != 0 {
-		h.parent = d.spanID()
+		h.Parent = d.SpanID()
 	}
-	h.name = d.str()
-	kind := d.byte1()
+	h.Name = d.Str()
+	kind := d.Byte1()
 	if kind > byte(ptrace.SpanKindConsumer) {
-		d.fail("bad span kind %d", kind)
+		d.Fail("bad span kind %d", kind)
 		return h, false
 	}
-	h.kind = ptrace.SpanKind(kind)
-	code := d.byte1()
+	h.Kind = ptrace.SpanKind(kind)
+	code := d.Byte1()
 	if code > byte(ptrace.StatusCodeError) {
-		d.fail("bad status code %d", code)
+		d.Fail("bad status code %d", code)
 		return h, false
 	}
-	h.code = ptrace.StatusCode(code)
-	h.start, h.end = d.uvarint(), d.uvarint()
-	return h, d.err == nil
+	h.Code = ptrace.StatusCode(code)
+	h.Start, h.End = d.Uvarint(), d.Uvarint()
+	return h, d.Err == nil
 }
 
-// span decodes a stored span into sp, which must be empty.
-func (d *decoder) span(sp ptrace.Span) {
-	h, ok := d.header()
+// Span decodes a stored Span into sp, which must be empty.
+func (d *Decoder) Span(sp ptrace.Span) {
+	h, ok := d.Header()
 	if !ok {
 		return
 	}
-	sp.SetTraceID(h.traceID)
-	sp.SetSpanID(h.spanID)
-	if !h.parent.IsEmpty() {
-		sp.SetParentSpanID(h.parent)
+	sp.SetTraceID(h.TraceID)
+	sp.SetSpanID(h.SpanID)
+	if !h.Parent.IsEmpty() {
+		sp.SetParentSpanID(h.Parent)
 	}
-	sp.SetName(h.name)
-	sp.SetKind(h.kind)
-	sp.Status().SetCode(h.code)
-	sp.SetStartTimestamp(pcommon.Timestamp(h.start))
-	sp.SetEndTimestamp(pcommon.Timestamp(h.end))
-	d.attrs(sp.Attributes(), 0)
-	n := d.count(25)
-	for i := 0; i < n && d.err == nil; i++ {
+	sp.SetName(h.Name)
+	sp.SetKind(h.Kind)
+	sp.Status().SetCode(h.Code)
+	sp.SetStartTimestamp(pcommon.Timestamp(h.Start))
+	sp.SetEndTimestamp(pcommon.Timestamp(h.End))
+	d.Attrs(sp.Attributes(), 0)
+	n := d.Count(25)
+	for i := 0; i < n && d.Err == nil; i++ {
 		l := sp.Links().AppendEmpty()
-		l.SetTraceID(d.traceID())
-		l.SetSpanID(d.spanID())
-		d.attrs(l.Attributes(), 0)
+		l.SetTraceID(d.TraceID())
+		l.SetSpanID(d.SpanID())
+		d.Attrs(l.Attributes(), 0)
 	}
-}
-
-// facts decodes a stored span straight into the ledger's reader, as
-// readFacts reads a live one: every stored attribute, repeats included,
-// in stored order, so that replay reads the same facts as the live path
-// did (CONTRACT.md v0.6 rule 7).
-func (d *decoder) facts(f *spanFacts, cfg *ledgerConfig) {
-	h, ok := d.header()
-	if !ok {
-		return
-	}
-	var r factReader
-	r.begin(f, h.name, h.traceID, h.spanID, h.parent, h.start, h.end, h.code == ptrace.StatusCodeError)
-	n := d.count(2)
-	for i := 0; i < n && d.err == nil; i++ {
-		k := d.key()
-		v := pcommon.NewValueEmpty()
-		d.value(v, 0)
-		r.attr(k, v)
-	}
-	nl := d.count(25)
-	for i := 0; i < nl && d.err == nil; i++ {
-		r.linkStart(d.traceID(), d.spanID())
-		na := d.count(2)
-		for j := 0; j < na && d.err == nil; j++ {
-			k := d.key()
-			v := pcommon.NewValueEmpty()
-			d.value(v, 0)
-			r.linkAttr(k, v)
-		}
-	}
-	r.end(cfg)
 }

@@ -195,3 +195,35 @@ func readFacts(f *spanFacts, sp ptrace.Span, cfg *ledgerConfig) {
 	}
 	r.end(cfg)
 }
+
+// decodeFacts decodes a stored span straight into the ledger's reader, as
+// readFacts reads a live one: every stored attribute, repeats included,
+// in stored order, so that replay reads the same facts as the live path
+// did (CONTRACT.md v0.6 rule 7).
+func decodeFacts(d *Decoder, f *spanFacts, cfg *ledgerConfig) {
+	h, ok := d.Header()
+	if !ok {
+		return
+	}
+	var r factReader
+	r.begin(f, h.Name, h.TraceID, h.SpanID, h.Parent, h.Start, h.End, h.Code == ptrace.StatusCodeError)
+	n := d.Count(2)
+	for i := 0; i < n && d.Err == nil; i++ {
+		k := d.Key()
+		v := pcommon.NewValueEmpty()
+		d.Value(v, 0)
+		r.attr(k, v)
+	}
+	nl := d.Count(25)
+	for i := 0; i < nl && d.Err == nil; i++ {
+		r.linkStart(d.TraceID(), d.SpanID())
+		na := d.Count(2)
+		for j := 0; j < na && d.Err == nil; j++ {
+			k := d.Key()
+			v := pcommon.NewValueEmpty()
+			d.Value(v, 0)
+			r.linkAttr(k, v)
+		}
+	}
+	r.end(cfg)
+}

@@ -49,16 +49,16 @@ type shardPersist struct {
 	active   bool
 	observed int // outbox length already journalled
 	mark     int // outbox length when the section began
-	op       storedOp
+	op       Op
 	resIndex map[pcommon.Resource]int
-	enc      encoder
+	enc      Encoder
 	// arena holds the section's encoded facts and resources, which its
 	// events slice, until journalEnd encodes the record.
 	arena []byte
 
 	// marks are delivery marks (and forgets outside a section)
 	// waiting for the shard's next record.
-	marks []storedEvent
+	marks []Event
 	// held are summaries made but not yet durable, in order.
 	held []summary
 	// unwritten counts queued records.
@@ -67,7 +67,7 @@ type shardPersist struct {
 	// Partition layout.
 	nextSeq   uint64
 	invs      int // len(s.invs) when the section began, for the metric
-	man       manifest
+	man       Manifest
 	logBytes  int64
 	replaying bool
 
@@ -89,9 +89,9 @@ func (ps *shardPersist) begin(s *shard) {
 	ps.invs = len(s.invs)
 	ps.mark = len(s.outbox)
 	ps.observed = ps.mark
-	clear(ps.op.events)
-	ps.op.events = ps.op.events[:0]
-	ps.op.resources = ps.op.resources[:0]
+	clear(ps.op.Events)
+	ps.op.Events = ps.op.Events[:0]
+	ps.op.Resources = ps.op.Resources[:0]
 	ps.arena = ps.arena[:0]
 	clear(ps.resIndex)
 }
@@ -119,15 +119,15 @@ func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
 	}
 	ri, ok := ps.resIndex[r.res]
 	if !ok {
-		ps.enc.b = ps.enc.b[:0]
-		ps.enc.attrs(r.res.Attributes(), nil, 0)
-		ps.op.resources = append(ps.op.resources, ps.keep(ps.enc.b))
-		ri = len(ps.op.resources)
+		ps.enc.B = ps.enc.B[:0]
+		ps.enc.Attrs(r.res.Attributes(), nil, 0)
+		ps.op.Resources = append(ps.op.Resources, ps.keep(ps.enc.B))
+		ri = len(ps.op.Resources)
 		ps.resIndex[r.res] = ri
 	}
-	ps.enc.b = ps.enc.b[:0]
-	ps.enc.span(r.span, factAttr, linkAttr)
-	ps.op.events = append(ps.op.events, storedEvent{kind: evFact, id: r.id, res: ri, fact: ps.keep(ps.enc.b)})
+	ps.enc.B = ps.enc.B[:0]
+	ps.enc.Span(r.span, FactAttr, LinkAttr)
+	ps.op.Events = append(ps.op.Events, Event{Kind: EvFact, ID: r.id, Res: ri, Fact: ps.keep(ps.enc.B)})
 }
 
 // forget records that inv is being forgotten.
@@ -137,12 +137,12 @@ func (ps *shardPersist) forget(s *shard, inv *invocation) {
 	}
 	if ps.active {
 		ps.observe(s)
-		ps.op.events = append(ps.op.events, storedEvent{kind: evForget, id: inv.ID})
+		ps.op.Events = append(ps.op.Events, Event{Kind: EvForget, ID: inv.ID})
 		return
 	}
 	// Outside a journalled section (no such path today): keep the event
 	// for the shard's next record.
-	ps.marks = append(ps.marks, storedEvent{kind: evForget, id: inv.ID})
+	ps.marks = append(ps.marks, Event{Kind: EvForget, ID: inv.ID})
 }
 
 // remember records that a forgotten invocation's id is remembered until
@@ -152,18 +152,18 @@ func (ps *shardPersist) remember(s *shard, id string, until int64) {
 		return
 	}
 	ps.observe(s)
-	ps.op.events = append(ps.op.events, storedEvent{kind: evRemember, id: id, until: until})
+	ps.op.Events = append(ps.op.Events, Event{Kind: EvRemember, ID: id, Until: until})
 }
 
 // observe journals the summaries added to the outbox since the last look.
 func (ps *shardPersist) observe(s *shard) {
 	for ; ps.observed < len(s.outbox); ps.observed++ {
 		sum := &s.outbox[ps.observed]
-		ev := storedEvent{kind: evEmit, id: sum.id, status: sum.status, revision: sum.revision, summary: encodeSummary(sum, ps.trust)}
+		ev := Event{Kind: EvEmit, ID: sum.id, Status: sum.status, Revision: sum.revision, Summary: encodeSummary(sum, ps.trust)}
 		if inv, ok := s.invs[sum.id]; ok && sum.revision == 1 {
-			ev.forced = inv.Forced
+			ev.Forced = inv.Forced
 		}
-		ps.op.events = append(ps.op.events, ev)
+		ps.op.Events = append(ps.op.Events, ev)
 	}
 }
 
@@ -185,18 +185,18 @@ func (ps *shardPersist) end(s *shard, now int64) {
 		s.outbox = s.outbox[:ps.mark]
 	}
 	if len(ps.marks) > 0 {
-		ps.op.events = append(ps.marks, ps.op.events...)
+		ps.op.Events = append(ps.marks, ps.op.Events...)
 		ps.marks = nil
 	}
-	if len(ps.op.events) == 0 {
+	if len(ps.op.Events) == 0 {
 		return
 	}
-	ps.op.seq = ps.nextSeq
-	ps.op.time = now
+	ps.op.Seq = ps.nextSeq
+	ps.op.Time = now
 	ps.nextSeq++
-	value := encodeOps(kindLog, []storedOp{ps.op})
+	value := EncodeOps(KindLog, []Op{ps.op})
 	ps.unwritten++
-	ps.store.enqueue(&pendingRecord{shard: ps.part, key: logKey(ps.part, ps.op.seq), value: value, held: made})
+	ps.store.enqueue(&pendingRecord{shard: ps.part, key: LogKey(ps.part, ps.op.Seq), value: value, held: made})
 }
 
 // sent records that the next consumer accepted summaries.
@@ -204,7 +204,7 @@ func (ps *shardPersist) sent(s *shard, out []summary) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range out {
-		ps.marks = append(ps.marks, storedEvent{kind: evSent, id: out[i].id, revision: out[i].revision, status: out[i].status})
+		ps.marks = append(ps.marks, Event{Kind: EvSent, ID: out[i].id, Revision: out[i].revision, Status: out[i].status})
 	}
 }
 

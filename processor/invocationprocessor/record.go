@@ -7,324 +7,324 @@ import (
 	"strconv"
 )
 
-// codecVersion is the first byte of every stored value written. Version 2
+// Version is the first byte of every stored value written. Version 2
 // added evClosed; a value of version 1 is read as before, one of any
 // other version is not read (it is counted and reported like corrupt
 // data).
 const (
-	codecVersion   byte = 2
-	codecVersionV1 byte = 1
+	Version   byte = 2
+	VersionV1 byte = 1
 )
 
 // readableVersion reports whether a stored value of version v is read.
-func readableVersion(v byte) bool { return v == codecVersion || v == codecVersionV1 }
+func readableVersion(v byte) bool { return v == Version || v == VersionV1 }
 
 // Kinds of stored values (the second byte).
 const (
-	kindLog      byte = 'L' // one operation of a partition's log
-	kindChunk    byte = 'C' // part of a partition's snapshot: many operations
-	kindManifest byte = 'M' // where a partition's snapshot and log are
-	kindMeta     byte = 'T' // the layout: how many partitions
+	KindLog      byte = 'L' // one operation of a partition's log
+	KindChunk    byte = 'C' // part of a partition's snapshot: many operations
+	KindManifest byte = 'M' // where a partition's snapshot and log are
+	KindMeta     byte = 'T' // the layout: how many partitions
 )
 
 // Event kinds inside an operation.
 const (
-	evFact     byte = 1 + iota // a span as the ledger read it
-	evEmit                     // a summary was made
-	evForget                   // the invocation was forgotten
-	evSent                     // a summary reached the next consumer
-	evTaint                    // the invocation's stored facts were lost
-	evTaintAll                 // the partition lost facts of unknown invocations
-	evRemember                 // the forgotten invocation's id is remembered until a time
-	evClosed                   // a closed invocation's whole state (compaction writes it instead of its facts)
+	EvFact     byte = 1 + iota // a span as the ledger read it
+	EvEmit                     // a summary was made
+	EvForget                   // the invocation was forgotten
+	EvSent                     // a summary reached the next consumer
+	EvTaint                    // the invocation's stored facts were lost
+	EvTaintAll                 // the partition lost facts of unknown invocations
+	EvRemember                 // the forgotten invocation's id is remembered until a time
+	EvClosed                   // a closed invocation's whole state (compaction writes it instead of its facts)
 )
 
 // Emission flags.
 const (
-	emitSent     = 1 << iota // the summary was delivered; its span is not stored
-	emitDetached             // its invocation was forgotten before it was delivered
+	EmitSent     = 1 << iota // the summary was delivered; its span is not stored
+	EmitDetached             // its invocation was forgotten before it was delivered
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// storedOp is one locked section of a shard (a batch's part or a timer
+// Op is one locked section of a shard (a batch's part or a timer
 // tick): what it read and what it decided, in the order it happened.
-type storedOp struct {
-	seq       uint64
-	time      int64    // the processor's clock, Unix nanoseconds
-	resources [][]byte // encoded resource attributes, referenced by facts
-	events    []storedEvent
+type Op struct {
+	Seq       uint64
+	Time      int64    // the processor's clock, Unix nanoseconds
+	Resources [][]byte // encoded resource attributes, referenced by facts
+	Events    []Event
 }
 
-// storedEvent is one entry of an operation.
-type storedEvent struct {
-	kind byte
-	id   string // the invocation, for every kind but evTaintAll
+// Event is one entry of an operation.
+type Event struct {
+	Kind byte
+	ID   string // the invocation, for every kind but evTaintAll
 	// evFact
-	res  int    // index+1 into the operation's resources, 0 for none
-	fact []byte // the encoded span
+	Res  int    // index+1 into the operation's resources, 0 for none
+	Fact []byte // the encoded span
 	// evEmit, evSent
-	status   string
-	revision int64
-	forced   string // evEmit: the forced reason of a first summary
-	flags    byte   // evEmit
-	summary  []byte // evEmit: the encoded summary span, unless sent
+	Status   string
+	Revision int64
+	Forced   string // evEmit: the forced reason of a first summary
+	Flags    byte   // evEmit
+	Summary  []byte // evEmit: the encoded summary span, unless sent
 	// evTaint, evTaintAll, evRemember
-	until int64
+	Until int64
 	// evClosed: res as for evFact, and the invocation's state
 	// (encodeClosed) in fact.
 }
 
-// encodeOps frames operations as one stored value: version, kind, the
+// EncodeOps frames operations as one stored value: version, kind, the
 // invocation ids they name (with their own checksum, so a damaged body
 // still says whom it concerned), then the body and its checksum.
-func encodeOps(kind byte, ops []storedOp) []byte {
+func EncodeOps(kind byte, ops []Op) []byte {
 	ids := map[string]int{}
 	var order []string
 	for i := range ops {
-		for j := range ops[i].events {
-			ev := &ops[i].events[j]
-			if ev.kind == evTaintAll {
+		for j := range ops[i].Events {
+			ev := &ops[i].Events[j]
+			if ev.Kind == EvTaintAll {
 				continue
 			}
-			if _, ok := ids[ev.id]; !ok {
-				ids[ev.id] = len(order)
-				order = append(order, ev.id)
+			if _, ok := ids[ev.ID]; !ok {
+				ids[ev.ID] = len(order)
+				order = append(order, ev.ID)
 			}
 		}
 	}
-	e := encoder{b: make([]byte, 0, 256)}
-	e.byte1(codecVersion)
-	e.byte1(kind)
-	e.uvarint(uint64(len(order)))
+	e := Encoder{B: make([]byte, 0, 256)}
+	e.Byte1(Version)
+	e.Byte1(kind)
+	e.Uvarint(uint64(len(order)))
 	for _, id := range order {
-		e.str(id)
+		e.Str(id)
 	}
-	e.b = binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, crcTable))
-	bodyStart := len(e.b)
-	e.uvarint(uint64(len(ops)))
+	e.B = binary.LittleEndian.AppendUint32(e.B, crc32.Checksum(e.B, crcTable))
+	bodyStart := len(e.B)
+	e.Uvarint(uint64(len(ops)))
 	for i := range ops {
 		op := &ops[i]
-		e.uvarint(op.seq)
-		e.varint(op.time)
-		e.uvarint(uint64(len(op.resources)))
-		for _, r := range op.resources {
-			e.bytesLP(r)
+		e.Uvarint(op.Seq)
+		e.Varint(op.Time)
+		e.Uvarint(uint64(len(op.Resources)))
+		for _, r := range op.Resources {
+			e.BytesLP(r)
 		}
-		e.uvarint(uint64(len(op.events)))
-		for j := range op.events {
-			ev := &op.events[j]
-			e.byte1(ev.kind)
-			if ev.kind != evTaintAll {
-				e.uvarint(uint64(ids[ev.id]))
+		e.Uvarint(uint64(len(op.Events)))
+		for j := range op.Events {
+			ev := &op.Events[j]
+			e.Byte1(ev.Kind)
+			if ev.Kind != EvTaintAll {
+				e.Uvarint(uint64(ids[ev.ID]))
 			}
-			switch ev.kind {
-			case evFact, evClosed:
-				e.uvarint(uint64(ev.res))
-				e.bytesLP(ev.fact)
-			case evEmit:
-				e.str(ev.status)
-				e.varint(ev.revision)
-				e.str(ev.forced)
-				e.byte1(ev.flags)
-				if ev.flags&emitSent == 0 {
-					e.bytesLP(ev.summary)
+			switch ev.Kind {
+			case EvFact, EvClosed:
+				e.Uvarint(uint64(ev.Res))
+				e.BytesLP(ev.Fact)
+			case EvEmit:
+				e.Str(ev.Status)
+				e.Varint(ev.Revision)
+				e.Str(ev.Forced)
+				e.Byte1(ev.Flags)
+				if ev.Flags&EmitSent == 0 {
+					e.BytesLP(ev.Summary)
 				}
-			case evSent:
-				e.varint(ev.revision)
-				e.str(ev.status)
-			case evTaint, evTaintAll, evRemember:
-				e.varint(ev.until)
+			case EvSent:
+				e.Varint(ev.Revision)
+				e.Str(ev.Status)
+			case EvTaint, EvTaintAll, EvRemember:
+				e.Varint(ev.Until)
 			}
 		}
 	}
-	e.b = binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b[bodyStart:], crcTable))
-	return e.b
+	e.B = binary.LittleEndian.AppendUint32(e.B, crc32.Checksum(e.B[bodyStart:], crcTable))
+	return e.B
 }
 
-// decodeOps reads what encodeOps wrote. On error, ids holds the invocation
+// DecodeOps reads what encodeOps wrote. On error, ids holds the invocation
 // ids of the header when the header itself was intact (the body is the
 // damaged part), and is nil otherwise.
-func decodeOps(kind byte, b []byte) (ops []storedOp, ids []string, err error) {
-	d := decoder{b: b}
-	version := d.byte1()
-	if d.err == nil && !readableVersion(version) {
-		return nil, nil, fmt.Errorf("%w: version %d, want %d", errCorrupt, version, codecVersion)
+func DecodeOps(kind byte, b []byte) (ops []Op, ids []string, err error) {
+	d := Decoder{B: b}
+	version := d.Byte1()
+	if d.Err == nil && !readableVersion(version) {
+		return nil, nil, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, version, Version)
 	}
-	if k := d.byte1(); d.err == nil && k != kind {
-		return nil, nil, fmt.Errorf("%w: kind %q, want %q", errCorrupt, k, kind)
+	if k := d.Byte1(); d.Err == nil && k != kind {
+		return nil, nil, fmt.Errorf("%w: kind %q, want %q", ErrCorrupt, k, kind)
 	}
-	n := d.count(1)
+	n := d.Count(1)
 	names := make([]string, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
-		names = append(names, d.str())
+	for i := 0; i < n && d.Err == nil; i++ {
+		names = append(names, d.Str())
 	}
 	headerEnd := d.off
-	sum := d.fixed(4)
-	if d.err != nil {
-		return nil, nil, d.err
+	sum := d.Fixed(4)
+	if d.Err != nil {
+		return nil, nil, d.Err
 	}
 	if binary.LittleEndian.Uint32(sum) != crc32.Checksum(b[:headerEnd], crcTable) {
-		return nil, nil, fmt.Errorf("%w: header checksum mismatch", errCorrupt)
+		return nil, nil, fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
 	}
 	bodyStart := d.off
 	if len(b)-bodyStart < 4 {
-		return nil, names, fmt.Errorf("%w: truncated body", errCorrupt)
+		return nil, names, fmt.Errorf("%w: truncated body", ErrCorrupt)
 	}
 	bodyEnd := len(b) - 4
 	if binary.LittleEndian.Uint32(b[bodyEnd:]) != crc32.Checksum(b[bodyStart:bodyEnd], crcTable) {
-		return nil, names, fmt.Errorf("%w: body checksum mismatch", errCorrupt)
+		return nil, names, fmt.Errorf("%w: body checksum mismatch", ErrCorrupt)
 	}
-	d.b = b[:bodyEnd]
-	nops := d.count(3)
-	ops = make([]storedOp, 0, nops)
-	for i := 0; i < nops && d.err == nil; i++ {
-		op := storedOp{seq: d.uvarint(), time: d.varint()}
-		nres := d.count(1)
-		for j := 0; j < nres && d.err == nil; j++ {
-			op.resources = append(op.resources, d.bytesLP())
+	d.B = b[:bodyEnd]
+	nops := d.Count(3)
+	ops = make([]Op, 0, nops)
+	for i := 0; i < nops && d.Err == nil; i++ {
+		op := Op{Seq: d.Uvarint(), Time: d.Varint()}
+		nres := d.Count(1)
+		for j := 0; j < nres && d.Err == nil; j++ {
+			op.Resources = append(op.Resources, d.BytesLP())
 		}
-		nev := d.count(2)
-		op.events = make([]storedEvent, 0, nev)
-		for j := 0; j < nev && d.err == nil; j++ {
-			ev := storedEvent{kind: d.byte1()}
-			if ev.kind != evTaintAll {
-				idx := d.uvarint()
-				if d.err == nil && idx >= uint64(len(names)) {
-					d.fail("invocation index %d beyond %d ids", idx, len(names))
+		nev := d.Count(2)
+		op.Events = make([]Event, 0, nev)
+		for j := 0; j < nev && d.Err == nil; j++ {
+			ev := Event{Kind: d.Byte1()}
+			if ev.Kind != EvTaintAll {
+				idx := d.Uvarint()
+				if d.Err == nil && idx >= uint64(len(names)) {
+					d.Fail("invocation index %d beyond %d ids", idx, len(names))
 				}
-				if d.err == nil {
-					ev.id = names[idx]
+				if d.Err == nil {
+					ev.ID = names[idx]
 				}
 			}
-			switch ev.kind {
-			case evClosed:
-				if version == codecVersionV1 {
-					d.fail("closed invocation in a version %d value", version)
+			switch ev.Kind {
+			case EvClosed:
+				if version == VersionV1 {
+					d.Fail("closed invocation in a version %d value", version)
 				}
 				fallthrough
-			case evFact:
-				ev.res = int(d.uvarint())
-				if d.err == nil && ev.res > len(op.resources) {
-					d.fail("resource %d beyond %d", ev.res, len(op.resources))
+			case EvFact:
+				ev.Res = int(d.Uvarint())
+				if d.Err == nil && ev.Res > len(op.Resources) {
+					d.Fail("resource %d beyond %d", ev.Res, len(op.Resources))
 				}
-				ev.fact = d.bytesLP()
-			case evEmit:
-				ev.status = d.str()
-				ev.revision = d.varint()
-				ev.forced = d.str()
-				ev.flags = d.byte1()
-				if ev.flags&^(emitSent|emitDetached) != 0 {
-					d.fail("bad emission flags %#x", ev.flags)
+				ev.Fact = d.BytesLP()
+			case EvEmit:
+				ev.Status = d.Str()
+				ev.Revision = d.Varint()
+				ev.Forced = d.Str()
+				ev.Flags = d.Byte1()
+				if ev.Flags&^(EmitSent|EmitDetached) != 0 {
+					d.Fail("bad emission flags %#x", ev.Flags)
 				}
-				if ev.flags&emitSent == 0 {
-					ev.summary = d.bytesLP()
+				if ev.Flags&EmitSent == 0 {
+					ev.Summary = d.BytesLP()
 				}
-			case evForget:
-			case evSent:
-				ev.revision = d.varint()
-				ev.status = d.str()
-			case evTaint, evTaintAll, evRemember:
-				ev.until = d.varint()
+			case EvForget:
+			case EvSent:
+				ev.Revision = d.Varint()
+				ev.Status = d.Str()
+			case EvTaint, EvTaintAll, EvRemember:
+				ev.Until = d.Varint()
 			default:
-				d.fail("unknown event kind %d", ev.kind)
+				d.Fail("unknown event kind %d", ev.Kind)
 			}
-			op.events = append(op.events, ev)
+			op.Events = append(op.Events, ev)
 		}
 		ops = append(ops, op)
 	}
-	if d.err == nil && d.remaining() != 0 {
-		d.fail("%d trailing bytes", d.remaining())
+	if d.Err == nil && d.Remaining() != 0 {
+		d.Fail("%d trailing bytes", d.Remaining())
 	}
-	if d.err != nil {
-		return nil, names, d.err
+	if d.Err != nil {
+		return nil, names, d.Err
 	}
 	return ops, names, nil
 }
 
-// manifest says where a partition's state is: the snapshot generation and
+// Manifest says where a partition's state is: the snapshot generation and
 // its chunk count, and the first log sequence number not in the snapshot.
 // The previous values let a restart delete what a crash left behind.
-type manifest struct {
-	gen, chunks, logStart             uint64
-	prevGen, prevChunks, prevLogStart uint64
-	snapBytes                         uint64
+type Manifest struct {
+	Gen, Chunks, LogStart             uint64
+	PrevGen, PrevChunks, PrevLogStart uint64
+	SnapBytes                         uint64
 }
 
-func (m manifest) encode() []byte {
-	e := encoder{}
-	e.byte1(codecVersion)
-	e.byte1(kindManifest)
-	for _, v := range []uint64{m.gen, m.chunks, m.logStart, m.prevGen, m.prevChunks, m.prevLogStart, m.snapBytes} {
-		e.uvarint(v)
+func (m Manifest) Encode() []byte {
+	e := Encoder{}
+	e.Byte1(Version)
+	e.Byte1(KindManifest)
+	for _, v := range []uint64{m.Gen, m.Chunks, m.LogStart, m.PrevGen, m.PrevChunks, m.PrevLogStart, m.SnapBytes} {
+		e.Uvarint(v)
 	}
-	e.b = binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, crcTable))
-	return e.b
+	e.B = binary.LittleEndian.AppendUint32(e.B, crc32.Checksum(e.B, crcTable))
+	return e.B
 }
 
-func decodeManifest(b []byte) (manifest, error) {
-	var m manifest
-	if err := checkFramed(b, kindManifest); err != nil {
+func DecodeManifest(b []byte) (Manifest, error) {
+	var m Manifest
+	if err := checkFramed(b, KindManifest); err != nil {
 		return m, err
 	}
-	d := decoder{b: b[2 : len(b)-4]}
-	for _, p := range []*uint64{&m.gen, &m.chunks, &m.logStart, &m.prevGen, &m.prevChunks, &m.prevLogStart, &m.snapBytes} {
-		*p = d.uvarint()
+	d := Decoder{B: b[2 : len(b)-4]}
+	for _, p := range []*uint64{&m.Gen, &m.Chunks, &m.LogStart, &m.PrevGen, &m.PrevChunks, &m.PrevLogStart, &m.SnapBytes} {
+		*p = d.Uvarint()
 	}
-	if d.err == nil && d.remaining() != 0 {
-		d.fail("%d trailing bytes", d.remaining())
+	if d.Err == nil && d.Remaining() != 0 {
+		d.Fail("%d trailing bytes", d.Remaining())
 	}
-	return m, d.err
+	return m, d.Err
 }
 
-func encodeMeta(partitions int) []byte {
-	e := encoder{}
-	e.byte1(codecVersion)
-	e.byte1(kindMeta)
-	e.uvarint(uint64(partitions))
-	e.b = binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, crcTable))
-	return e.b
+func EncodeMeta(partitions int) []byte {
+	e := Encoder{}
+	e.Byte1(Version)
+	e.Byte1(KindMeta)
+	e.Uvarint(uint64(partitions))
+	e.B = binary.LittleEndian.AppendUint32(e.B, crc32.Checksum(e.B, crcTable))
+	return e.B
 }
 
-func decodeMeta(b []byte) (int, error) {
-	if err := checkFramed(b, kindMeta); err != nil {
+func DecodeMeta(b []byte) (int, error) {
+	if err := checkFramed(b, KindMeta); err != nil {
 		return 0, err
 	}
-	d := decoder{b: b[2 : len(b)-4]}
-	n := d.uvarint()
-	if d.err == nil && (n == 0 || n > 1<<16 || d.remaining() != 0) {
-		d.fail("bad partition count %d", n)
+	d := Decoder{B: b[2 : len(b)-4]}
+	n := d.Uvarint()
+	if d.Err == nil && (n == 0 || n > 1<<16 || d.Remaining() != 0) {
+		d.Fail("bad partition count %d", n)
 	}
-	return int(n), d.err
+	return int(n), d.Err
 }
 
 // checkFramed checks a small value's version, kind and trailing checksum.
 func checkFramed(b []byte, kind byte) error {
 	if len(b) < 6 {
-		return fmt.Errorf("%w: %d bytes", errCorrupt, len(b))
+		return fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
 	}
 	if !readableVersion(b[0]) {
-		return fmt.Errorf("%w: version %d, want %d", errCorrupt, b[0], codecVersion)
+		return fmt.Errorf("%w: version %d, want %d", ErrCorrupt, b[0], Version)
 	}
 	if b[1] != kind {
-		return fmt.Errorf("%w: kind %q, want %q", errCorrupt, b[1], kind)
+		return fmt.Errorf("%w: kind %q, want %q", ErrCorrupt, b[1], kind)
 	}
 	if binary.LittleEndian.Uint32(b[len(b)-4:]) != crc32.Checksum(b[:len(b)-4], crcTable) {
-		return fmt.Errorf("%w: checksum mismatch", errCorrupt)
+		return fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
 	return nil
 }
 
 // Storage keys. Storage clients cannot list keys, so everything is found
-// from metaKey and one manifest per partition.
-const metaKey = "meta"
+// from MetaKey and one manifest per partition.
+const MetaKey = "meta"
 
-func manifestKey(part int) string { return "m/" + strconv.Itoa(part) }
+func ManifestKey(part int) string { return "m/" + strconv.Itoa(part) }
 
-func logKey(part int, seq uint64) string {
+func LogKey(part int, seq uint64) string {
 	return "l/" + strconv.Itoa(part) + "/" + strconv.FormatUint(seq, 10)
 }
 
-func chunkKey(part int, gen, chunk uint64) string {
+func ChunkKey(part int, gen, chunk uint64) string {
 	return "s/" + strconv.Itoa(part) + "/" + strconv.FormatUint(gen, 10) + "/" + strconv.FormatUint(chunk, 10)
 }

@@ -111,7 +111,7 @@ func FuzzDecodeClosed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		inv, err := decodeClosed("inv", data)
 		if err != nil {
-			require.True(t, errors.Is(err, errCorrupt), "%v", err)
+			require.True(t, errors.Is(err, ErrCorrupt), "%v", err)
 			return
 		}
 		back, err := decodeClosed("inv", encodeClosed(nil, inv))

@@ -21,28 +21,28 @@ import (
 // encodes back to something it reads the same way.
 func FuzzDecodeOps(f *testing.F) {
 	s := scenario("inv-1", 0)
-	f.Add(encodeOps(kindLog, []storedOp{{seq: 1, time: 5, resources: [][]byte{{1, 24, 1, 1, 'a'}},
-		events: []storedEvent{{kind: evFact, id: "inv-1", res: 1, fact: func() []byte {
-			e := encoder{}
-			e.span(batch(s[0]).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0), factAttr, linkAttr)
-			return e.b
-		}()}, {kind: evForget, id: "inv-1"}, {kind: evTaintAll, until: 9}}}}))
-	f.Add([]byte{codecVersion, kindLog, 0, 0, 0, 0, 0})
+	f.Add(EncodeOps(KindLog, []Op{{Seq: 1, Time: 5, Resources: [][]byte{{1, 24, 1, 1, 'a'}},
+		Events: []Event{{Kind: EvFact, ID: "inv-1", Res: 1, Fact: func() []byte {
+			e := Encoder{}
+			e.Span(batch(s[0]).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0), FactAttr, LinkAttr)
+			return e.B
+		}()}, {Kind: EvForget, ID: "inv-1"}, {Kind: EvTaintAll, Until: 9}}}}))
+	f.Add([]byte{Version, KindLog, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ops, _, err := decodeOps(kindLog, data)
+		ops, _, err := DecodeOps(KindLog, data)
 		if err != nil {
-			require.True(t, errors.Is(err, errCorrupt), "%v", err)
+			require.True(t, errors.Is(err, ErrCorrupt), "%v", err)
 			return
 		}
 		for _, op := range ops {
-			for _, ev := range op.events {
-				if ev.kind == evFact {
-					d := decoder{b: ev.fact}
-					d.span(ptrace.NewSpan())
+			for _, ev := range op.Events {
+				if ev.Kind == EvFact {
+					d := Decoder{B: ev.Fact}
+					d.Span(ptrace.NewSpan())
 				}
 			}
 		}
-		again, _, err := decodeOps(kindLog, encodeOps(kindLog, ops))
+		again, _, err := DecodeOps(KindLog, EncodeOps(KindLog, ops))
 		require.NoError(t, err)
 		require.Equal(t, len(ops), len(again))
 	})

@@ -21,25 +21,25 @@ func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, st
 // the shard took it at time t: a pending marks the pending as sent, a first
 // final or incomplete closes the invocation (with the recorded forced
 // reason), a later revision records the revision. mu must be held.
-func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *storedEvent, t int64, stats *stats) {
+func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *Event, t int64, stats *stats) {
 	switch {
-	case ev.revision == 0:
+	case ev.Revision == 0:
 		inv.PendingSent = true
 	case inv.Phase == phaseOpen:
-		status := ev.status
+		status := ev.Status
 		if status != contract.StatusFinal {
 			status = contract.StatusIncomplete
 		}
 		// The summary closeInvocation makes again is the recorded one.
 		made := len(s.outbox)
-		s.closeInvocation(inv, status, ev.forced, t, stats)
+		s.closeInvocation(inv, status, ev.Forced, t, stats)
 		clear(s.outbox[made:])
 		s.outbox = s.outbox[:made]
-		if ev.revision > 1 {
-			inv.Revision = ev.revision
+		if ev.Revision > 1 {
+			inv.Revision = ev.Revision
 		}
 	default:
-		inv.Revision = max(inv.Revision, ev.revision)
+		inv.Revision = max(inv.Revision, ev.Revision)
 		inv.Dirty = false
 		inv.LastSummary = t
 	}

@@ -14,20 +14,20 @@ import (
 func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *shardPersist, now int64, unreadable bool) {
 	db := p.store
 	var (
-		ops     []storedOp
+		ops     []Op
 		lostIDs []string
 		lostAll = unreadable
-		man     manifest
+		man     Manifest
 		known   = !unreadable
 	)
 	if known {
-		raw, err := db.client.Get(ctx, manifestKey(ps.part))
+		raw, err := db.client.Get(ctx, ManifestKey(ps.part))
 		switch {
 		case err != nil:
 			db.fail(ctx, opRead, err, fmt.Sprintf("reading partition %d's manifest failed; its invocations are treated as lost", ps.part))
 			known, lostAll = false, true
 		case raw != nil:
-			if man, err = decodeManifest(raw); err != nil {
+			if man, err = DecodeManifest(raw); err != nil {
 				db.fail(ctx, opDecode, err, fmt.Sprintf("partition %d's manifest is unreadable; its invocations are treated as lost", ps.part))
 				known, lostAll = false, true
 			}
@@ -36,13 +36,13 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 	if !known {
 		// Start the partition afresh under keys no earlier layout used;
 		// what is left under the old ones is abandoned.
-		man = manifest{gen: uint64(now), logStart: uint64(now)}
-		if err := db.client.Set(ctx, manifestKey(ps.part), man.encode()); err != nil {
+		man = Manifest{Gen: uint64(now), LogStart: uint64(now)}
+		if err := db.client.Set(ctx, ManifestKey(ps.part), man.Encode()); err != nil {
 			db.fail(ctx, opWrite, err, fmt.Sprintf("writing partition %d's new manifest failed", ps.part))
 		}
 	} else {
 		decodeInto := func(kind byte, key string, raw []byte) {
-			o, ids, err := decodeOps(kind, raw)
+			o, ids, err := DecodeOps(kind, raw)
 			if err != nil {
 				db.fail(ctx, opDecode, err, "stored record "+key+" is unreadable; the invocations it concerned are treated as lost")
 				if ids == nil {
@@ -53,25 +53,25 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 			}
 			ops = append(ops, o...)
 		}
-		for c := uint64(0); c < man.chunks; c++ {
-			key := chunkKey(ps.part, man.gen, c)
+		for c := uint64(0); c < man.Chunks; c++ {
+			key := ChunkKey(ps.part, man.Gen, c)
 			raw, err := db.client.Get(ctx, key)
 			switch {
 			case err != nil:
 				db.fail(ctx, opRead, err, "reading snapshot chunk "+key+" failed")
 				lostAll = true
 			case raw == nil:
-				db.fail(ctx, opDecode, fmt.Errorf("%w: snapshot chunk %s missing", errCorrupt, key), "snapshot chunk missing")
+				db.fail(ctx, opDecode, fmt.Errorf("%w: snapshot chunk %s missing", ErrCorrupt, key), "snapshot chunk missing")
 				lostAll = true
 			default:
-				decodeInto(kindChunk, key, raw)
+				decodeInto(KindChunk, key, raw)
 			}
 		}
-		seq, stop := man.logStart, false
+		seq, stop := man.LogStart, false
 		for !stop {
 			batch := make([]*storage.Operation, readBatch)
 			for i := range batch {
-				batch[i] = storage.GetOperation(logKey(ps.part, seq+uint64(i)))
+				batch[i] = storage.GetOperation(LogKey(ps.part, seq+uint64(i)))
 			}
 			if err := db.client.Batch(ctx, batch...); err != nil {
 				db.fail(ctx, opRead, err, fmt.Sprintf("reading partition %d's log failed", ps.part))
@@ -84,7 +84,7 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 					break
 				}
 				ps.logBytes += int64(len(op.Value))
-				decodeInto(kindLog, op.Key, op.Value)
+				decodeInto(KindLog, op.Key, op.Value)
 				seq++
 			}
 		}
@@ -92,11 +92,11 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 		p.deleteLeftovers(ctx, ps.part, man)
 	}
 	if !known {
-		ps.nextSeq = man.logStart
+		ps.nextSeq = man.LogStart
 	}
 	ps.man = man
 
-	sort.SliceStable(ops, func(i, j int) bool { return ops[i].seq < ops[j].seq })
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Seq < ops[j].Seq })
 	lostUntil := satAdd(now, satAdd(p.rules.openTimeout, p.rules.retention))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -108,14 +108,14 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 	s.journal.begin(s)
 	if lostAll {
 		ps.taintAll = max(ps.taintAll, lostUntil)
-		ps.op.events = append(ps.op.events, storedEvent{kind: evTaintAll, until: lostUntil})
+		ps.op.Events = append(ps.op.Events, Event{Kind: EvTaintAll, Until: lostUntil})
 		for _, inv := range s.invs {
 			taintInvocation(inv)
 		}
 	}
 	for _, id := range lostIDs {
 		ps.tainted[id] = max(ps.tainted[id], lostUntil)
-		ps.op.events = append(ps.op.events, storedEvent{kind: evTaint, id: id, until: lostUntil})
+		ps.op.Events = append(ps.op.Events, Event{Kind: EvTaint, ID: id, Until: lostUntil})
 		if inv, ok := s.invs[id]; ok {
 			taintInvocation(inv)
 		}
@@ -135,16 +135,16 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 
 // deleteLeftovers removes what a compaction interrupted by a crash left:
 // the previous snapshot and the log it folded. Failures only leave bytes.
-func (p *invocationProcessor) deleteLeftovers(ctx context.Context, part int, m manifest) {
+func (p *invocationProcessor) deleteLeftovers(ctx context.Context, part int, m Manifest) {
 	var ops []*storage.Operation
-	if m.prevGen != m.gen {
-		for c := uint64(0); c < m.prevChunks; c++ {
-			ops = append(ops, storage.DeleteOperation(chunkKey(part, m.prevGen, c)))
+	if m.PrevGen != m.Gen {
+		for c := uint64(0); c < m.PrevChunks; c++ {
+			ops = append(ops, storage.DeleteOperation(ChunkKey(part, m.PrevGen, c)))
 		}
 	}
-	if m.prevLogStart < m.logStart && m.logStart-m.prevLogStart <= 1<<20 {
-		for seq := m.prevLogStart; seq < m.logStart; seq++ {
-			ops = append(ops, storage.DeleteOperation(logKey(part, seq)))
+	if m.PrevLogStart < m.LogStart && m.LogStart-m.PrevLogStart <= 1<<20 {
+		for seq := m.PrevLogStart; seq < m.LogStart; seq++ {
+			ops = append(ops, storage.DeleteOperation(LogKey(part, seq)))
 		}
 	}
 	p.store.deleteKeys(ctx, ops)
@@ -164,7 +164,7 @@ func (db *store) deleteKeys(ctx context.Context, ops []*storage.Operation) {
 // replay applies stored operations to an empty shard, under its lock:
 // facts through the ledger's per-span path, recorded decisions as they
 // were taken. It returns the summaries that were made and not delivered.
-func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp, now int64) ([]summary, stats) {
+func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now int64) ([]summary, stats) {
 	var counts stats
 	ps.replaying = true
 	defer func() { ps.replaying = false }()
@@ -186,106 +186,106 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []storedOp,
 				return res, nil
 			}
 			res = pcommon.NewResource()
-			rd := decoder{b: op.resources[ri-1]}
-			rd.attrs(res.Attributes(), 0)
-			if rd.err == nil && rd.remaining() != 0 {
-				rd.fail("%d trailing bytes", rd.remaining())
+			rd := Decoder{B: op.Resources[ri-1]}
+			rd.Attrs(res.Attributes(), 0)
+			if rd.Err == nil && rd.Remaining() != 0 {
+				rd.Fail("%d trailing bytes", rd.Remaining())
 			}
 			loadedRes = ri
-			return res, rd.err
+			return res, rd.Err
 		}
-		for j := range op.events {
-			ev := &op.events[j]
-			switch ev.kind {
-			case evClosed:
+		for j := range op.Events {
+			ev := &op.Events[j]
+			switch ev.Kind {
+			case EvClosed:
 				var err error
 				r := empty
-				if ev.res > 0 {
-					if r, err = loadRes(ev.res); err != nil {
+				if ev.Res > 0 {
+					if r, err = loadRes(ev.Res); err != nil {
 						loadedRes = -1
 					}
 				}
 				if err == nil {
 					var m map[string]any
-					if ev.res > 0 {
+					if ev.Res > 0 {
 						m = s.resources.of(r)
 					}
 					err = p.restoreClosed(s, ev, m, &counts)
 				}
 				if err != nil {
-					p.store.fail(context.Background(), opDecode, err, "the stored state of closed invocation "+ev.id+" is unreadable; it is treated as lost")
-					ps.lostAtLoad = append(ps.lostAtLoad, ev.id)
+					p.store.fail(context.Background(), opDecode, err, "the stored state of closed invocation "+ev.ID+" is unreadable; it is treated as lost")
+					ps.lostAtLoad = append(ps.lostAtLoad, ev.ID)
 				}
-			case evFact:
-				d := decoder{b: ev.fact}
-				d.facts(&facts, &p.rules)
-				if d.err == nil && d.remaining() != 0 {
-					d.fail("%d trailing bytes", d.remaining())
+			case EvFact:
+				d := Decoder{B: ev.Fact}
+				decodeFacts(&d, &facts, &p.rules)
+				if d.Err == nil && d.Remaining() != 0 {
+					d.Fail("%d trailing bytes", d.Remaining())
 				}
 				r := empty
-				if d.err == nil && ev.res > 0 {
-					r, d.err = loadRes(ev.res)
-					if d.err != nil {
+				if d.Err == nil && ev.Res > 0 {
+					r, d.Err = loadRes(ev.Res)
+					if d.Err != nil {
 						loadedRes = -1
 					}
 				}
-				inv := p.restoreInvocation(s, ev.id, op.time, &counts)
-				if d.err != nil {
-					p.store.fail(context.Background(), opDecode, d.err, "a stored span of invocation "+ev.id+" is unreadable")
+				inv := p.restoreInvocation(s, ev.ID, op.Time, &counts)
+				if d.Err != nil {
+					p.store.fail(context.Background(), opDecode, d.Err, "a stored span of invocation "+ev.ID+" is unreadable")
 					taintInvocation(inv)
 					continue
 				}
-				if ps.taintAll > op.time || ps.tainted[ev.id] > op.time {
+				if ps.taintAll > op.Time || ps.tainted[ev.ID] > op.Time {
 					taintInvocation(inv)
 				}
 				p.limits.capNames(&facts, &p.rules) // as routing cut them live
-				inv.add(&facts, r, &s.resources, op.time, &p.rules)
-			case evEmit:
-				if ev.flags&emitSent == 0 {
+				inv.add(&facts, r, &s.resources, op.Time, &p.rules)
+			case EvEmit:
+				if ev.Flags&EmitSent == 0 {
 					sum, err := decodeSummary(ev)
 					if err != nil {
-						p.store.fail(context.Background(), opDecode, err, "a stored summary of invocation "+ev.id+" is unreadable")
+						p.store.fail(context.Background(), opDecode, err, "a stored summary of invocation "+ev.ID+" is unreadable")
 					} else {
 						outbox = append(outbox, pendingOut{sum: sum})
 					}
 				}
-				if ev.flags&emitDetached != 0 {
+				if ev.Flags&EmitDetached != 0 {
 					continue
 				}
-				if inv, ok := s.invs[ev.id]; ok {
-					p.replayEmission(s, inv, ev, op.time, &counts)
+				if inv, ok := s.invs[ev.ID]; ok {
+					p.replayEmission(s, inv, ev, op.Time, &counts)
 				}
-			case evForget:
-				if inv, ok := s.invs[ev.id]; ok {
+			case EvForget:
+				if inv, ok := s.invs[ev.ID]; ok {
 					s.forget(inv)
 				}
-			case evRemember:
-				if ev.until > now {
-					s.rememberID(ev.id, ev.until)
+			case EvRemember:
+				if ev.Until > now {
+					s.rememberID(ev.ID, ev.Until)
 				}
-			case evSent:
+			case EvSent:
 				for k := len(outbox) - 1; k >= 0; k-- {
 					o := &outbox[k]
-					if !o.sent && o.sum.id == ev.id && o.sum.revision == ev.revision && o.sum.status == ev.status {
+					if !o.sent && o.sum.id == ev.ID && o.sum.revision == ev.Revision && o.sum.status == ev.Status {
 						o.sent = true
 						break
 					}
 				}
-			case evTaint:
-				ps.tainted[ev.id] = max(ps.tainted[ev.id], ev.until)
-				if inv, ok := s.invs[ev.id]; ok && ev.until > now {
+			case EvTaint:
+				ps.tainted[ev.ID] = max(ps.tainted[ev.ID], ev.Until)
+				if inv, ok := s.invs[ev.ID]; ok && ev.Until > now {
 					taintInvocation(inv)
 				}
-			case evTaintAll:
-				ps.taintAll = max(ps.taintAll, ev.until)
-				if ev.until > now {
+			case EvTaintAll:
+				ps.taintAll = max(ps.taintAll, ev.Until)
+				if ev.Until > now {
 					for _, inv := range s.invs {
 						taintInvocation(inv)
 					}
 				}
 			}
 		}
-		ps.nextSeq = max(ps.nextSeq, op.seq+1)
+		ps.nextSeq = max(ps.nextSeq, op.Seq+1)
 	}
 	for id, until := range ps.tainted {
 		if until <= now {

@@ -70,14 +70,14 @@ func appendFacts(t *testing.T, p *invocationProcessor, mem *memStorage, now int6
 	ps := s.partition()
 	td := batch(spans...)
 	res := td.ResourceSpans().At(0).Resource()
-	op := storedOp{seq: ps.nextSeq, time: now}
-	var enc encoder
-	enc.attrs(res.Attributes(), nil, 0)
-	op.resources = append(op.resources, append([]byte(nil), enc.b...))
+	op := Op{Seq: ps.nextSeq, Time: now}
+	var enc Encoder
+	enc.Attrs(res.Attributes(), nil, 0)
+	op.Resources = append(op.Resources, append([]byte(nil), enc.B...))
 	forSpans(td, func(_ pcommon.Resource, span ptrace.Span) {
-		enc.b = enc.b[:0]
-		enc.span(span, factAttr, linkAttr)
-		op.events = append(op.events, storedEvent{kind: evFact, id: id, res: 1, fact: append([]byte(nil), enc.b...)})
+		enc.B = enc.B[:0]
+		enc.Span(span, FactAttr, LinkAttr)
+		op.Events = append(op.Events, Event{Kind: EvFact, ID: id, Res: 1, Fact: append([]byte(nil), enc.B...)})
 	})
-	require.NoError(t, mem.Set(t.Context(), logKey(ps.part, op.seq), encodeOps(kindLog, []storedOp{op})))
+	require.NoError(t, mem.Set(t.Context(), LogKey(ps.part, op.Seq), EncodeOps(KindLog, []Op{op})))
 }

@@ -20,25 +20,25 @@ func encodeSummary(sum *summary, t *trust) []byte {
 }
 
 func encodeResourceSpan(rs ptrace.ResourceSpans) []byte {
-	e := encoder{}
-	e.attrs(rs.Resource().Attributes(), nil, 0)
-	e.span(rs.ScopeSpans().At(0).Spans().At(0), nil, nil)
-	return e.b
+	e := Encoder{}
+	e.Attrs(rs.Resource().Attributes(), nil, 0)
+	e.Span(rs.ScopeSpans().At(0).Spans().At(0), nil, nil)
+	return e.B
 }
 
 // decodeSummary rebuilds a stored summary for the outbox.
-func decodeSummary(ev *storedEvent) (summary, error) {
+func decodeSummary(ev *Event) (summary, error) {
 	rs := ptrace.NewResourceSpans()
-	d := decoder{b: ev.summary}
-	d.attrs(rs.Resource().Attributes(), 0)
+	d := Decoder{B: ev.Summary}
+	d.Attrs(rs.Resource().Attributes(), 0)
 	ss := rs.ScopeSpans().AppendEmpty()
 	ss.Scope().SetName(metadata.ScopeName)
-	d.span(ss.Spans().AppendEmpty())
-	if d.err == nil && d.remaining() != 0 {
-		d.fail("%d trailing bytes", d.remaining())
+	d.Span(ss.Spans().AppendEmpty())
+	if d.Err == nil && d.Remaining() != 0 {
+		d.Fail("%d trailing bytes", d.Remaining())
 	}
-	if d.err != nil {
-		return summary{}, fmt.Errorf("summary of %s revision %d: %w", ev.id, ev.revision, d.err)
+	if d.Err != nil {
+		return summary{}, fmt.Errorf("summary of %s revision %d: %w", ev.ID, ev.Revision, d.Err)
 	}
-	return summary{id: ev.id, status: ev.status, revision: ev.revision, restored: &rs}, nil
+	return summary{id: ev.ID, status: ev.Status, revision: ev.Revision, restored: &rs}, nil
 }
