@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"math/rand/v2"
 	"testing"
 
@@ -47,7 +48,7 @@ func randValue(r *rand.Rand, v pcommon.Value, depth int) {
 }
 
 func randString(r *rand.Rand) string {
-	pool := append([]string{"", "é", "a\x00b"}, AttrKeys[1:]...)
+	pool := append([]string{"", "é", "a\x00b"}, journal.AttrKeys[1:]...)
 	if r.IntN(3) == 0 {
 		return fmt.Sprintf("k%d", r.IntN(1000))
 	}
@@ -69,7 +70,7 @@ func randSpan(r *rand.Rand) ptrace.Span {
 	for range r.IntN(8) {
 		k := randString(r)
 		if r.IntN(2) == 0 {
-			k = AttrKeys[1+r.IntN(len(AttrKeys)-1)]
+			k = journal.AttrKeys[1+r.IntN(len(journal.AttrKeys)-1)]
 		}
 		randValue(r, sp.Attributes().PutEmpty(k), 0)
 	}
@@ -97,7 +98,7 @@ func randBytes8(r *rand.Rand) (b [8]byte) {
 }
 
 func encodeAll(sp ptrace.Span) []byte {
-	e := Encoder{}
+	e := journal.Encoder{}
 	e.Span(sp, nil, nil)
 	return e.B
 }
@@ -110,7 +111,7 @@ func TestCodecSpanRoundTrip(t *testing.T) {
 		sp := randSpan(r)
 		b := encodeAll(sp)
 		got := ptrace.NewSpan()
-		d := Decoder{B: b}
+		d := journal.Decoder{B: b}
 		d.Span(got)
 		require.NoError(t, d.Err, "span %d", i)
 		require.Zero(t, d.Remaining())
@@ -127,49 +128,49 @@ func TestCodecFactsKeepWhatTheLedgerReads(t *testing.T) {
 	sp.Attributes().PutStr(contract.AttrInvocationID, "x")
 	sp.Attributes().PutInt(contract.AttrUsageInputTokens, 7)
 	sp.Attributes().PutStr("http.url", "https://example.invalid/secret")
-	e := Encoder{}
-	e.Span(sp, FactAttr, LinkAttr)
+	e := journal.Encoder{}
+	e.Span(sp, journal.FactAttr, journal.LinkAttr)
 	got := ptrace.NewSpan()
-	d := Decoder{B: e.B}
+	d := journal.Decoder{B: e.B}
 	d.Span(got)
 	require.NoError(t, d.Err)
 	require.Equal(t, map[string]any{contract.AttrInvocationID: "x", contract.AttrUsageInputTokens: int64(7)}, got.Attributes().AsRaw())
 }
 
-func randOps(r *rand.Rand) []Op {
-	ops := make([]Op, 1+r.IntN(4))
+func randOps(r *rand.Rand) []journal.Op {
+	ops := make([]journal.Op, 1+r.IntN(4))
 	ids := []string{"a", "b", "inv-" + randString(r)}
 	for i := range ops {
 		op := &ops[i]
 		op.Seq = r.Uint64()
 		op.Time = int64(r.Uint64())
 		for range r.IntN(3) {
-			e := Encoder{}
+			e := journal.Encoder{}
 			m := pcommon.NewMap()
 			randValue(r, m.PutEmpty("service.name"), 0)
 			e.Attrs(m, nil, 0)
 			op.Resources = append(op.Resources, e.B)
 		}
 		for range 1 + r.IntN(6) {
-			ev := Event{Kind: byte(1 + r.IntN(6)), ID: ids[r.IntN(len(ids))]}
+			ev := journal.Event{Kind: byte(1 + r.IntN(6)), ID: ids[r.IntN(len(ids))]}
 			switch ev.Kind {
-			case EvFact:
+			case journal.EvFact:
 				ev.Res = r.IntN(len(op.Resources) + 1)
 				ev.Fact = encodeAll(randSpan(r))
-			case EvEmit:
+			case journal.EvEmit:
 				ev.Status = []string{contract.StatusPending, contract.StatusFinal, contract.StatusIncomplete}[r.IntN(3)]
 				ev.Revision = int64(r.IntN(4))
 				ev.Forced = randString(r)
 				ev.Flags = byte(r.IntN(4))
-				if ev.Flags&EmitSent == 0 {
+				if ev.Flags&journal.EmitSent == 0 {
 					ev.Summary = encodeAll(randSpan(r))
 				}
-			case EvSent:
+			case journal.EvSent:
 				ev.Revision = int64(r.IntN(4))
 				ev.Status = contract.StatusFinal
-			case EvTaint:
+			case journal.EvTaint:
 				ev.Until = int64(r.Uint64())
-			case EvTaintAll:
+			case journal.EvTaintAll:
 				ev.ID = ""
 				ev.Until = int64(r.Uint64())
 			}
@@ -185,30 +186,30 @@ func TestCodecRecordRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	for i := range 2000 {
 		ops := randOps(r)
-		kind := []byte{KindLog, KindChunk}[r.IntN(2)]
-		b := EncodeOps(kind, ops)
-		got, _, err := DecodeOps(kind, b)
+		kind := []byte{journal.KindLog, journal.KindChunk}[r.IntN(2)]
+		b := journal.EncodeOps(kind, ops)
+		got, _, err := journal.DecodeOps(kind, b)
 		require.NoError(t, err, "case %d", i)
 		require.Equal(t, ops, normalizeOps(got), "case %d", i)
 	}
-	m := Manifest{Gen: 3, Chunks: 2, LogStart: 99, PrevGen: 2, PrevChunks: 1, PrevLogStart: 40, SnapBytes: 1234}
-	got, err := DecodeManifest(m.Encode())
+	m := journal.Manifest{Gen: 3, Chunks: 2, LogStart: 99, PrevGen: 2, PrevChunks: 1, PrevLogStart: 40, SnapBytes: 1234}
+	got, err := journal.DecodeManifest(m.Encode())
 	require.NoError(t, err)
 	require.Equal(t, m, got)
-	n, err := DecodeMeta(EncodeMeta(16))
+	n, err := journal.DecodeMeta(journal.EncodeMeta(16))
 	require.NoError(t, err)
 	require.Equal(t, 16, n)
 }
 
 // normalizeOps makes decoded empty slices nil, as the generator has them.
-func normalizeOps(ops []Op) []Op {
+func normalizeOps(ops []journal.Op) []journal.Op {
 	for i := range ops {
 		if len(ops[i].Resources) == 0 {
 			ops[i].Resources = nil
 		}
 		for j := range ops[i].Events {
 			ev := &ops[i].Events[j]
-			if ev.Kind != EvFact {
+			if ev.Kind != journal.EvFact {
 				ev.Fact = nil
 			}
 		}
@@ -221,17 +222,17 @@ func normalizeOps(ops []Op) []Op {
 func TestCodecDetectsDamage(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	ops := randOps(r)
-	b := EncodeOps(KindLog, ops)
+	b := journal.EncodeOps(journal.KindLog, ops)
 	for i := range b {
 		for _, bit := range []byte{0x01, 0x80} {
 			damaged := bytes.Clone(b)
 			damaged[i] ^= bit
-			_, _, err := DecodeOps(KindLog, damaged)
-			require.True(t, errors.Is(err, ErrCorrupt), "byte %d bit %#x: %v", i, bit, err)
+			_, _, err := journal.DecodeOps(journal.KindLog, damaged)
+			require.True(t, errors.Is(err, journal.ErrCorrupt), "byte %d bit %#x: %v", i, bit, err)
 		}
 	}
 	for n := range len(b) {
-		_, _, err := DecodeOps(KindLog, b[:n])
-		require.ErrorIs(t, err, ErrCorrupt, "truncated to %d", n)
+		_, _, err := journal.DecodeOps(journal.KindLog, b[:n])
+		require.ErrorIs(t, err, journal.ErrCorrupt, "truncated to %d", n)
 	}
 }

@@ -1,6 +1,7 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
@@ -46,7 +47,7 @@ type spanFacts struct {
 
 // factReader turns one span into spanFacts: begin, then attr for each
 // attribute and link/linkAttr for each link, then end. Both the live path
-// (readFacts, over a ptrace.Span) and replay (decoder.facts, over the
+// (readFacts, over a ptrace.Span) and replay (decodeFacts, over the
 // journal's stored form) drive it, so there is one reading.
 type factReader struct {
 	f                           *spanFacts
@@ -200,7 +201,7 @@ func readFacts(f *spanFacts, sp ptrace.Span, cfg *ledgerConfig) {
 // readFacts reads a live one: every stored attribute, repeats included,
 // in stored order, so that replay reads the same facts as the live path
 // did (CONTRACT.md v0.6 rule 7).
-func decodeFacts(d *Decoder, f *spanFacts, cfg *ledgerConfig) {
+func decodeFacts(d *journal.Decoder, f *spanFacts, cfg *ledgerConfig) {
 	h, ok := d.Header()
 	if !ok {
 		return

@@ -2,17 +2,18 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"context"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 )
 
-// journal is the layer a shard calls to make its locked sections durable:
+// shardJournal is the layer a shard calls to make its locked sections durable:
 // one call where a section begins and ends, one per span indexed, per
 // invocation forgotten, per id remembered, and one when the next consumer
 // accepted summaries. Without storage it is noJournal; with storage it is
 // the shard's *shardPersist (storage.go writes what it queues). Every method
 // but sent runs with the shard's mu held; sent takes it.
-type journal interface {
+type shardJournal interface {
 	begin(s *shard)
 	fact(s *shard, r *indexRef, now int64, stats *stats)
 	forget(s *shard, inv *invocation)
@@ -33,8 +34,8 @@ func (noJournal) end(*shard, int64)                     {}
 func (noJournal) sent(*shard, []summary)                {}
 
 var (
-	_ journal = noJournal{}
-	_ journal = (*shardPersist)(nil)
+	_ shardJournal = noJournal{}
+	_ shardJournal = (*shardPersist)(nil)
 )
 
 // shardPersist is one shard's journal and the state of its partition. It
@@ -49,16 +50,16 @@ type shardPersist struct {
 	active   bool
 	observed int // outbox length already journalled
 	mark     int // outbox length when the section began
-	op       Op
+	op       journal.Op
 	resIndex map[pcommon.Resource]int
-	enc      Encoder
+	enc      journal.Encoder
 	// arena holds the section's encoded facts and resources, which its
 	// events slice, until journalEnd encodes the record.
 	arena []byte
 
 	// marks are delivery marks (and forgets outside a section)
 	// waiting for the shard's next record.
-	marks []Event
+	marks []journal.Event
 	// held are summaries made but not yet durable, in order.
 	held []summary
 	// unwritten counts queued records.
@@ -67,7 +68,7 @@ type shardPersist struct {
 	// Partition layout.
 	nextSeq   uint64
 	invs      int // len(s.invs) when the section began, for the metric
-	man       Manifest
+	man       journal.Manifest
 	logBytes  int64
 	replaying bool
 
@@ -126,8 +127,8 @@ func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
 		ps.resIndex[r.res] = ri
 	}
 	ps.enc.B = ps.enc.B[:0]
-	ps.enc.Span(r.span, FactAttr, LinkAttr)
-	ps.op.Events = append(ps.op.Events, Event{Kind: EvFact, ID: r.id, Res: ri, Fact: ps.keep(ps.enc.B)})
+	ps.enc.Span(r.span, journal.FactAttr, journal.LinkAttr)
+	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvFact, ID: r.id, Res: ri, Fact: ps.keep(ps.enc.B)})
 }
 
 // forget records that inv is being forgotten.
@@ -137,12 +138,12 @@ func (ps *shardPersist) forget(s *shard, inv *invocation) {
 	}
 	if ps.active {
 		ps.observe(s)
-		ps.op.Events = append(ps.op.Events, Event{Kind: EvForget, ID: inv.ID})
+		ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvForget, ID: inv.ID})
 		return
 	}
 	// Outside a journalled section (no such path today): keep the event
 	// for the shard's next record.
-	ps.marks = append(ps.marks, Event{Kind: EvForget, ID: inv.ID})
+	ps.marks = append(ps.marks, journal.Event{Kind: journal.EvForget, ID: inv.ID})
 }
 
 // remember records that a forgotten invocation's id is remembered until
@@ -152,14 +153,14 @@ func (ps *shardPersist) remember(s *shard, id string, until int64) {
 		return
 	}
 	ps.observe(s)
-	ps.op.Events = append(ps.op.Events, Event{Kind: EvRemember, ID: id, Until: until})
+	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvRemember, ID: id, Until: until})
 }
 
 // observe journals the summaries added to the outbox since the last look.
 func (ps *shardPersist) observe(s *shard) {
 	for ; ps.observed < len(s.outbox); ps.observed++ {
 		sum := &s.outbox[ps.observed]
-		ev := Event{Kind: EvEmit, ID: sum.id, Status: sum.status, Revision: sum.revision, Summary: encodeSummary(sum, ps.trust)}
+		ev := journal.Event{Kind: journal.EvEmit, ID: sum.id, Status: sum.status, Revision: sum.revision, Summary: encodeSummary(sum, ps.trust)}
 		if inv, ok := s.invs[sum.id]; ok && sum.revision == 1 {
 			ev.Forced = inv.Forced
 		}
@@ -194,9 +195,9 @@ func (ps *shardPersist) end(s *shard, now int64) {
 	ps.op.Seq = ps.nextSeq
 	ps.op.Time = now
 	ps.nextSeq++
-	value := EncodeOps(KindLog, []Op{ps.op})
+	value := journal.EncodeOps(journal.KindLog, []journal.Op{ps.op})
 	ps.unwritten++
-	ps.store.enqueue(&pendingRecord{shard: ps.part, key: LogKey(ps.part, ps.op.Seq), value: value, held: made})
+	ps.store.enqueue(&pendingRecord{shard: ps.part, key: journal.LogKey(ps.part, ps.op.Seq), value: value, held: made})
 }
 
 // sent records that the next consumer accepted summaries.
@@ -204,7 +205,7 @@ func (ps *shardPersist) sent(s *shard, out []summary) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range out {
-		ps.marks = append(ps.marks, Event{Kind: EvSent, ID: out[i].id, Revision: out[i].revision, Status: out[i].status})
+		ps.marks = append(ps.marks, journal.Event{Kind: journal.EvSent, ID: out[i].id, Revision: out[i].revision, Status: out[i].status})
 	}
 }
 

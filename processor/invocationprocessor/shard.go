@@ -50,7 +50,7 @@ type shard struct {
 
 	// journal records the shard's locked sections (journal.go):
 	// noJournal without storage. Set before any data; called under mu.
-	journal journal
+	journal shardJournal
 
 	// sending is a one-slot semaphore held by the goroutine sending this
 	// shard's outbox, so summaries reach the next consumer in the order they

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"sync"
 	"time"
 
@@ -173,17 +174,17 @@ func (p *invocationProcessor) load(ctx context.Context) {
 	now := p.clock.Now().UnixNano()
 	parts := len(p.shards)
 	unreadable := false
-	raw, err := db.client.Get(ctx, MetaKey)
+	raw, err := db.client.Get(ctx, journal.MetaKey)
 	switch {
 	case err != nil:
 		db.fail(ctx, opRead, err, "reading the layout failed; every stored invocation is treated as lost")
 		unreadable = true
 	case raw == nil:
-		if err := db.client.Set(ctx, MetaKey, EncodeMeta(parts)); err != nil {
+		if err := db.client.Set(ctx, journal.MetaKey, journal.EncodeMeta(parts)); err != nil {
 			db.fail(ctx, opWrite, err, "writing the layout failed")
 		}
 	default:
-		n, err := DecodeMeta(raw)
+		n, err := journal.DecodeMeta(raw)
 		if err != nil {
 			db.fail(ctx, opDecode, err, "the stored layout is unreadable; every stored invocation is treated as lost")
 			unreadable = true

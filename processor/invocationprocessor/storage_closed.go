@@ -3,6 +3,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"math"
 	"reflect"
 
@@ -10,7 +11,7 @@ import (
 )
 
 // A closed invocation is journalled, at compaction, as one record of its
-// whole state (evClosed) instead of its spans: what dedupe and revisions
+// whole state (EvClosed) instead of its spans: what dedupe and revisions
 // need (its span IDs in compact form, totals, names, emitted revision),
 // about a tenth of the facts it replaces. Open invocations keep their
 // facts, replayed through the reader (CONTRACT.md v0.6 rule 7); a closed
@@ -23,7 +24,7 @@ const closedPendingSent = 1
 // encodeClosed appends a closed invocation's state (all but its ID and
 // resource, which the event carries) to b.
 func encodeClosed(b []byte, inv *invocation) []byte {
-	e := Encoder{B: b}
+	e := journal.Encoder{B: b}
 	for _, v := range []int64{inv.FirstArrival, inv.LastSummary, inv.RootArrival, inv.Revision} {
 		e.Varint(v)
 	}
@@ -54,7 +55,7 @@ func encodeClosed(b []byte, inv *invocation) []byte {
 
 // decodeClosed reads what encodeClosed wrote into a new closed invocation.
 func decodeClosed(id string, b []byte) (*invocation, error) {
-	d := Decoder{B: b}
+	d := journal.Decoder{B: b}
 	inv := &invocation{ID: id, Phase: phaseClosed, index: invIndex{heapIdx: -1}}
 	for _, p := range []*int64{&inv.FirstArrival, &inv.LastSummary, &inv.RootArrival, &inv.Revision} {
 		*p = d.Varint()
@@ -89,10 +90,10 @@ func decodeClosed(id string, b []byte) (*invocation, error) {
 	}
 	rest, err := inv.DecodeState(d.Rest())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", journal.ErrCorrupt, err)
 	}
 	if len(rest) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes after a closed invocation", ErrCorrupt, len(rest))
+		return nil, fmt.Errorf("%w: %d trailing bytes after a closed invocation", journal.ErrCorrupt, len(rest))
 	}
 	// The timeline's span records are a view and not stored (they would
 	// double the record): the page of an invocation restored from its
@@ -105,13 +106,13 @@ func decodeClosed(id string, b []byte) (*invocation, error) {
 // closedRecords returns one operation holding every closed invocation of
 // s, earliest closed first, as the journal up to seq leaves them, and
 // their ids. mu must be held, with every record of the partition written.
-func closedRecords(s *shard, seq uint64, now int64) (Op, map[string]bool) {
-	op := Op{Seq: seq, Time: now}
+func closedRecords(s *shard, seq uint64, now int64) (journal.Op, map[string]bool) {
+	op := journal.Op{Seq: seq, Time: now}
 	ids := map[string]bool{}
 	resIndex := map[uintptr]int{}
-	var enc Encoder
+	var enc journal.Encoder
 	for inv := s.closed.head; inv != nil; inv = inv.index.next {
-		ev := Event{Kind: EvClosed, ID: inv.ID}
+		ev := journal.Event{Kind: journal.EvClosed, ID: inv.ID}
 		if inv.Resource != nil {
 			key := reflect.ValueOf(inv.Resource).Pointer()
 			ri, ok := resIndex[key]
@@ -137,21 +138,21 @@ func closedRecords(s *shard, seq uint64, now int64) (Op, map[string]bool) {
 // record replaces: the facts of the invocations in closed and their
 // delivered summaries, and their records of an earlier compaction; an
 // undelivered summary stays, detached, to be re-sent.
-func withoutClosedFacts(ops []Op, closed map[string]bool) []Op {
+func withoutClosedFacts(ops []journal.Op, closed map[string]bool) []journal.Op {
 	out := ops[:0]
 	for i := range ops {
 		op := ops[i]
 		events := op.Events[:0]
 		for _, ev := range op.Events {
-			if closed[ev.ID] && ev.Kind != EvTaintAll {
+			if closed[ev.ID] && ev.Kind != journal.EvTaintAll {
 				switch ev.Kind {
-				case EvFact, EvClosed:
+				case journal.EvFact, journal.EvClosed:
 					continue
-				case EvEmit:
-					if ev.Flags&EmitSent != 0 {
+				case journal.EvEmit:
+					if ev.Flags&journal.EmitSent != 0 {
 						continue
 					}
-					ev.Flags |= EmitDetached
+					ev.Flags |= journal.EmitDetached
 				}
 			}
 			events = append(events, ev)
@@ -167,7 +168,7 @@ func withoutClosedFacts(ops []Op, closed map[string]bool) []Op {
 // restoreClosed re-creates a closed invocation from its record, in the
 // shard's closed list after those restored before it, as closeInvocation
 // left it. mu must be held.
-func (p *invocationProcessor) restoreClosed(s *shard, ev *Event, res map[string]any, stats *stats) error {
+func (p *invocationProcessor) restoreClosed(s *shard, ev *journal.Event, res map[string]any, stats *stats) error {
 	inv, err := decodeClosed(ev.ID, ev.Fact)
 	if err != nil {
 		return err

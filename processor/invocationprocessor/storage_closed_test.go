@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"reflect"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func FuzzDecodeClosed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		inv, err := decodeClosed("inv", data)
 		if err != nil {
-			require.True(t, errors.Is(err, ErrCorrupt), "%v", err)
+			require.True(t, errors.Is(err, journal.ErrCorrupt), "%v", err)
 			return
 		}
 		back, err := decodeClosed("inv", encodeClosed(nil, inv))

@@ -3,6 +3,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"context"
 	"fmt"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 )
@@ -20,7 +21,7 @@ type sentKey struct {
 // delivered is kept, detached), delivery marks are folded into the
 // summaries they mark (whose spans are then dropped), and losses whose
 // window has passed are dropped. Order is kept.
-func compactOps(ops []Op, now int64) []Op {
+func compactOps(ops []journal.Op, now int64) []journal.Op {
 	type pos struct{ op, ev int }
 	lastForget := map[string]pos{}
 	lastSent := map[sentKey]pos{}
@@ -28,18 +29,18 @@ func compactOps(ops []Op, now int64) []Op {
 		for j := range ops[i].Events {
 			ev := &ops[i].Events[j]
 			switch ev.Kind {
-			case EvForget:
+			case journal.EvForget:
 				lastForget[ev.ID] = pos{i, j}
-			case EvSent:
+			case journal.EvSent:
 				lastSent[sentKey{ev.ID, ev.Revision, ev.Status}] = pos{i, j}
 			}
 		}
 	}
 	before := func(a, b pos) bool { return a.op < b.op || (a.op == b.op && a.ev < b.ev) }
-	var out []Op
+	var out []journal.Op
 	for i := range ops {
 		op := &ops[i]
-		nop := Op{Seq: op.Seq, Time: op.Time}
+		nop := journal.Op{Seq: op.Seq, Time: op.Time}
 		remap := make([]int, len(op.Resources)+1)
 		for j := range op.Events {
 			ev := op.Events[j]
@@ -47,9 +48,9 @@ func compactOps(ops []Op, now int64) []Op {
 			f, forgotten := lastForget[ev.ID]
 			dead := forgotten && !before(f, here)
 			switch ev.Kind {
-			case EvForget, EvSent:
+			case journal.EvForget, journal.EvSent:
 				continue
-			case EvFact, EvClosed:
+			case journal.EvFact, journal.EvClosed:
 				if dead {
 					continue
 				}
@@ -60,18 +61,18 @@ func compactOps(ops []Op, now int64) []Op {
 					}
 					ev.Res = remap[ev.Res]
 				}
-			case EvEmit:
+			case journal.EvEmit:
 				if sp, ok := lastSent[sentKey{ev.ID, ev.Revision, ev.Status}]; ok && before(here, sp) {
-					ev.Flags |= EmitSent
+					ev.Flags |= journal.EmitSent
 					ev.Summary = nil
 				}
 				if dead {
-					if ev.Flags&EmitSent != 0 {
+					if ev.Flags&journal.EmitSent != 0 {
 						continue
 					}
-					ev.Flags |= EmitDetached
+					ev.Flags |= journal.EmitDetached
 				}
-			case EvTaint, EvTaintAll, EvRemember:
+			case journal.EvTaint, journal.EvTaintAll, journal.EvRemember:
 				if ev.Until <= now {
 					continue
 				}
@@ -86,7 +87,7 @@ func compactOps(ops []Op, now int64) []Op {
 }
 
 // chunkOps splits operations into snapshot values of about chunkBytes.
-func chunkOps(ops []Op) [][]byte {
+func chunkOps(ops []journal.Op) [][]byte {
 	var chunks [][]byte
 	start, size := 0, 0
 	for i := range ops {
@@ -98,7 +99,7 @@ func chunkOps(ops []Op) [][]byte {
 			size += len(ev.Fact) + len(ev.Summary) + len(ev.ID) + len(ev.Status) + len(ev.Forced) + 24
 		}
 		if size >= chunkBytes || i == len(ops)-1 {
-			chunks = append(chunks, EncodeOps(KindChunk, ops[start:i+1]))
+			chunks = append(chunks, journal.EncodeOps(journal.KindChunk, ops[start:i+1]))
 			start, size = i+1, 0
 		}
 	}
@@ -149,20 +150,20 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 	}
 	part, man, end := ps.part, ps.man, ps.nextSeq
 	folded := ps.logBytes
-	var closedOp Op
+	var closedOp journal.Op
 	var closed map[string]bool
 	if end > 0 {
 		closedOp, closed = closedRecords(s, end-1, now)
 	}
 	s.mu.Unlock()
 
-	var ops []Op
+	var ops []journal.Op
 	for c := uint64(0); c < man.Chunks; c++ {
-		raw, err := db.client.Get(ctx, ChunkKey(part, man.Gen, c))
+		raw, err := db.client.Get(ctx, journal.ChunkKey(part, man.Gen, c))
 		if err != nil {
 			return fmt.Errorf("reading snapshot chunk: %w", err)
 		}
-		o, _, err := DecodeOps(KindChunk, raw)
+		o, _, err := journal.DecodeOps(journal.KindChunk, raw)
 		if err != nil {
 			// Loaded (and counted) at Start already; this partition's
 			// losses are journalled, so the unreadable chunk is dropped.
@@ -173,7 +174,7 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 	for seq := man.LogStart; seq < end; seq += readBatch {
 		batch := make([]*storage.Operation, 0, readBatch)
 		for k := seq; k < end && k < seq+readBatch; k++ {
-			batch = append(batch, storage.GetOperation(LogKey(part, k)))
+			batch = append(batch, storage.GetOperation(journal.LogKey(part, k)))
 		}
 		if err := db.client.Batch(ctx, batch...); err != nil {
 			return fmt.Errorf("reading log: %w", err)
@@ -182,7 +183,7 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 			if op.Value == nil {
 				continue
 			}
-			o, _, err := DecodeOps(KindLog, op.Value)
+			o, _, err := journal.DecodeOps(journal.KindLog, op.Value)
 			if err != nil {
 				continue // as above: counted at Start, its loss journalled
 			}
@@ -196,12 +197,12 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 		ops = append(ops, closedOp)
 	}
 	chunks := chunkOps(ops)
-	next := Manifest{Gen: man.Gen + 1, Chunks: uint64(len(chunks)), LogStart: end,
+	next := journal.Manifest{Gen: man.Gen + 1, Chunks: uint64(len(chunks)), LogStart: end,
 		PrevGen: man.Gen, PrevChunks: man.Chunks, PrevLogStart: man.LogStart}
 	writes := make([]*storage.Operation, 0, len(chunks))
 	var written int64
 	for c, b := range chunks {
-		writes = append(writes, storage.SetOperation(ChunkKey(part, next.Gen, uint64(c)), b))
+		writes = append(writes, storage.SetOperation(journal.ChunkKey(part, next.Gen, uint64(c)), b))
 		written += int64(len(b))
 		next.SnapBytes += uint64(len(b))
 	}
@@ -211,7 +212,7 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 		}
 	}
 	mb := next.Encode()
-	if err := db.client.Set(ctx, ManifestKey(part), mb); err != nil {
+	if err := db.client.Set(ctx, journal.ManifestKey(part), mb); err != nil {
 		return fmt.Errorf("writing manifest: %w", err)
 	}
 	db.metrics.bytesWritten.Add(ctx, written+int64(len(mb)))

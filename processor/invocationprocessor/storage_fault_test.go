@@ -2,6 +2,7 @@ package invocationprocessor
 
 import (
 	"context"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"slices"
 	"strings"
 	"testing"
@@ -137,7 +138,7 @@ func TestStorageCorruptRecord(t *testing.T) {
 			h.consume(batch(b[0], b[1], b[2], b[3]))
 			h.shutdown()
 
-			key := LogKey(0, 0) // the record of inv-a's first batch
+			key := journal.LogKey(0, 0) // the record of inv-a's first batch
 			data := mem.snapshot()
 			v := data[key]
 			require.NotNil(t, v)

@@ -3,6 +3,7 @@ package invocationprocessor
 import (
 	"context"
 	"errors"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"sort"
 	"testing"
 	"time"
@@ -21,28 +22,28 @@ import (
 // encodes back to something it reads the same way.
 func FuzzDecodeOps(f *testing.F) {
 	s := scenario("inv-1", 0)
-	f.Add(EncodeOps(KindLog, []Op{{Seq: 1, Time: 5, Resources: [][]byte{{1, 24, 1, 1, 'a'}},
-		Events: []Event{{Kind: EvFact, ID: "inv-1", Res: 1, Fact: func() []byte {
-			e := Encoder{}
-			e.Span(batch(s[0]).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0), FactAttr, LinkAttr)
+	f.Add(journal.EncodeOps(journal.KindLog, []journal.Op{{Seq: 1, Time: 5, Resources: [][]byte{{1, 24, 1, 1, 'a'}},
+		Events: []journal.Event{{Kind: journal.EvFact, ID: "inv-1", Res: 1, Fact: func() []byte {
+			e := journal.Encoder{}
+			e.Span(batch(s[0]).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0), journal.FactAttr, journal.LinkAttr)
 			return e.B
-		}()}, {Kind: EvForget, ID: "inv-1"}, {Kind: EvTaintAll, Until: 9}}}}))
-	f.Add([]byte{Version, KindLog, 0, 0, 0, 0, 0})
+		}()}, {Kind: journal.EvForget, ID: "inv-1"}, {Kind: journal.EvTaintAll, Until: 9}}}}))
+	f.Add([]byte{journal.Version, journal.KindLog, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ops, _, err := DecodeOps(KindLog, data)
+		ops, _, err := journal.DecodeOps(journal.KindLog, data)
 		if err != nil {
-			require.True(t, errors.Is(err, ErrCorrupt), "%v", err)
+			require.True(t, errors.Is(err, journal.ErrCorrupt), "%v", err)
 			return
 		}
 		for _, op := range ops {
 			for _, ev := range op.Events {
-				if ev.Kind == EvFact {
-					d := Decoder{B: ev.Fact}
+				if ev.Kind == journal.EvFact {
+					d := journal.Decoder{B: ev.Fact}
 					d.Span(ptrace.NewSpan())
 				}
 			}
 		}
-		again, _, err := DecodeOps(KindLog, EncodeOps(KindLog, ops))
+		again, _, err := journal.DecodeOps(journal.KindLog, journal.EncodeOps(journal.KindLog, ops))
 		require.NoError(t, err)
 		require.Equal(t, len(ops), len(again))
 	})

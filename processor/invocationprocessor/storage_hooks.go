@@ -3,6 +3,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // The functions in this file are the only storage code that touches the
@@ -21,7 +22,7 @@ func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, st
 // the shard took it at time t: a pending marks the pending as sent, a first
 // final or incomplete closes the invocation (with the recorded forced
 // reason), a later revision records the revision. mu must be held.
-func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *Event, t int64, stats *stats) {
+func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *journal.Event, t int64, stats *stats) {
 	switch {
 	case ev.Revision == 0:
 		inv.PendingSent = true

@@ -3,6 +3,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"context"
 	"fmt"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"sort"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
@@ -14,20 +15,20 @@ import (
 func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *shardPersist, now int64, unreadable bool) {
 	db := p.store
 	var (
-		ops     []Op
+		ops     []journal.Op
 		lostIDs []string
 		lostAll = unreadable
-		man     Manifest
+		man     journal.Manifest
 		known   = !unreadable
 	)
 	if known {
-		raw, err := db.client.Get(ctx, ManifestKey(ps.part))
+		raw, err := db.client.Get(ctx, journal.ManifestKey(ps.part))
 		switch {
 		case err != nil:
 			db.fail(ctx, opRead, err, fmt.Sprintf("reading partition %d's manifest failed; its invocations are treated as lost", ps.part))
 			known, lostAll = false, true
 		case raw != nil:
-			if man, err = DecodeManifest(raw); err != nil {
+			if man, err = journal.DecodeManifest(raw); err != nil {
 				db.fail(ctx, opDecode, err, fmt.Sprintf("partition %d's manifest is unreadable; its invocations are treated as lost", ps.part))
 				known, lostAll = false, true
 			}
@@ -36,13 +37,13 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 	if !known {
 		// Start the partition afresh under keys no earlier layout used;
 		// what is left under the old ones is abandoned.
-		man = Manifest{Gen: uint64(now), LogStart: uint64(now)}
-		if err := db.client.Set(ctx, ManifestKey(ps.part), man.Encode()); err != nil {
+		man = journal.Manifest{Gen: uint64(now), LogStart: uint64(now)}
+		if err := db.client.Set(ctx, journal.ManifestKey(ps.part), man.Encode()); err != nil {
 			db.fail(ctx, opWrite, err, fmt.Sprintf("writing partition %d's new manifest failed", ps.part))
 		}
 	} else {
 		decodeInto := func(kind byte, key string, raw []byte) {
-			o, ids, err := DecodeOps(kind, raw)
+			o, ids, err := journal.DecodeOps(kind, raw)
 			if err != nil {
 				db.fail(ctx, opDecode, err, "stored record "+key+" is unreadable; the invocations it concerned are treated as lost")
 				if ids == nil {
@@ -54,24 +55,24 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 			ops = append(ops, o...)
 		}
 		for c := uint64(0); c < man.Chunks; c++ {
-			key := ChunkKey(ps.part, man.Gen, c)
+			key := journal.ChunkKey(ps.part, man.Gen, c)
 			raw, err := db.client.Get(ctx, key)
 			switch {
 			case err != nil:
 				db.fail(ctx, opRead, err, "reading snapshot chunk "+key+" failed")
 				lostAll = true
 			case raw == nil:
-				db.fail(ctx, opDecode, fmt.Errorf("%w: snapshot chunk %s missing", ErrCorrupt, key), "snapshot chunk missing")
+				db.fail(ctx, opDecode, fmt.Errorf("%w: snapshot chunk %s missing", journal.ErrCorrupt, key), "snapshot chunk missing")
 				lostAll = true
 			default:
-				decodeInto(KindChunk, key, raw)
+				decodeInto(journal.KindChunk, key, raw)
 			}
 		}
 		seq, stop := man.LogStart, false
 		for !stop {
 			batch := make([]*storage.Operation, readBatch)
 			for i := range batch {
-				batch[i] = storage.GetOperation(LogKey(ps.part, seq+uint64(i)))
+				batch[i] = storage.GetOperation(journal.LogKey(ps.part, seq+uint64(i)))
 			}
 			if err := db.client.Batch(ctx, batch...); err != nil {
 				db.fail(ctx, opRead, err, fmt.Sprintf("reading partition %d's log failed", ps.part))
@@ -84,7 +85,7 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 					break
 				}
 				ps.logBytes += int64(len(op.Value))
-				decodeInto(KindLog, op.Key, op.Value)
+				decodeInto(journal.KindLog, op.Key, op.Value)
 				seq++
 			}
 		}
@@ -108,14 +109,14 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 	s.journal.begin(s)
 	if lostAll {
 		ps.taintAll = max(ps.taintAll, lostUntil)
-		ps.op.Events = append(ps.op.Events, Event{Kind: EvTaintAll, Until: lostUntil})
+		ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvTaintAll, Until: lostUntil})
 		for _, inv := range s.invs {
 			taintInvocation(inv)
 		}
 	}
 	for _, id := range lostIDs {
 		ps.tainted[id] = max(ps.tainted[id], lostUntil)
-		ps.op.Events = append(ps.op.Events, Event{Kind: EvTaint, ID: id, Until: lostUntil})
+		ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvTaint, ID: id, Until: lostUntil})
 		if inv, ok := s.invs[id]; ok {
 			taintInvocation(inv)
 		}
@@ -135,16 +136,16 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 
 // deleteLeftovers removes what a compaction interrupted by a crash left:
 // the previous snapshot and the log it folded. Failures only leave bytes.
-func (p *invocationProcessor) deleteLeftovers(ctx context.Context, part int, m Manifest) {
+func (p *invocationProcessor) deleteLeftovers(ctx context.Context, part int, m journal.Manifest) {
 	var ops []*storage.Operation
 	if m.PrevGen != m.Gen {
 		for c := uint64(0); c < m.PrevChunks; c++ {
-			ops = append(ops, storage.DeleteOperation(ChunkKey(part, m.PrevGen, c)))
+			ops = append(ops, storage.DeleteOperation(journal.ChunkKey(part, m.PrevGen, c)))
 		}
 	}
 	if m.PrevLogStart < m.LogStart && m.LogStart-m.PrevLogStart <= 1<<20 {
 		for seq := m.PrevLogStart; seq < m.LogStart; seq++ {
-			ops = append(ops, storage.DeleteOperation(LogKey(part, seq)))
+			ops = append(ops, storage.DeleteOperation(journal.LogKey(part, seq)))
 		}
 	}
 	p.store.deleteKeys(ctx, ops)
@@ -164,7 +165,7 @@ func (db *store) deleteKeys(ctx context.Context, ops []*storage.Operation) {
 // replay applies stored operations to an empty shard, under its lock:
 // facts through the ledger's per-span path, recorded decisions as they
 // were taken. It returns the summaries that were made and not delivered.
-func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now int64) ([]summary, stats) {
+func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.Op, now int64) ([]summary, stats) {
 	var counts stats
 	ps.replaying = true
 	defer func() { ps.replaying = false }()
@@ -186,7 +187,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now i
 				return res, nil
 			}
 			res = pcommon.NewResource()
-			rd := Decoder{B: op.Resources[ri-1]}
+			rd := journal.Decoder{B: op.Resources[ri-1]}
 			rd.Attrs(res.Attributes(), 0)
 			if rd.Err == nil && rd.Remaining() != 0 {
 				rd.Fail("%d trailing bytes", rd.Remaining())
@@ -197,7 +198,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now i
 		for j := range op.Events {
 			ev := &op.Events[j]
 			switch ev.Kind {
-			case EvClosed:
+			case journal.EvClosed:
 				var err error
 				r := empty
 				if ev.Res > 0 {
@@ -216,8 +217,8 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now i
 					p.store.fail(context.Background(), opDecode, err, "the stored state of closed invocation "+ev.ID+" is unreadable; it is treated as lost")
 					ps.lostAtLoad = append(ps.lostAtLoad, ev.ID)
 				}
-			case EvFact:
-				d := Decoder{B: ev.Fact}
+			case journal.EvFact:
+				d := journal.Decoder{B: ev.Fact}
 				decodeFacts(&d, &facts, &p.rules)
 				if d.Err == nil && d.Remaining() != 0 {
 					d.Fail("%d trailing bytes", d.Remaining())
@@ -240,8 +241,8 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now i
 				}
 				p.limits.capNames(&facts, &p.rules) // as routing cut them live
 				inv.add(&facts, r, &s.resources, op.Time, &p.rules)
-			case EvEmit:
-				if ev.Flags&EmitSent == 0 {
+			case journal.EvEmit:
+				if ev.Flags&journal.EmitSent == 0 {
 					sum, err := decodeSummary(ev)
 					if err != nil {
 						p.store.fail(context.Background(), opDecode, err, "a stored summary of invocation "+ev.ID+" is unreadable")
@@ -249,21 +250,21 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now i
 						outbox = append(outbox, pendingOut{sum: sum})
 					}
 				}
-				if ev.Flags&EmitDetached != 0 {
+				if ev.Flags&journal.EmitDetached != 0 {
 					continue
 				}
 				if inv, ok := s.invs[ev.ID]; ok {
 					p.replayEmission(s, inv, ev, op.Time, &counts)
 				}
-			case EvForget:
+			case journal.EvForget:
 				if inv, ok := s.invs[ev.ID]; ok {
 					s.forget(inv)
 				}
-			case EvRemember:
+			case journal.EvRemember:
 				if ev.Until > now {
 					s.rememberID(ev.ID, ev.Until)
 				}
-			case EvSent:
+			case journal.EvSent:
 				for k := len(outbox) - 1; k >= 0; k-- {
 					o := &outbox[k]
 					if !o.sent && o.sum.id == ev.ID && o.sum.revision == ev.Revision && o.sum.status == ev.Status {
@@ -271,12 +272,12 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []Op, now i
 						break
 					}
 				}
-			case EvTaint:
+			case journal.EvTaint:
 				ps.tainted[ev.ID] = max(ps.tainted[ev.ID], ev.Until)
 				if inv, ok := s.invs[ev.ID]; ok && ev.Until > now {
 					taintInvocation(inv)
 				}
-			case EvTaintAll:
+			case journal.EvTaintAll:
 				ps.taintAll = max(ps.taintAll, ev.Until)
 				if ev.Until > now {
 					for _, inv := range s.invs {

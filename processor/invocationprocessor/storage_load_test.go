@@ -1,6 +1,7 @@
 package invocationprocessor
 
 import (
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"testing"
 	"time"
 
@@ -70,14 +71,14 @@ func appendFacts(t *testing.T, p *invocationProcessor, mem *memStorage, now int6
 	ps := s.partition()
 	td := batch(spans...)
 	res := td.ResourceSpans().At(0).Resource()
-	op := Op{Seq: ps.nextSeq, Time: now}
-	var enc Encoder
+	op := journal.Op{Seq: ps.nextSeq, Time: now}
+	var enc journal.Encoder
 	enc.Attrs(res.Attributes(), nil, 0)
 	op.Resources = append(op.Resources, append([]byte(nil), enc.B...))
 	forSpans(td, func(_ pcommon.Resource, span ptrace.Span) {
 		enc.B = enc.B[:0]
-		enc.Span(span, FactAttr, LinkAttr)
-		op.Events = append(op.Events, Event{Kind: EvFact, ID: id, Res: 1, Fact: append([]byte(nil), enc.B...)})
+		enc.Span(span, journal.FactAttr, journal.LinkAttr)
+		op.Events = append(op.Events, journal.Event{Kind: journal.EvFact, ID: id, Res: 1, Fact: append([]byte(nil), enc.B...)})
 	})
-	require.NoError(t, mem.Set(t.Context(), LogKey(ps.part, op.Seq), EncodeOps(KindLog, []Op{op})))
+	require.NoError(t, mem.Set(t.Context(), journal.LogKey(ps.part, op.Seq), journal.EncodeOps(journal.KindLog, []journal.Op{op})))
 }

@@ -2,6 +2,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"fmt"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
@@ -20,16 +21,16 @@ func encodeSummary(sum *summary, t *trust) []byte {
 }
 
 func encodeResourceSpan(rs ptrace.ResourceSpans) []byte {
-	e := Encoder{}
+	e := journal.Encoder{}
 	e.Attrs(rs.Resource().Attributes(), nil, 0)
 	e.Span(rs.ScopeSpans().At(0).Spans().At(0), nil, nil)
 	return e.B
 }
 
 // decodeSummary rebuilds a stored summary for the outbox.
-func decodeSummary(ev *Event) (summary, error) {
+func decodeSummary(ev *journal.Event) (summary, error) {
 	rs := ptrace.NewResourceSpans()
-	d := Decoder{B: ev.Summary}
+	d := journal.Decoder{B: ev.Summary}
 	d.Attrs(rs.Resource().Attributes(), 0)
 	ss := rs.ScopeSpans().AppendEmpty()
 	ss.Scope().SetName(metadata.ScopeName)

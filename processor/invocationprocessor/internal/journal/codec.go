@@ -1,4 +1,4 @@
-package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+package journal // import "github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 import (
 	"encoding/binary"
@@ -16,7 +16,7 @@ import (
 // The stored form is a compact binary encoding of our own (no pdata, no
 // protobuf): unsigned and zig-zag varints, length-prefixed strings, fixed
 // 16- and 8-byte trace and span IDs, and typed attribute values. Every
-// stored value starts with codecVersion; see record.go for the framing.
+// stored value starts with Version; see record.go for the framing.
 
 // ErrCorrupt is wrapped by every decoding error.
 var ErrCorrupt = errors.New("corrupt stored ledger data")
@@ -37,7 +37,7 @@ func (e *Encoder) Str(s string)       { e.Uvarint(uint64(len(s))); e.B = append(
 func (e *Encoder) TraceID(t [16]byte) { e.B = append(e.B, t[:]...) }
 func (e *Encoder) SpanID(s [8]byte)   { e.B = append(e.B, s[:]...) }
 
-// Decoder reads what encoder wrote. The first error sticks: every later
+// Decoder reads what Encoder wrote. The first error sticks: every later
 // read returns a zero value, so callers check err once per value.
 type Decoder struct {
 	B   []byte
@@ -142,7 +142,7 @@ func (d *Decoder) SpanID() (s [8]byte) {
 
 // AttrKeys is the dictionary of attribute keys stored as one index byte
 // instead of the name. Append only: an index must keep its key for as long
-// as data of codecVersion exists.
+// as data of Version exists.
 var AttrKeys = []string{
 	"", // 0: the key follows as a string
 	contract.AttrInvocationID,

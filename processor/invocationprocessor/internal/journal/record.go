@@ -1,4 +1,4 @@
-package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+package journal // import "github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 import (
 	"encoding/binary"
@@ -8,7 +8,7 @@ import (
 )
 
 // Version is the first byte of every stored value written. Version 2
-// added evClosed; a value of version 1 is read as before, one of any
+// added EvClosed; a value of version 1 is read as before, one of any
 // other version is not read (it is counted and reported like corrupt
 // data).
 const (
@@ -59,19 +59,19 @@ type Op struct {
 // Event is one entry of an operation.
 type Event struct {
 	Kind byte
-	ID   string // the invocation, for every kind but evTaintAll
-	// evFact
+	ID   string // the invocation, for every kind but EvTaintAll
+	// EvFact
 	Res  int    // index+1 into the operation's resources, 0 for none
 	Fact []byte // the encoded span
-	// evEmit, evSent
+	// EvEmit, EvSent
 	Status   string
 	Revision int64
-	Forced   string // evEmit: the forced reason of a first summary
-	Flags    byte   // evEmit
-	Summary  []byte // evEmit: the encoded summary span, unless sent
-	// evTaint, evTaintAll, evRemember
+	Forced   string // EvEmit: the forced reason of a first summary
+	Flags    byte   // EvEmit
+	Summary  []byte // EvEmit: the encoded summary span, unless sent
+	// EvTaint, EvTaintAll, EvRemember
 	Until int64
-	// evClosed: res as for evFact, and the invocation's state
+	// EvClosed: Res as for EvFact, and the invocation's state
 	// (encodeClosed) in fact.
 }
 
@@ -142,7 +142,7 @@ func EncodeOps(kind byte, ops []Op) []byte {
 	return e.B
 }
 
-// DecodeOps reads what encodeOps wrote. On error, ids holds the invocation
+// DecodeOps reads what EncodeOps wrote. On error, ids holds the invocation
 // ids of the header when the header itself was intact (the body is the
 // damaged part), and is nil otherwise.
 func DecodeOps(kind byte, b []byte) (ops []Op, ids []string, err error) {
