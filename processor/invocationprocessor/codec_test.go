@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"math/rand/v2"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // randValue fills v with a random attribute value of any type.

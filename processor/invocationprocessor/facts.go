@@ -1,12 +1,12 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/ledgerrule"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // Usage attributes, in the order of usageKeys.

@@ -2,9 +2,11 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"context"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // shardJournal is the layer a shard calls to make its locked sections durable:
@@ -19,7 +21,7 @@ type shardJournal interface {
 	forget(s *shard, inv *invocation)
 	remember(s *shard, id string, until int64)
 	end(s *shard, now int64)
-	sent(s *shard, out []summary)
+	sent(s *shard, out []summary.Summary)
 }
 
 // noJournal is the journal of a processor without storage: it records
@@ -31,7 +33,7 @@ func (noJournal) fact(*shard, *indexRef, int64, *stats) {}
 func (noJournal) forget(*shard, *invocation)            {}
 func (noJournal) remember(*shard, string, int64)        {}
 func (noJournal) end(*shard, int64)                     {}
-func (noJournal) sent(*shard, []summary)                {}
+func (noJournal) sent(*shard, []summary.Summary)        {}
 
 var (
 	_ shardJournal = noJournal{}
@@ -61,7 +63,7 @@ type shardPersist struct {
 	// waiting for the shard's next record.
 	marks []journal.Event
 	// held are summaries made but not yet durable, in order.
-	held []summary
+	held []summary.Summary
 	// unwritten counts queued records.
 	unwritten int
 
@@ -160,8 +162,8 @@ func (ps *shardPersist) remember(s *shard, id string, until int64) {
 func (ps *shardPersist) observe(s *shard) {
 	for ; ps.observed < len(s.outbox); ps.observed++ {
 		sum := &s.outbox[ps.observed]
-		ev := journal.Event{Kind: journal.EvEmit, ID: sum.id, Status: sum.status, Revision: sum.revision, Summary: encodeSummary(sum, ps.trust)}
-		if inv, ok := s.invs[sum.id]; ok && sum.revision == 1 {
+		ev := journal.Event{Kind: journal.EvEmit, ID: sum.ID, Status: sum.Status, Revision: sum.Revision, Summary: encodeSummary(sum, ps.trust)}
+		if inv, ok := s.invs[sum.ID]; ok && sum.Revision == 1 {
 			ev.Forced = inv.Forced
 		}
 		ps.op.Events = append(ps.op.Events, ev)
@@ -201,11 +203,11 @@ func (ps *shardPersist) end(s *shard, now int64) {
 }
 
 // sent records that the next consumer accepted summaries.
-func (ps *shardPersist) sent(s *shard, out []summary) {
+func (ps *shardPersist) sent(s *shard, out []summary.Summary) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range out {
-		ps.marks = append(ps.marks, journal.Event{Kind: journal.EvSent, ID: out[i].id, Revision: out[i].revision, Status: out[i].status})
+		ps.marks = append(ps.marks, journal.Event{Kind: journal.EvSent, ID: out[i].ID, Revision: out[i].Revision, Status: out[i].Status})
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/zap"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // outboxSlack is how many summaries beyond a shard's share of
@@ -56,7 +58,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 			}
 		}
 		s.mu.Lock()
-		var out []summary
+		var out []summary.Summary
 		if mode != flushAfterBatch || !s.sendFailed {
 			out, s.outbox = s.outbox, nil
 		}
@@ -73,7 +75,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 			}
 			continue
 		}
-		td := buildTraces(out, &p.trust)
+		td := summary.Build(out, p.trust.mark)
 		var err error
 		if mode == flushAtShutdown {
 			err = p.sendWithin(ctx, s, td) // releases the semaphore itself
@@ -130,7 +132,7 @@ func (p *invocationProcessor) sendWithin(ctx context.Context, s *shard, td ptrac
 // taken is the part of one shard's outbox in a batched send.
 type taken struct {
 	shard *shard
-	out   []summary
+	out   []summary.Summary
 }
 
 // flushAfterBatch sends the outboxes of the shards a batch touched as one
@@ -162,7 +164,7 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 				continue // the goroutine sending takes these summaries too
 			}
 			s.mu.Lock()
-			var out []summary
+			var out []summary.Summary
 			if !s.sendFailed {
 				out, s.outbox = s.outbox, nil
 			}
@@ -181,7 +183,7 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 			}
 			return nil
 		}
-		err := p.consumeOwned(ctx, buildTraces(all, &p.trust))
+		err := p.consumeOwned(ctx, summary.Build(all, p.trust.mark))
 		for _, t := range parts {
 			<-t.shard.sending
 		}

@@ -1,8 +1,6 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
-	"github.com/agentledger/agentledger/internal/ledgerrule"
-
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.uber.org/zap"
 
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
 )
 

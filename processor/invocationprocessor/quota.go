@@ -2,6 +2,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // tenantLists are one tenant's invocations in a shard: open ones oldest
@@ -54,7 +55,7 @@ func (s *shard) lists(ts *tenantState) *tenantLists {
 // openTenant counts a new open invocation toward its tenant. mu must be
 // held.
 func (s *shard) openTenant(inv *invocation) {
-	tenant, _ := parseLedgerKey(inv.ID)
+	tenant, _ := summary.SplitKey(inv.ID)
 	ts := s.bounds.tenant(tenant)
 	inv.index.tenant = ts
 	ts.open.Add(1)

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // indexRef is one member span of the batch routed to a shard.
@@ -30,7 +31,7 @@ type batchScratch struct {
 	touched []*shard
 	// parts and all are flushAfterBatch's.
 	parts []taken
-	all   []summary
+	all   []summary.Summary
 }
 
 func (p *invocationProcessor) getScratch() *batchScratch {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // shard owns the invocations whose id hashes to it. A load-balancing tier
@@ -28,7 +29,7 @@ type shard struct {
 	timers      timerHeap
 	touched     []*invocation
 	gen         uint64
-	outbox      []summary // made, not yet sent, in the order they were made
+	outbox      []summary.Summary // made, not yet sent, in the order they were made
 	outboxLimit int
 	// resources shares resource attributes between invocations, names
 	// span and agent names between retained ones.

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // StatusSink receives the processor's live view of its invocations. The
@@ -119,8 +120,8 @@ func (s *shard) publishClosed(inv *invocation, now int64) {
 // closedView is the closed invocation as its summary sum shows it, with
 // when the caller got its result and the spans it recorded (its page
 // draws them).
-func (inv *invocation) closedView(sum *summary, now int64, cfg *ledgerConfig) statusapi.Invocation {
-	v := sum.statusView(now)
+func (inv *invocation) closedView(sum *summary.Summary, now int64, cfg *ledgerConfig) statusapi.Invocation {
+	v := summaryView(sum, now)
 	if inv.RootArrived {
 		resultAt := spanTime(inv.RootEnd)
 		v.ResultAt = &resultAt
@@ -156,39 +157,39 @@ func serviceName(res map[string]any) string {
 	return s
 }
 
-// statusView is a closed invocation as its latest summary shows it.
-func (s *summary) statusView(now int64) statusapi.Invocation {
+// summaryView is a closed invocation as its latest summary s shows it.
+func summaryView(s *summary.Summary, now int64) statusapi.Invocation {
 	closed := unixTime(now)
-	traces := []string{s.traceID.String()}
-	for _, l := range s.links {
+	traces := []string{s.TraceID.String()}
+	for _, l := range s.Links {
 		if t := l.TraceID.String(); !slices.Contains(traces, t) {
 			traces = append(traces, t)
 		}
 	}
-	tenant, id := parseLedgerKey(s.id)
+	tenant, id := summary.SplitKey(s.ID)
 	return statusapi.Invocation{
 		ID:       id,
 		Tenant:   tenant,
-		Session:  s.conversationID,
-		Agent:    s.agentName,
-		Service:  serviceName(s.resource),
-		Status:   statusapi.Status(s.status),
-		Revision: s.revision,
-		Started:  spanTime(s.start),
+		Session:  s.ConversationID,
+		Agent:    s.AgentName,
+		Service:  serviceName(s.Resource),
+		Status:   statusapi.Status(s.Status),
+		Revision: s.Revision,
+		Started:  spanTime(s.Start),
 		ClosedAt: &closed,
 		Usage: statusapi.Usage{
-			InputTokens: s.usage.Input, OutputTokens: s.usage.Output,
-			CacheReadInputTokens: s.usage.CacheRead, CacheCreationInputTokens: s.usage.CacheCreation,
-			ReasoningOutputTokens: s.usage.Reasoning,
+			InputTokens: s.Usage.Input, OutputTokens: s.Usage.Output,
+			CacheReadInputTokens: s.Usage.CacheRead, CacheCreationInputTokens: s.Usage.CacheCreation,
+			ReasoningOutputTokens: s.Usage.Reasoning,
 		},
-		AfterResult:    statusapi.AfterResult{InputTokens: s.afterIn, OutputTokens: s.afterOut},
-		ModelCalls:     s.modelCalls,
-		BackgroundJobs: s.backgroundJobs,
-		Continuations:  s.continuations,
-		Spans:          s.spans,
+		AfterResult:    statusapi.AfterResult{InputTokens: s.AfterIn, OutputTokens: s.AfterOut},
+		ModelCalls:     s.ModelCalls,
+		BackgroundJobs: s.BackgroundJobs,
+		Continuations:  s.Continuations,
+		Spans:          s.Spans,
 		TraceIDs:       traces,
-		Reasons:        slices.Clone(s.reasons),
-		Anomalies:      slices.Clone(s.anomalies),
+		Reasons:        slices.Clone(s.Reasons),
+		Anomalies:      slices.Clone(s.Anomalies),
 	}
 }
 
@@ -196,7 +197,7 @@ func (s *summary) statusView(now int64) statusapi.Invocation {
 // waits on.
 func (inv *invocation) statusView(now int64, cfg *ledgerConfig) statusapi.Invocation {
 	lastSeen := unixTime(inv.LastArrival)
-	tenant, id := parseLedgerKey(inv.ID)
+	tenant, id := summary.SplitKey(inv.ID)
 	v := statusapi.Invocation{
 		ID:       id,
 		Tenant:   tenant,

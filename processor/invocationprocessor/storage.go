@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"sync"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // With a storage extension the ledger's state survives restarts. Each

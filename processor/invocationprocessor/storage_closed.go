@@ -3,11 +3,13 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"math"
 	"reflect"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // A closed invocation is journalled, at compaction, as one record of its
@@ -74,9 +76,9 @@ func decodeClosed(id string, b []byte) (*invocation, error) {
 		inv.Cost = math.Float64frombits(binary.LittleEndian.Uint64(p))
 	}
 	if n := d.Count(24); n > 0 {
-		inv.ContinuationRoots = make([]spanRef, n)
+		inv.ContinuationRoots = make([]summary.SpanRef, n)
 		for i := range inv.ContinuationRoots {
-			inv.ContinuationRoots[i] = spanRef{TraceID: d.TraceID(), SpanID: d.SpanID()}
+			inv.ContinuationRoots[i] = summary.SpanRef{TraceID: d.TraceID(), SpanID: d.SpanID()}
 		}
 	}
 	if n := d.Count(10); n > 0 {
@@ -181,7 +183,7 @@ func (p *invocationProcessor) restoreClosed(s *shard, ev *journal.Event, res map
 	s.invs[inv.ID] = inv
 	s.closed.pushBack(inv)
 	s.bounds.closed.Add(1)
-	tenant, _ := parseLedgerKey(inv.ID)
+	tenant, _ := summary.SplitKey(inv.ID)
 	ts := s.bounds.tenant(tenant)
 	inv.index.tenant = ts
 	ts.closed.Add(1)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"reflect"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // TestClosedRecordCoversEveryField fails when invocation gains a field:

@@ -3,9 +3,10 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"context"
 	"fmt"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // sentKey names one summary for matching delivery marks.

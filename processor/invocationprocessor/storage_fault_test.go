@@ -2,7 +2,6 @@ package invocationprocessor
 
 import (
 	"context"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadatatest"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 func storageErrors(t *testing.T, tt *componenttest.Telemetry) map[string]int64 {
@@ -246,7 +247,7 @@ func TestStorageResendsTheOutbox(t *testing.T) {
 	sums := h2.of("inv-1")
 	require.Len(t, sums, 1)
 	assert.Equal(t, contract.StatusFinal, strAttr(sums[0], contract.AttrStatus))
-	assert.Equal(t, summarySpanID("inv-1", 1, contract.StatusFinal), sums[0].SpanID())
+	assert.Equal(t, summary.SpanIDOf("inv-1", 1, contract.StatusFinal), sums[0].SpanID())
 	assert.Equal(t, int64(150), intAttr(sums[0], contract.AttrUsageInputTokens))
 	assert.Len(t, h2.of("inv-done"), 1, "a delivered summary is not sent again")
 	h2.shutdown()

@@ -3,7 +3,6 @@ package invocationprocessor
 import (
 	"context"
 	"errors"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"sort"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadatatest"
 )
 

@@ -3,11 +3,13 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"context"
 	"fmt"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"sort"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // loadPartition reads one partition (manifest, snapshot chunks, log) and
@@ -165,7 +167,7 @@ func (db *store) deleteKeys(ctx context.Context, ops []*storage.Operation) {
 // replay applies stored operations to an empty shard, under its lock:
 // facts through the ledger's per-span path, recorded decisions as they
 // were taken. It returns the summaries that were made and not delivered.
-func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.Op, now int64) ([]summary, stats) {
+func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.Op, now int64) ([]summary.Summary, stats) {
 	var counts stats
 	ps.replaying = true
 	defer func() { ps.replaying = false }()
@@ -173,7 +175,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 	res := pcommon.NewResource()
 	empty := pcommon.NewResource()
 	type pendingOut struct {
-		sum  summary
+		sum  summary.Summary
 		sent bool
 	}
 	var outbox []pendingOut
@@ -267,7 +269,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 			case journal.EvSent:
 				for k := len(outbox) - 1; k >= 0; k-- {
 					o := &outbox[k]
-					if !o.sent && o.sum.id == ev.ID && o.sum.revision == ev.Revision && o.sum.status == ev.Status {
+					if !o.sent && o.sum.ID == ev.ID && o.sum.Revision == ev.Revision && o.sum.Status == ev.Status {
 						o.sent = true
 						break
 					}
@@ -296,7 +298,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 	for _, inv := range s.invs {
 		p.rearm(s, inv, now)
 	}
-	var out []summary
+	var out []summary.Summary
 	for _, o := range outbox {
 		if !o.sent {
 			out = append(out, o.sum)

@@ -1,7 +1,6 @@
 package invocationprocessor
 
 import (
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // v0.6 rule 7: an invocation whose obligations are met when it is loaded

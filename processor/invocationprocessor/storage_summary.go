@@ -2,21 +2,22 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"fmt"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // encodeSummary stores a summary as the span the next consumer receives
 // (resource attributes, then the span with every attribute), so a summary
 // re-sent after a restart is the same span, whatever fields it has.
-func encodeSummary(sum *summary, t *trust) []byte {
-	if sum.restored != nil {
-		return encodeResourceSpan(*sum.restored)
+func encodeSummary(sum *summary.Summary, t *trust) []byte {
+	if sum.Restored != nil {
+		return encodeResourceSpan(*sum.Restored)
 	}
-	td := buildTraces([]summary{*sum}, t)
+	td := summary.Build([]summary.Summary{*sum}, t.mark)
 	return encodeResourceSpan(td.ResourceSpans().At(0))
 }
 
@@ -28,7 +29,7 @@ func encodeResourceSpan(rs ptrace.ResourceSpans) []byte {
 }
 
 // decodeSummary rebuilds a stored summary for the outbox.
-func decodeSummary(ev *journal.Event) (summary, error) {
+func decodeSummary(ev *journal.Event) (summary.Summary, error) {
 	rs := ptrace.NewResourceSpans()
 	d := journal.Decoder{B: ev.Summary}
 	d.Attrs(rs.Resource().Attributes(), 0)
@@ -39,7 +40,7 @@ func decodeSummary(ev *journal.Event) (summary, error) {
 		d.Fail("%d trailing bytes", d.Remaining())
 	}
 	if d.Err != nil {
-		return summary{}, fmt.Errorf("summary of %s revision %d: %w", ev.ID, ev.Revision, d.Err)
+		return summary.Summary{}, fmt.Errorf("summary of %s revision %d: %w", ev.ID, ev.Revision, d.Err)
 	}
-	return summary{id: ev.ID, status: ev.Status, revision: ev.Revision, restored: &rs}, nil
+	return summary.Summary{ID: ev.ID, Status: ev.Status, Revision: ev.Revision, Restored: &rs}, nil
 }
