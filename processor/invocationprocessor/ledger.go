@@ -27,7 +27,7 @@ const (
 // finality rule (internal/ledgerrule) keeps, and what the processor adds
 // for summaries, status views, timers and storage. index holds the
 // shard's bookkeeping, rebuilt on demand, not stored: a restart replays
-// the journal (storage.go).
+// the journal (storage_load.go).
 type invocation struct {
 	ledgerrule.Graph
 
@@ -41,7 +41,7 @@ type invocation struct {
 	LastSummary  int64
 	// RootArrival is when the root span arrived (0 before): the pending
 	// summary is due pending_delay after it. It is not stored on its own:
-	// a restart replays the root at its journalled time (storage.go).
+	// a restart replays the root at its journalled time (storage_load.go).
 	RootArrival int64
 
 	Phase       phase

@@ -6,9 +6,11 @@ import (
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
-// The functions in this file are the only storage code that touches the
-// ledger's and the shard's own fields. They restore what the journal
-// recorded (storage.go) with the shard's own operations where one exists.
+// The functions in this file restore what the journal recorded
+// (storage_load.go's replay) with the shard's own operations where one
+// exists. They are not the only storage code that touches the ledger's
+// fields: storage_closed.go encodes and decodes a closed invocation's
+// state, and replay feeds stored spans through invocation.add.
 
 // restoreInvocation returns the invocation with the id, creating it as a
 // span arriving at t would (without evicting: the bound is enforced after

@@ -48,7 +48,8 @@ type Summary struct {
 	Cost           float64
 	HasCost        bool
 	// Restored is the summary span as stored, for a summary made before a
-	// restart and not yet delivered (storage.go); it is sent as is.
+	// restart and not yet delivered (the processor's storage_summary.go); it is
+	// sent as is.
 	Restored *ptrace.ResourceSpans
 }
 
