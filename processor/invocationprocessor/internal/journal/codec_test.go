@@ -1,4 +1,4 @@
-package invocationprocessor
+package journal
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // randValue fills v with a random attribute value of any type.
@@ -48,7 +47,7 @@ func randValue(r *rand.Rand, v pcommon.Value, depth int) {
 }
 
 func randString(r *rand.Rand) string {
-	pool := append([]string{"", "é", "a\x00b"}, journal.AttrKeys[1:]...)
+	pool := append([]string{"", "é", "a\x00b"}, AttrKeys[1:]...)
 	if r.IntN(3) == 0 {
 		return fmt.Sprintf("k%d", r.IntN(1000))
 	}
@@ -70,7 +69,7 @@ func randSpan(r *rand.Rand) ptrace.Span {
 	for range r.IntN(8) {
 		k := randString(r)
 		if r.IntN(2) == 0 {
-			k = journal.AttrKeys[1+r.IntN(len(journal.AttrKeys)-1)]
+			k = AttrKeys[1+r.IntN(len(AttrKeys)-1)]
 		}
 		randValue(r, sp.Attributes().PutEmpty(k), 0)
 	}
@@ -98,7 +97,7 @@ func randBytes8(r *rand.Rand) (b [8]byte) {
 }
 
 func encodeAll(sp ptrace.Span) []byte {
-	e := journal.Encoder{}
+	e := Encoder{}
 	e.Span(sp, nil, nil)
 	return e.B
 }
@@ -111,7 +110,7 @@ func TestCodecSpanRoundTrip(t *testing.T) {
 		sp := randSpan(r)
 		b := encodeAll(sp)
 		got := ptrace.NewSpan()
-		d := journal.Decoder{B: b}
+		d := Decoder{B: b}
 		d.Span(got)
 		require.NoError(t, d.Err, "span %d", i)
 		require.Zero(t, d.Remaining())
@@ -128,49 +127,49 @@ func TestCodecFactsKeepWhatTheLedgerReads(t *testing.T) {
 	sp.Attributes().PutStr(contract.AttrInvocationID, "x")
 	sp.Attributes().PutInt(contract.AttrUsageInputTokens, 7)
 	sp.Attributes().PutStr("http.url", "https://example.invalid/secret")
-	e := journal.Encoder{}
-	e.Span(sp, journal.FactAttr, journal.LinkAttr)
+	e := Encoder{}
+	e.Span(sp, FactAttr, LinkAttr)
 	got := ptrace.NewSpan()
-	d := journal.Decoder{B: e.B}
+	d := Decoder{B: e.B}
 	d.Span(got)
 	require.NoError(t, d.Err)
 	require.Equal(t, map[string]any{contract.AttrInvocationID: "x", contract.AttrUsageInputTokens: int64(7)}, got.Attributes().AsRaw())
 }
 
-func randOps(r *rand.Rand) []journal.Op {
-	ops := make([]journal.Op, 1+r.IntN(4))
+func randOps(r *rand.Rand) []Op {
+	ops := make([]Op, 1+r.IntN(4))
 	ids := []string{"a", "b", "inv-" + randString(r)}
 	for i := range ops {
 		op := &ops[i]
 		op.Seq = r.Uint64()
 		op.Time = int64(r.Uint64())
 		for range r.IntN(3) {
-			e := journal.Encoder{}
+			e := Encoder{}
 			m := pcommon.NewMap()
 			randValue(r, m.PutEmpty("service.name"), 0)
 			e.Attrs(m, nil, 0)
 			op.Resources = append(op.Resources, e.B)
 		}
 		for range 1 + r.IntN(6) {
-			ev := journal.Event{Kind: byte(1 + r.IntN(6)), ID: ids[r.IntN(len(ids))]}
+			ev := Event{Kind: byte(1 + r.IntN(6)), ID: ids[r.IntN(len(ids))]}
 			switch ev.Kind {
-			case journal.EvFact:
+			case EvFact:
 				ev.Res = r.IntN(len(op.Resources) + 1)
 				ev.Fact = encodeAll(randSpan(r))
-			case journal.EvEmit:
+			case EvEmit:
 				ev.Status = []string{contract.StatusPending, contract.StatusFinal, contract.StatusIncomplete}[r.IntN(3)]
 				ev.Revision = int64(r.IntN(4))
 				ev.Forced = randString(r)
 				ev.Flags = byte(r.IntN(4))
-				if ev.Flags&journal.EmitSent == 0 {
+				if ev.Flags&EmitSent == 0 {
 					ev.Summary = encodeAll(randSpan(r))
 				}
-			case journal.EvSent:
+			case EvSent:
 				ev.Revision = int64(r.IntN(4))
 				ev.Status = contract.StatusFinal
-			case journal.EvTaint:
+			case EvTaint:
 				ev.Until = int64(r.Uint64())
-			case journal.EvTaintAll:
+			case EvTaintAll:
 				ev.ID = ""
 				ev.Until = int64(r.Uint64())
 			}
@@ -186,30 +185,30 @@ func TestCodecRecordRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	for i := range 2000 {
 		ops := randOps(r)
-		kind := []byte{journal.KindLog, journal.KindChunk}[r.IntN(2)]
-		b := journal.EncodeOps(kind, ops)
-		got, _, err := journal.DecodeOps(kind, b)
+		kind := []byte{KindLog, KindChunk}[r.IntN(2)]
+		b := EncodeOps(kind, ops)
+		got, _, err := DecodeOps(kind, b)
 		require.NoError(t, err, "case %d", i)
 		require.Equal(t, ops, normalizeOps(got), "case %d", i)
 	}
-	m := journal.Manifest{Gen: 3, Chunks: 2, LogStart: 99, PrevGen: 2, PrevChunks: 1, PrevLogStart: 40, SnapBytes: 1234}
-	got, err := journal.DecodeManifest(m.Encode())
+	m := Manifest{Gen: 3, Chunks: 2, LogStart: 99, PrevGen: 2, PrevChunks: 1, PrevLogStart: 40, SnapBytes: 1234}
+	got, err := DecodeManifest(m.Encode())
 	require.NoError(t, err)
 	require.Equal(t, m, got)
-	n, err := journal.DecodeMeta(journal.EncodeMeta(16))
+	n, err := DecodeMeta(EncodeMeta(16))
 	require.NoError(t, err)
 	require.Equal(t, 16, n)
 }
 
 // normalizeOps makes decoded empty slices nil, as the generator has them.
-func normalizeOps(ops []journal.Op) []journal.Op {
+func normalizeOps(ops []Op) []Op {
 	for i := range ops {
 		if len(ops[i].Resources) == 0 {
 			ops[i].Resources = nil
 		}
 		for j := range ops[i].Events {
 			ev := &ops[i].Events[j]
-			if ev.Kind != journal.EvFact {
+			if ev.Kind != EvFact {
 				ev.Fact = nil
 			}
 		}
@@ -218,21 +217,21 @@ func normalizeOps(ops []journal.Op) []journal.Op {
 }
 
 // Every damaged byte and every truncation of a record is detected: a clear
-// error wrapping errCorrupt, never a panic, never different content.
+// error wrapping ErrCorrupt, never a panic, never different content.
 func TestCodecDetectsDamage(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	ops := randOps(r)
-	b := journal.EncodeOps(journal.KindLog, ops)
+	b := EncodeOps(KindLog, ops)
 	for i := range b {
 		for _, bit := range []byte{0x01, 0x80} {
 			damaged := bytes.Clone(b)
 			damaged[i] ^= bit
-			_, _, err := journal.DecodeOps(journal.KindLog, damaged)
-			require.True(t, errors.Is(err, journal.ErrCorrupt), "byte %d bit %#x: %v", i, bit, err)
+			_, _, err := DecodeOps(KindLog, damaged)
+			require.True(t, errors.Is(err, ErrCorrupt), "byte %d bit %#x: %v", i, bit, err)
 		}
 	}
 	for n := range len(b) {
-		_, _, err := journal.DecodeOps(journal.KindLog, b[:n])
-		require.ErrorIs(t, err, journal.ErrCorrupt, "truncated to %d", n)
+		_, _, err := DecodeOps(KindLog, b[:n])
+		require.ErrorIs(t, err, ErrCorrupt, "truncated to %d", n)
 	}
 }
