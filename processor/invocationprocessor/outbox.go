@@ -86,19 +86,8 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 		if err != nil {
 			p.tel.ProcessorInvocationSummarySendFailures.Add(context.WithoutCancel(ctx), 1)
 			if mode != flushAtShutdown && !consumererror.IsPermanent(err) {
-				s.mu.Lock()
-				first := !s.sendFailed
-				s.sendFailed = true
-				s.outbox = append(out, s.outbox...)
-				dropped := s.trimOutbox()
-				s.mu.Unlock()
-				if dropped > 0 {
-					p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
-					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
-				}
-				if first {
-					p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
-				}
+				first, dropped := s.putBack(out)
+				p.warnRefused(ctx, err, first, dropped)
 			}
 			return fmt.Errorf("sending %d invocation summaries: %w", len(out), err)
 		}
@@ -193,21 +182,10 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 				var dropped int64
 				first := false
 				for _, t := range parts {
-					s := t.shard
-					s.mu.Lock()
-					first = first || !s.sendFailed
-					s.sendFailed = true
-					s.outbox = append(t.out, s.outbox...)
-					dropped += s.trimOutbox()
-					s.mu.Unlock()
+					f, d := t.shard.putBack(t.out)
+					first, dropped = first || f, dropped+d
 				}
-				if dropped > 0 {
-					p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
-					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
-				}
-				if first {
-					p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
-				}
+				p.warnRefused(ctx, err, first, dropped)
 			}
 			return fmt.Errorf("sending %d invocation summaries: %w", len(all), err)
 		}
@@ -237,4 +215,28 @@ func (s *shard) hasUnsent() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.outbox) > 0 && !s.sendFailed
+}
+
+// putBack returns summaries the next consumer refused to the front of the
+// outbox, trimmed to its bound, and marks the shard's send failed. It
+// reports whether this is the first failure since a success and how many
+// summaries the trim dropped.
+func (s *shard) putBack(out []summary.Summary) (first bool, dropped int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first = !s.sendFailed
+	s.sendFailed = true
+	s.outbox = append(out, s.outbox...)
+	return first, s.trimOutbox()
+}
+
+// warnRefused counts and logs what putBack reported.
+func (p *invocationProcessor) warnRefused(ctx context.Context, err error, first bool, dropped int64) {
+	if dropped > 0 {
+		p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
+		p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
+	}
+	if first {
+		p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
+	}
 }
