@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
@@ -166,30 +167,31 @@ func summaryView(s *summary.Summary, now int64) statusapi.Invocation {
 			traces = append(traces, t)
 		}
 	}
-	tenant, id := summary.SplitKey(s.ID)
-	return statusapi.Invocation{
-		ID:       id,
-		Tenant:   tenant,
-		Session:  s.ConversationID,
-		Agent:    s.AgentName,
-		Service:  serviceName(s.Resource),
-		Status:   statusapi.Status(s.Status),
-		Revision: s.Revision,
-		Started:  spanTime(s.Start),
-		ClosedAt: &closed,
-		Usage: statusapi.Usage{
-			InputTokens: s.Usage.Input, OutputTokens: s.Usage.Output,
-			CacheReadInputTokens: s.Usage.CacheRead, CacheCreationInputTokens: s.Usage.CacheCreation,
-			ReasoningOutputTokens: s.Usage.Reasoning,
-		},
-		AfterResult:    statusapi.AfterResult{InputTokens: s.AfterIn, OutputTokens: s.AfterOut},
-		ModelCalls:     s.ModelCalls,
-		BackgroundJobs: s.BackgroundJobs,
-		Continuations:  s.Continuations,
-		Spans:          s.Spans,
-		TraceIDs:       traces,
-		Reasons:        slices.Clone(s.Reasons),
-		Anomalies:      slices.Clone(s.Anomalies),
+	v := viewOf(s.ID, s.ConversationID, s.AgentName, s.Resource)
+	v.Status, v.Revision = statusapi.Status(s.Status), s.Revision
+	v.Started, v.ClosedAt = spanTime(s.Start), &closed
+	v.Usage = usageView(s.Usage)
+	v.AfterResult = statusapi.AfterResult{InputTokens: s.AfterIn, OutputTokens: s.AfterOut}
+	v.ModelCalls, v.BackgroundJobs, v.Continuations = s.ModelCalls, s.BackgroundJobs, s.Continuations
+	v.Spans = s.Spans
+	v.TraceIDs = traces
+	v.Reasons, v.Anomalies = slices.Clone(s.Reasons), slices.Clone(s.Anomalies)
+	return v
+}
+
+// viewOf starts an invocation's view with what names it: its ledger key
+// split into id and tenant, session, agent and service.
+func viewOf(key, session, agent string, res map[string]any) statusapi.Invocation {
+	tenant, id := summary.SplitKey(key)
+	return statusapi.Invocation{ID: id, Tenant: tenant, Session: session, Agent: agent, Service: serviceName(res)}
+}
+
+// usageView is the view's form of usage totals.
+func usageView(u ledgerrule.Usage) statusapi.Usage {
+	return statusapi.Usage{
+		InputTokens: u.Input, OutputTokens: u.Output,
+		CacheReadInputTokens: u.CacheRead, CacheCreationInputTokens: u.CacheCreation,
+		ReasoningOutputTokens: u.Reasoning,
 	}
 }
 
@@ -197,32 +199,15 @@ func summaryView(s *summary.Summary, now int64) statusapi.Invocation {
 // waits on.
 func (inv *invocation) statusView(now int64, cfg *ledgerConfig) statusapi.Invocation {
 	lastSeen := unixTime(inv.LastArrival)
-	tenant, id := summary.SplitKey(inv.ID)
-	v := statusapi.Invocation{
-		ID:       id,
-		Tenant:   tenant,
-		Session:  inv.ConversationID,
-		Agent:    inv.AgentName,
-		Service:  serviceName(inv.Resource),
-		Status:   statusapi.StatusPending,
-		Started:  spanTime(inv.MinStart),
-		LastSeen: &lastSeen,
-		Usage: statusapi.Usage{
-			InputTokens: inv.Usage.Input, OutputTokens: inv.Usage.Output,
-			CacheReadInputTokens: inv.Usage.CacheRead, CacheCreationInputTokens: inv.Usage.CacheCreation,
-			ReasoningOutputTokens: inv.Usage.Reasoning,
-		},
-		AfterResult:    statusapi.AfterResult{InputTokens: inv.AfterInput, OutputTokens: inv.AfterOutput},
-		ModelCalls:     inv.ModelCalls,
-		BackgroundJobs: inv.BackgroundJobs,
-		Continuations:  inv.Continuations,
-		Spans:          inv.Indexed,
-		TraceIDs:       []string{},
-		Reasons:        inv.reasons(now, cfg),
-		Anomalies:      inv.anomalies(false),
-		Waiting:        inv.waiting(now, cfg),
-		Timeline:       inv.timelineView(cfg.timelineSpans),
-	}
+	v := viewOf(inv.ID, inv.ConversationID, inv.AgentName, inv.Resource)
+	v.Status, v.Started, v.LastSeen = statusapi.StatusPending, spanTime(inv.MinStart), &lastSeen
+	v.Usage = usageView(inv.Usage)
+	v.AfterResult = statusapi.AfterResult{InputTokens: inv.AfterInput, OutputTokens: inv.AfterOutput}
+	v.ModelCalls, v.BackgroundJobs, v.Continuations = inv.ModelCalls, inv.BackgroundJobs, inv.Continuations
+	v.Spans = inv.Indexed
+	v.TraceIDs = []string{}
+	v.Reasons, v.Anomalies = inv.reasons(now, cfg), inv.anomalies(false)
+	v.Waiting, v.Timeline = inv.waiting(now, cfg), inv.timelineView(cfg.timelineSpans)
 	switch {
 	case inv.RootArrived:
 		resultAt := spanTime(inv.RootEnd)
