@@ -3,7 +3,6 @@ package invocationprocessor
 import (
 	"context"
 	"fmt"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"os"
 	"runtime"
 	"testing"
@@ -20,6 +19,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // benchBatches makes n batches of 10 complete invocations (60 spans) each,
@@ -391,22 +392,22 @@ func BenchmarkRetainedInvocations(b *testing.B) {
 // BenchmarkConsumeTraces makes them). ns/summary is the time per summary.
 func BenchmarkBuildTraces(b *testing.B) {
 	resource := map[string]any{"service.name": "agent"}
-	sums := make([]summary, 10)
+	sums := make([]summary.Summary, 10)
 	for i := range sums {
-		sums[i] = summary{
-			id: fmt.Sprintf("inv-%d", i), status: contract.StatusFinal, revision: 1,
-			traceID: tid(uint64(i)), parentID: sid(uint64(i)), start: 1, end: 2,
-			conversationID: "conv-1", agentName: "coder", resource: resource,
-			links: []spanRef{{TraceID: tid(uint64(i) + 1), SpanID: sid(uint64(i) + 1)}},
-			usage: ledgerrule.Usage{Input: 150, Output: 15}, afterIn: 50, afterOut: 5,
-			modelCalls: 2, backgroundJobs: 1, continuations: 1, spans: 6, traces: 2,
-			hasTimeToFinal: true, timeToFinalMS: 20_000,
+		sums[i] = summary.Summary{
+			ID: fmt.Sprintf("inv-%d", i), Status: contract.StatusFinal, Revision: 1,
+			TraceID: tid(uint64(i)), ParentID: sid(uint64(i)), Start: 1, End: 2,
+			ConversationID: "conv-1", AgentName: "coder", Resource: resource,
+			Links: []summary.SpanRef{{TraceID: tid(uint64(i) + 1), SpanID: sid(uint64(i) + 1)}},
+			Usage: ledgerrule.Usage{Input: 150, Output: 15}, AfterIn: 50, AfterOut: 5,
+			ModelCalls: 2, BackgroundJobs: 1, Continuations: 1, Spans: 6, Traces: 2,
+			HasTimeToFinal: true, TimeToFinalMS: 20_000,
 		}
 	}
 	t := &trust{collector: "bench"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if td := buildTraces(sums, t); td.SpanCount() != len(sums) {
+		if td := summary.Build(sums, t.mark); td.SpanCount() != len(sums) {
 			b.Fatalf("%d spans, want %d", td.SpanCount(), len(sums))
 		}
 	}

@@ -3,6 +3,8 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // minNameBytes is the smallest max_name_bytes: room for a useful prefix
@@ -30,7 +32,7 @@ func capName(s string, limit int) (string, bool) {
 const (
 	sizeInvocation  = int64(unsafe.Sizeof(invocationBlock{}))
 	sizeString      = int64(unsafe.Sizeof(""))
-	sizeSpanRef     = int64(unsafe.Sizeof(spanRef{}))
+	sizeSpanRef     = int64(unsafe.Sizeof(summary.SpanRef{}))
 	sizeJobTimes    = int64(unsafe.Sizeof(jobTimes{}))
 	sizeResourceKV  = 48 // a resource attribute's map entry and boxed value
 	sizeMapOverhead = 64

@@ -19,9 +19,10 @@ type Config struct {
 	// positive.
 	OpenTimeout time.Duration `mapstructure:"open_timeout"`
 
-	// RemoteSettle is the quiet time required after the latest arrival in an
-	// invocation that holds a span with invocation.remote = true before it
-	// can be final. Default 2s; must be positive and below open_timeout.
+	// RemoteSettle is the quiet time required after the latest arrival in
+	// each subtree of a span with invocation.remote = true before the
+	// invocation can be final (CONTRACT.md, "Remote settle is per remote
+	// subtree"). Default 2s; must be positive and below open_timeout.
 	RemoteSettle time.Duration `mapstructure:"remote_settle"`
 
 	// Retention is how long a closed invocation is remembered, after its

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/contract/fixtures"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // fixtureBase is the instant the fixtures' nanosecond offsets count from.
@@ -117,7 +118,7 @@ func (h *harness) observe(id string) (observed, bool) {
 	if !ok {
 		return observed{}, false
 	}
-	td := buildTraces([]summary{inv.snapshot(contract.StatusPending, 0, h.clock.Now().UnixNano(), &h.p.cfg)}, &h.p.trust)
+	td := summary.Build([]summary.Summary{inv.snapshot(contract.StatusPending, 0, h.clock.Now().UnixNano(), &h.p.rules)}, h.p.trust.mark)
 	return observedFromSpan(td.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)), true
 }
 

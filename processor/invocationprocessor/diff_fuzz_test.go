@@ -3,7 +3,6 @@ package invocationprocessor
 import (
 	"context"
 	"fmt"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"github.com/agentledger/agentledger/internal/refmodel"
 )
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/internal/ledgerrule"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // Usage attributes, in the order of usageKeys.
@@ -46,7 +47,7 @@ type spanFacts struct {
 
 // factReader turns one span into spanFacts: begin, then attr for each
 // attribute and link/linkAttr for each link, then end. Both the live path
-// (readFacts, over a ptrace.Span) and replay (decoder.facts, over the
+// (readFacts, over a ptrace.Span) and replay (decodeFacts, over the
 // journal's stored form) drive it, so there is one reading.
 type factReader struct {
 	f                           *spanFacts
@@ -190,6 +191,38 @@ func readFacts(f *spanFacts, sp ptrace.Span, cfg *ledgerConfig) {
 		l := links.At(i)
 		r.linkStart(l.TraceID(), l.SpanID())
 		for k, v := range l.Attributes().All() {
+			r.linkAttr(k, v)
+		}
+	}
+	r.end(cfg)
+}
+
+// decodeFacts decodes a stored span straight into the ledger's reader, as
+// readFacts reads a live one: every stored attribute, repeats included,
+// in stored order, so that replay reads the same facts as the live path
+// did (CONTRACT.md v0.6 rule 7).
+func decodeFacts(d *journal.Decoder, f *spanFacts, cfg *ledgerConfig) {
+	h, ok := d.Header()
+	if !ok {
+		return
+	}
+	var r factReader
+	r.begin(f, h.Name, h.TraceID, h.SpanID, h.Parent, h.Start, h.End, h.Code == ptrace.StatusCodeError)
+	n := d.Count(2)
+	for i := 0; i < n && d.Err == nil; i++ {
+		k := d.Key()
+		v := pcommon.NewValueEmpty()
+		d.Value(v, 0)
+		r.attr(k, v)
+	}
+	nl := d.Count(25)
+	for i := 0; i < nl && d.Err == nil; i++ {
+		r.linkStart(d.TraceID(), d.SpanID())
+		na := d.Count(2)
+		for j := 0; j < na && d.Err == nil; j++ {
+			k := d.Key()
+			v := pcommon.NewValueEmpty()
+			d.Value(v, 0)
 			r.linkAttr(k, v)
 		}
 	}

@@ -1,9 +1,10 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
-	"github.com/agentledger/agentledger/internal/ledgerrule"
-
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/agentledger/agentledger/internal/ledgerrule"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // reasonSpanLimit is the incomplete reason used when max_spans_per_invocation
@@ -22,17 +23,11 @@ const (
 	phaseClosed              // a final or incomplete summary was emitted; kept for retention
 )
 
-// spanRef names a span in another trace (continuation roots).
-type spanRef struct {
-	TraceID pcommon.TraceID `json:"trace_id"`
-	SpanID  pcommon.SpanID  `json:"span_id"`
-}
-
 // invocation is the state of one invocation: its Graph, which the
 // finality rule (internal/ledgerrule) keeps, and what the processor adds
 // for summaries, status views, timers and storage. index holds the
 // shard's bookkeeping, rebuilt on demand, not stored: a restart replays
-// the journal (storage.go).
+// the journal (storage_load.go).
 type invocation struct {
 	ledgerrule.Graph
 
@@ -46,7 +41,7 @@ type invocation struct {
 	LastSummary  int64
 	// RootArrival is when the root span arrived (0 before): the pending
 	// summary is due pending_delay after it. It is not stored on its own:
-	// a restart replays the root at its journalled time (storage.go).
+	// a restart replays the root at its journalled time (storage_load.go).
 	RootArrival int64
 
 	Phase       phase
@@ -57,7 +52,7 @@ type invocation struct {
 	ConversationID    string
 	AgentName         string
 	Resource          map[string]any
-	ContinuationRoots []spanRef
+	ContinuationRoots []summary.SpanRef
 
 	Cost float64
 
@@ -98,7 +93,7 @@ type invocationBlock struct {
 	inv    invocation
 	names  [6]string
 	traces [2]ledgerrule.TraceID
-	roots  [1]spanRef
+	roots  [1]summary.SpanRef
 }
 
 func newInvocation(id string, now int64) *invocation {
@@ -173,7 +168,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	case ledgerrule.RoleBackground:
 		inv.noteJob(pcommon.SpanID(f.ID), f.Start, f.End)
 	case ledgerrule.RoleContinuation:
-		inv.ContinuationRoots = append(inv.ContinuationRoots, spanRef{TraceID: pcommon.TraceID(f.Trace), SpanID: pcommon.SpanID(f.ID)})
+		inv.ContinuationRoots = append(inv.ContinuationRoots, summary.SpanRef{TraceID: pcommon.TraceID(f.Trace), SpanID: pcommon.SpanID(f.ID)})
 	}
 	if f.ModelCall && cfg.pricesActive {
 		p, ok := cfg.prices[f.model]

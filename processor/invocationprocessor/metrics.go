@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // Bound names used in the bound_hits metric.
@@ -112,11 +113,11 @@ var (
 )
 
 // countSent adds delivered summaries to the internal telemetry.
-func (p *invocationProcessor) countSent(ctx context.Context, sent []summary) {
+func (p *invocationProcessor) countSent(ctx context.Context, sent []summary.Summary) {
 	ctx = context.WithoutCancel(ctx)
 	var pending, final, incomplete int64
 	for i := range sent {
-		switch sent[i].status {
+		switch sent[i].Status {
 		case contract.StatusPending:
 			pending++
 		case contract.StatusFinal:

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/zap"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // outboxSlack is how many summaries beyond a shard's share of
@@ -56,7 +58,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 			}
 		}
 		s.mu.Lock()
-		var out []summary
+		var out []summary.Summary
 		if mode != flushAfterBatch || !s.sendFailed {
 			out, s.outbox = s.outbox, nil
 		}
@@ -73,7 +75,7 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 			}
 			continue
 		}
-		td := buildTraces(out, &p.trust)
+		td := summary.Build(out, p.trust.mark)
 		var err error
 		if mode == flushAtShutdown {
 			err = p.sendWithin(ctx, s, td) // releases the semaphore itself
@@ -84,26 +86,15 @@ func (p *invocationProcessor) flush(ctx context.Context, s *shard, mode flushMod
 		if err != nil {
 			p.tel.ProcessorInvocationSummarySendFailures.Add(context.WithoutCancel(ctx), 1)
 			if mode != flushAtShutdown && !consumererror.IsPermanent(err) {
-				s.mu.Lock()
-				first := !s.sendFailed
-				s.sendFailed = true
-				s.outbox = append(out, s.outbox...)
-				dropped := s.trimOutbox()
-				s.mu.Unlock()
-				if dropped > 0 {
-					p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
-					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
-				}
-				if first {
-					p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
-				}
+				first, dropped := s.putBack(out)
+				p.warnRefused(ctx, err, first, dropped)
 			}
 			return fmt.Errorf("sending %d invocation summaries: %w", len(out), err)
 		}
 		s.mu.Lock()
 		s.sendFailed = false
 		s.mu.Unlock()
-		p.journalSent(s, out)
+		s.journal.sent(s, out)
 		p.countSent(ctx, out)
 	}
 }
@@ -130,7 +121,7 @@ func (p *invocationProcessor) sendWithin(ctx context.Context, s *shard, td ptrac
 // taken is the part of one shard's outbox in a batched send.
 type taken struct {
 	shard *shard
-	out   []summary
+	out   []summary.Summary
 }
 
 // flushAfterBatch sends the outboxes of the shards a batch touched as one
@@ -162,7 +153,7 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 				continue // the goroutine sending takes these summaries too
 			}
 			s.mu.Lock()
-			var out []summary
+			var out []summary.Summary
 			if !s.sendFailed {
 				out, s.outbox = s.outbox, nil
 			}
@@ -181,7 +172,7 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 			}
 			return nil
 		}
-		err := p.consumeOwned(ctx, buildTraces(all, &p.trust))
+		err := p.consumeOwned(ctx, summary.Build(all, p.trust.mark))
 		for _, t := range parts {
 			<-t.shard.sending
 		}
@@ -191,27 +182,16 @@ func (p *invocationProcessor) flushAfterBatch(ctx context.Context, b *batchScrat
 				var dropped int64
 				first := false
 				for _, t := range parts {
-					s := t.shard
-					s.mu.Lock()
-					first = first || !s.sendFailed
-					s.sendFailed = true
-					s.outbox = append(t.out, s.outbox...)
-					dropped += s.trimOutbox()
-					s.mu.Unlock()
+					f, d := t.shard.putBack(t.out)
+					first, dropped = first || f, dropped+d
 				}
-				if dropped > 0 {
-					p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
-					p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
-				}
-				if first {
-					p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
-				}
+				p.warnRefused(ctx, err, first, dropped)
 			}
 			return fmt.Errorf("sending %d invocation summaries: %w", len(all), err)
 		}
 		p.countSent(ctx, all)
 		for _, t := range parts {
-			p.journalSent(t.shard, t.out)
+			t.shard.journal.sent(t.shard, t.out)
 			clear(t.out)
 			t.shard.mu.Lock()
 			t.shard.sendFailed = false
@@ -235,4 +215,28 @@ func (s *shard) hasUnsent() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.outbox) > 0 && !s.sendFailed
+}
+
+// putBack returns summaries the next consumer refused to the front of the
+// outbox, trimmed to its bound, and marks the shard's send failed. It
+// reports whether this is the first failure since a success and how many
+// summaries the trim dropped.
+func (s *shard) putBack(out []summary.Summary) (first bool, dropped int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first = !s.sendFailed
+	s.sendFailed = true
+	s.outbox = append(out, s.outbox...)
+	return first, s.trimOutbox()
+}
+
+// warnRefused counts and logs what putBack reported.
+func (p *invocationProcessor) warnRefused(ctx context.Context, err error, first bool, dropped int64) {
+	if dropped > 0 {
+		p.tel.ProcessorInvocationBoundHits.Add(context.WithoutCancel(ctx), dropped, boundOutboxAttr)
+		p.logger.Warn("dropped invocation summaries the next consumer did not take", zap.Int64("count", dropped))
+	}
+	if first {
+		p.logger.Warn("next consumer refused invocation summaries; retrying from the outbox", zap.Error(err))
+	}
 }

@@ -240,7 +240,7 @@ func TestPendingDelayRestart(t *testing.T) {
 			require.Empty(t, h.of("inv"))
 			if tc.compact {
 				for _, sh := range h.p.shards {
-					require.Zero(t, sh.persist.logBytes, "compacted")
+					require.Zero(t, sh.partition().logBytes, "compacted")
 				}
 			}
 			if tc.graceful {

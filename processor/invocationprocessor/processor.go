@@ -1,8 +1,6 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
-	"github.com/agentledger/agentledger/internal/ledgerrule"
-
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.uber.org/zap"
 
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
 )
 
@@ -47,7 +46,9 @@ func tickInterval(cfg *Config) time.Duration {
 
 // invocationProcessor passes every span through and adds summary spans.
 type invocationProcessor struct {
-	cfg    ledgerConfig
+	// rules is the ledger's view of config (ledgerConfig), shared by
+	// every shard; config is the user's Config it was derived from.
+	rules  ledgerConfig
 	next   consumer.Traces
 	clock  clock
 	logger *zap.Logger
@@ -112,7 +113,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		numShards = runtime.GOMAXPROCS(0) * 4
 	}
 	p := &invocationProcessor{
-		cfg: ledgerConfig{
+		rules: ledgerConfig{
 			maxSpans:     cfg.MaxSpansPerInvocation,
 			settle:       int64(cfg.RemoteSettle),
 			openTimeout:  int64(cfg.OpenTimeout),
@@ -147,7 +148,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	}
 	p.statusID = cfg.Status
 	if cfg.Status != nil {
-		p.cfg.timelineSpans = cfg.StatusSpans
+		p.rules.timelineSpans = cfg.StatusSpans
 	}
 	p.tenants = newTenants(cfg.Tenant)
 	p.trust = trust
@@ -156,10 +157,10 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	p.warnIDBytes.msg = "spans whose invocation.id is longer than max_invocation_id_bytes were passed on without being indexed: their invocations get no summary"
 	p.warnTenant.msg = "spans without a tenant were passed on without being indexed (see the processor's tenant setting)"
 	for _, op := range cfg.UsageOperations {
-		p.cfg.usageOps[op] = struct{}{}
+		p.rules.usageOps[op] = struct{}{}
 	}
 	for i := range p.shards {
-		p.shards[i] = newShard(&p.cfg, p.bounds, p.outboxLimit)
+		p.shards[i] = newShard(&p.rules, p.bounds, p.outboxLimit)
 	}
 	return p, nil
 }
@@ -332,9 +333,9 @@ func (p *invocationProcessor) tick(ctx context.Context, now time.Time) error {
 	var pending []*shard
 	for _, s := range p.shards {
 		s.mu.Lock()
-		s.journalBegin()
+		s.journal.begin(s)
 		s.tick(n, &stats)
-		s.journalEnd(n)
+		s.journal.end(s, n)
 		stats.outboxDropped += s.trimOutbox()
 		if len(s.outbox) > 0 {
 			pending = append(pending, s)

@@ -3,7 +3,6 @@ package invocationprocessor
 import (
 	"context"
 	"fmt"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
 // expected is what the generator knows an invocation's final summary must

@@ -2,6 +2,7 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 
 import (
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // tenantLists are one tenant's invocations in a shard: open ones oldest
@@ -54,7 +55,7 @@ func (s *shard) lists(ts *tenantState) *tenantLists {
 // openTenant counts a new open invocation toward its tenant. mu must be
 // held.
 func (s *shard) openTenant(inv *invocation) {
-	tenant, _ := parseLedgerKey(inv.ID)
+	tenant, _ := summary.SplitKey(inv.ID)
 	ts := s.bounds.tenant(tenant)
 	inv.index.tenant = ts
 	ts.open.Add(1)
@@ -161,9 +162,9 @@ func (s *shard) evictOpen(ts *tenantState, seq uint64, now int64, stats *stats) 
 	if inv == nil || inv.index.seq != seq {
 		return false
 	}
-	s.journalBegin()
+	s.journal.begin(s)
 	s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonEvicted, now, stats)
-	s.journalEnd(now)
+	s.journal.end(s, now)
 	stats.outboxDropped += s.trimOutbox()
 	return true
 }
@@ -178,13 +179,13 @@ func (s *shard) forgetClosed(ts *tenantState, seq uint64, now int64, stats *stat
 	if inv == nil || inv.index.seq != seq {
 		return false
 	}
-	s.journalBegin()
+	s.journal.begin(s)
 	if inv.Dirty {
 		s.revise(inv, now)
 	}
 	s.forget(inv)
 	s.rememberClosed(inv.ID, inv.retentionEnd(s.cfg), now)
-	s.journalEnd(now)
+	s.journal.end(s, now)
 	stats.outboxDropped += s.trimOutbox()
 	return true
 }

@@ -1,13 +1,13 @@
 package invocationprocessor
 
 import (
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
 // refModel is a from-scratch reading of CONTRACT.md's finality rules, for

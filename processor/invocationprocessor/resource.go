@@ -1,8 +1,6 @@
 package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
 
 import (
-	"reflect"
-
 	"go.opentelemetry.io/collector/pdata/pcommon"
 )
 
@@ -63,50 +61,6 @@ func sameAttributes(attrs pcommon.Map, raw map[string]any) bool {
 		return same
 	})
 	return same
-}
-
-// sameMap reports whether a and b are the same map (not equal contents).
-func sameMap(a, b map[string]any) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
-}
-
-// sameRaw reports whether a and b are the same map or hold the same
-// scalar values; maps holding other values are only the same as
-// themselves.
-func sameRaw(a, b map[string]any) bool {
-	if sameMap(a, b) {
-		return true
-	}
-	if len(a) != len(b) {
-		return false
-	}
-	for k, av := range a {
-		bv, ok := b[k]
-		if !ok {
-			return false
-		}
-		switch av := av.(type) {
-		case string:
-			if bv, ok := bv.(string); !ok || av != bv {
-				return false
-			}
-		case int64:
-			if bv, ok := bv.(int64); !ok || av != bv {
-				return false
-			}
-		case bool:
-			if bv, ok := bv.(bool); !ok || av != bv {
-				return false
-			}
-		case float64:
-			if bv, ok := bv.(float64); !ok || av != bv {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // nameCache shares span and agent names between a shard's retained

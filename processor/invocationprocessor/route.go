@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // indexRef is one member span of the batch routed to a shard.
@@ -30,7 +31,7 @@ type batchScratch struct {
 	touched []*shard
 	// parts and all are flushAfterBatch's.
 	parts []taken
-	all   []summary
+	all   []summary.Summary
 }
 
 func (p *invocationProcessor) getScratch() *batchScratch {
@@ -91,7 +92,7 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 					continue
 				}
 				f := &facts[used]
-				readFacts(f, sp, &p.cfg)
+				readFacts(f, sp, &p.rules)
 				if f.InvocationID == "" {
 					continue
 				}
@@ -105,7 +106,7 @@ func (p *invocationProcessor) route(ctx context.Context, td ptrace.Traces, b *ba
 					refusedSpans.idTooLong++
 					continue
 				}
-				refusedSpans.namesCut += p.limits.capNames(f, &p.cfg)
+				refusedSpans.namesCut += p.limits.capNames(f, &p.rules)
 				used++
 				key := ledgerKey(tenant, f.InvocationID)
 				b.refs = append(b.refs, indexRef{shard: p.shardOf(key), id: key, facts: f, span: sp, res: rs.Resource()})

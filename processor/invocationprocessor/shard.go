@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // shard owns the invocations whose id hashes to it. A load-balancing tier
@@ -28,7 +29,7 @@ type shard struct {
 	timers      timerHeap
 	touched     []*invocation
 	gen         uint64
-	outbox      []summary // made, not yet sent, in the order they were made
+	outbox      []summary.Summary // made, not yet sent, in the order they were made
 	outboxLimit int
 	// resources shares resource attributes between invocations, names
 	// span and agent names between retained ones.
@@ -48,9 +49,9 @@ type shard struct {
 	// the processor has no status extension. Set in Start.
 	status StatusSink
 
-	// persist journals the shard's changes for the storage extension
-	// (storage.go); nil without storage. Guarded by mu.
-	persist *shardPersist
+	// journal records the shard's locked sections (journal.go):
+	// noJournal without storage. Set before any data; called under mu.
+	journal shardJournal
 
 	// sending is a one-slot semaphore held by the goroutine sending this
 	// shard's outbox, so summaries reach the next consumer in the order they
@@ -66,6 +67,7 @@ func newShard(cfg *ledgerConfig, b *bounds, outboxLimit int) *shard {
 		invs:        make(map[string]*invocation),
 		byTenant:    make(map[*tenantState]*tenantLists),
 		outboxLimit: outboxLimit,
+		journal:     noJournal{},
 		sending:     make(chan struct{}, 1),
 	}
 }
@@ -77,7 +79,7 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 	defer s.mu.Unlock()
 	s.gen++
 	s.touched = s.touched[:0]
-	s.journalBegin()
+	s.journal.begin(s)
 	// A batch's spans of one invocation usually come together: the last
 	// invocation is reused without hashing its id again (nothing is
 	// forgotten before the loop ends).
@@ -89,7 +91,7 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 			stats.afterForget++
 			continue
 		}
-		s.journalFact(r, now, stats)
+		s.journal.fact(s, r, now, stats)
 		if inv == nil || inv.ID != r.id {
 			inv = s.ensure(r.id, now, stats)
 		}
@@ -115,7 +117,7 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 	s.publishOpen(s.touched, now)
 	clear(s.touched)
 	s.touched = s.touched[:0]
-	s.journalEnd(now)
+	s.journal.end(s, now)
 	stats.outboxDropped += s.trimOutbox()
 	return len(s.outbox) > 0
 }
@@ -389,7 +391,7 @@ func (s *shard) closeInvocation(inv *invocation, status, forced string, now int6
 // forget drops an invocation: its retention ended or the global bound on
 // closed invocations was reached.
 func (s *shard) forget(inv *invocation) {
-	s.journalForget(inv)
+	s.journal.forget(s, inv)
 	s.unaccount(inv)
 	s.forgetTenant(inv)
 	if inv.index.heapIdx >= 0 {
@@ -421,7 +423,7 @@ func (s *shard) rememberClosed(id string, until, now int64) {
 		return
 	}
 	s.rememberID(id, until)
-	s.journalRemember(id, until)
+	s.journal.remember(s, id, until)
 }
 
 // rememberID adds a fingerprint, counting it toward the global bound.

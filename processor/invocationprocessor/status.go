@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // StatusSink receives the processor's live view of its invocations. The
@@ -35,9 +37,9 @@ const maxRemoteNames = 8
 // jobTimes are a background span's start and end (Unix nanoseconds of the
 // agent's clock), kept to say since when a followup is expected.
 type jobTimes struct {
-	SpanID pcommon.SpanID `json:"span_id"`
-	Start  uint64         `json:"start"`
-	End    uint64         `json:"end"`
+	SpanID pcommon.SpanID
+	Start  uint64
+	End    uint64
 }
 
 // noteJob remembers when a background span ran. A span ID is indexed
@@ -119,8 +121,8 @@ func (s *shard) publishClosed(inv *invocation, now int64) {
 // closedView is the closed invocation as its summary sum shows it, with
 // when the caller got its result and the spans it recorded (its page
 // draws them).
-func (inv *invocation) closedView(sum *summary, now int64, cfg *ledgerConfig) statusapi.Invocation {
-	v := sum.statusView(now)
+func (inv *invocation) closedView(sum *summary.Summary, now int64, cfg *ledgerConfig) statusapi.Invocation {
+	v := summaryView(sum, now)
 	if inv.RootArrived {
 		resultAt := spanTime(inv.RootEnd)
 		v.ResultAt = &resultAt
@@ -156,39 +158,40 @@ func serviceName(res map[string]any) string {
 	return s
 }
 
-// statusView is a closed invocation as its latest summary shows it.
-func (s *summary) statusView(now int64) statusapi.Invocation {
+// summaryView is a closed invocation as its latest summary s shows it.
+func summaryView(s *summary.Summary, now int64) statusapi.Invocation {
 	closed := unixTime(now)
-	traces := []string{s.traceID.String()}
-	for _, l := range s.links {
+	traces := []string{s.TraceID.String()}
+	for _, l := range s.Links {
 		if t := l.TraceID.String(); !slices.Contains(traces, t) {
 			traces = append(traces, t)
 		}
 	}
-	tenant, id := parseLedgerKey(s.id)
-	return statusapi.Invocation{
-		ID:       id,
-		Tenant:   tenant,
-		Session:  s.conversationID,
-		Agent:    s.agentName,
-		Service:  serviceName(s.resource),
-		Status:   statusapi.Status(s.status),
-		Revision: s.revision,
-		Started:  spanTime(s.start),
-		ClosedAt: &closed,
-		Usage: statusapi.Usage{
-			InputTokens: s.usage.Input, OutputTokens: s.usage.Output,
-			CacheReadInputTokens: s.usage.CacheRead, CacheCreationInputTokens: s.usage.CacheCreation,
-			ReasoningOutputTokens: s.usage.Reasoning,
-		},
-		AfterResult:    statusapi.AfterResult{InputTokens: s.afterIn, OutputTokens: s.afterOut},
-		ModelCalls:     s.modelCalls,
-		BackgroundJobs: s.backgroundJobs,
-		Continuations:  s.continuations,
-		Spans:          s.spans,
-		TraceIDs:       traces,
-		Reasons:        slices.Clone(s.reasons),
-		Anomalies:      slices.Clone(s.anomalies),
+	v := viewOf(s.ID, s.ConversationID, s.AgentName, s.Resource)
+	v.Status, v.Revision = statusapi.Status(s.Status), s.Revision
+	v.Started, v.ClosedAt = spanTime(s.Start), &closed
+	v.Usage = usageView(s.Usage)
+	v.AfterResult = statusapi.AfterResult{InputTokens: s.AfterIn, OutputTokens: s.AfterOut}
+	v.ModelCalls, v.BackgroundJobs, v.Continuations = s.ModelCalls, s.BackgroundJobs, s.Continuations
+	v.Spans = s.Spans
+	v.TraceIDs = traces
+	v.Reasons, v.Anomalies = slices.Clone(s.Reasons), slices.Clone(s.Anomalies)
+	return v
+}
+
+// viewOf starts an invocation's view with what names it: its ledger key
+// split into id and tenant, session, agent and service.
+func viewOf(key, session, agent string, res map[string]any) statusapi.Invocation {
+	tenant, id := summary.SplitKey(key)
+	return statusapi.Invocation{ID: id, Tenant: tenant, Session: session, Agent: agent, Service: serviceName(res)}
+}
+
+// usageView is the view's form of usage totals.
+func usageView(u ledgerrule.Usage) statusapi.Usage {
+	return statusapi.Usage{
+		InputTokens: u.Input, OutputTokens: u.Output,
+		CacheReadInputTokens: u.CacheRead, CacheCreationInputTokens: u.CacheCreation,
+		ReasoningOutputTokens: u.Reasoning,
 	}
 }
 
@@ -196,32 +199,15 @@ func (s *summary) statusView(now int64) statusapi.Invocation {
 // waits on.
 func (inv *invocation) statusView(now int64, cfg *ledgerConfig) statusapi.Invocation {
 	lastSeen := unixTime(inv.LastArrival)
-	tenant, id := parseLedgerKey(inv.ID)
-	v := statusapi.Invocation{
-		ID:       id,
-		Tenant:   tenant,
-		Session:  inv.ConversationID,
-		Agent:    inv.AgentName,
-		Service:  serviceName(inv.Resource),
-		Status:   statusapi.StatusPending,
-		Started:  spanTime(inv.MinStart),
-		LastSeen: &lastSeen,
-		Usage: statusapi.Usage{
-			InputTokens: inv.Usage.Input, OutputTokens: inv.Usage.Output,
-			CacheReadInputTokens: inv.Usage.CacheRead, CacheCreationInputTokens: inv.Usage.CacheCreation,
-			ReasoningOutputTokens: inv.Usage.Reasoning,
-		},
-		AfterResult:    statusapi.AfterResult{InputTokens: inv.AfterInput, OutputTokens: inv.AfterOutput},
-		ModelCalls:     inv.ModelCalls,
-		BackgroundJobs: inv.BackgroundJobs,
-		Continuations:  inv.Continuations,
-		Spans:          inv.Indexed,
-		TraceIDs:       []string{},
-		Reasons:        inv.reasons(now, cfg),
-		Anomalies:      inv.anomalies(false),
-		Waiting:        inv.waiting(now, cfg),
-		Timeline:       inv.timelineView(cfg.timelineSpans),
-	}
+	v := viewOf(inv.ID, inv.ConversationID, inv.AgentName, inv.Resource)
+	v.Status, v.Started, v.LastSeen = statusapi.StatusPending, spanTime(inv.MinStart), &lastSeen
+	v.Usage = usageView(inv.Usage)
+	v.AfterResult = statusapi.AfterResult{InputTokens: inv.AfterInput, OutputTokens: inv.AfterOutput}
+	v.ModelCalls, v.BackgroundJobs, v.Continuations = inv.ModelCalls, inv.BackgroundJobs, inv.Continuations
+	v.Spans = inv.Indexed
+	v.TraceIDs = []string{}
+	v.Reasons, v.Anomalies = inv.reasons(now, cfg), inv.anomalies(false)
+	v.Waiting, v.Timeline = inv.waiting(now, cfg), inv.timelineView(cfg.timelineSpans)
 	switch {
 	case inv.RootArrived:
 		resultAt := spanTime(inv.RootEnd)
@@ -248,28 +234,28 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 	var remote []string
 	parentIdx := map[int32]int{}
 	jobTimesOf := inv.jobTimesOf()
-	for _, st := range inv.Spans {
-		id := st.ID
-		if !st.Arrived {
+	for _, span := range inv.Spans {
+		id := span.ID
+		if !span.Arrived {
 			continue
 		}
-		if missing := st.DeclaredChildren - st.ArrivedChildren; st.DeclaredChildren >= 0 && missing > 0 {
-			i, ok := parentIdx[st.Name]
+		if missing := span.DeclaredChildren - span.ArrivedChildren; span.DeclaredChildren >= 0 && missing > 0 {
+			i, ok := parentIdx[span.Name]
 			if !ok {
 				i = len(w.MissingChildren)
-				parentIdx[st.Name] = i
-				w.MissingChildren = append(w.MissingChildren, statusapi.MissingChildren{Parent: inv.Name(st.Name)})
+				parentIdx[span.Name] = i
+				w.MissingChildren = append(w.MissingChildren, statusapi.MissingChildren{Parent: inv.Name(span.Name)})
 			}
 			w.MissingChildren[i].Missing += int(missing)
 			w.MissingChildren[i].Parents++
 		}
-		if missing := st.DeclaredFollowups - st.ArrivedFollowups; st.DeclaredFollowups >= 0 && missing > 0 {
+		if missing := span.DeclaredFollowups - span.ArrivedFollowups; span.DeclaredFollowups >= 0 && missing > 0 {
 			jt := jobTimesOf(pcommon.SpanID(id))
 			w.ExpectedFollowups = append(w.ExpectedFollowups, statusapi.ExpectedFollowup{
-				Job: inv.Name(st.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
+				Job: inv.Name(span.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
 			})
 		}
-		if name := inv.Name(st.Name); st.Remote && !slices.Contains(remote, name) {
+		if name := inv.Name(span.Name); span.Remote && !slices.Contains(remote, name) {
 			remote = append(remote, name)
 		}
 	}

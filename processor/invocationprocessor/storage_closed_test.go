@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // TestClosedRecordCoversEveryField fails when invocation gains a field:
@@ -52,8 +53,8 @@ func TestClosedRecordRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		back.Resource = inv.Resource
 		assert.True(t, bytes.Equal(rec, encodeClosed(nil, back)), "%s: re-encoded record differs", inv.ID)
-		want := inv.snapshot(inv.status(now, &h.p.cfg), inv.Revision, now, &h.p.cfg)
-		got := back.snapshot(back.status(now, &h.p.cfg), back.Revision, now, &h.p.cfg)
+		want := inv.snapshot(inv.status(now, &h.p.rules), inv.Revision, now, &h.p.rules)
+		got := back.snapshot(back.status(now, &h.p.rules), back.Revision, now, &h.p.rules)
 		assert.Equal(t, want, got, inv.ID)
 		assert.Less(t, len(rec), 400, "%s: a closed record of a 6-span invocation", inv.ID)
 	}
@@ -107,11 +108,11 @@ func FuzzDecodeClosed(f *testing.F) {
 		}
 	}
 	h.shutdown()
-	cfg := &h.p.cfg
+	cfg := &h.p.rules
 	f.Fuzz(func(t *testing.T, data []byte) {
 		inv, err := decodeClosed("inv", data)
 		if err != nil {
-			require.True(t, errors.Is(err, errCorrupt), "%v", err)
+			require.True(t, errors.Is(err, journal.ErrCorrupt), "%v", err)
 			return
 		}
 		back, err := decodeClosed("inv", encodeClosed(nil, inv))

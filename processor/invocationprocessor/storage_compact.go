@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // sentKey names one summary for matching delivery marks.
@@ -20,65 +22,65 @@ type sentKey struct {
 // delivered is kept, detached), delivery marks are folded into the
 // summaries they mark (whose spans are then dropped), and losses whose
 // window has passed are dropped. Order is kept.
-func compactOps(ops []storedOp, now int64) []storedOp {
+func compactOps(ops []journal.Op, now int64) []journal.Op {
 	type pos struct{ op, ev int }
 	lastForget := map[string]pos{}
 	lastSent := map[sentKey]pos{}
 	for i := range ops {
-		for j := range ops[i].events {
-			ev := &ops[i].events[j]
-			switch ev.kind {
-			case evForget:
-				lastForget[ev.id] = pos{i, j}
-			case evSent:
-				lastSent[sentKey{ev.id, ev.revision, ev.status}] = pos{i, j}
+		for j := range ops[i].Events {
+			ev := &ops[i].Events[j]
+			switch ev.Kind {
+			case journal.EvForget:
+				lastForget[ev.ID] = pos{i, j}
+			case journal.EvSent:
+				lastSent[sentKey{ev.ID, ev.Revision, ev.Status}] = pos{i, j}
 			}
 		}
 	}
 	before := func(a, b pos) bool { return a.op < b.op || (a.op == b.op && a.ev < b.ev) }
-	var out []storedOp
+	var out []journal.Op
 	for i := range ops {
 		op := &ops[i]
-		nop := storedOp{seq: op.seq, time: op.time}
-		remap := make([]int, len(op.resources)+1)
-		for j := range op.events {
-			ev := op.events[j]
+		nop := journal.Op{Seq: op.Seq, Time: op.Time}
+		remap := make([]int, len(op.Resources)+1)
+		for j := range op.Events {
+			ev := op.Events[j]
 			here := pos{i, j}
-			f, forgotten := lastForget[ev.id]
+			f, forgotten := lastForget[ev.ID]
 			dead := forgotten && !before(f, here)
-			switch ev.kind {
-			case evForget, evSent:
+			switch ev.Kind {
+			case journal.EvForget, journal.EvSent:
 				continue
-			case evFact, evClosed:
+			case journal.EvFact, journal.EvClosed:
 				if dead {
 					continue
 				}
-				if ev.res > 0 {
-					if remap[ev.res] == 0 {
-						nop.resources = append(nop.resources, op.resources[ev.res-1])
-						remap[ev.res] = len(nop.resources)
+				if ev.Res > 0 {
+					if remap[ev.Res] == 0 {
+						nop.Resources = append(nop.Resources, op.Resources[ev.Res-1])
+						remap[ev.Res] = len(nop.Resources)
 					}
-					ev.res = remap[ev.res]
+					ev.Res = remap[ev.Res]
 				}
-			case evEmit:
-				if sp, ok := lastSent[sentKey{ev.id, ev.revision, ev.status}]; ok && before(here, sp) {
-					ev.flags |= emitSent
-					ev.summary = nil
+			case journal.EvEmit:
+				if sp, ok := lastSent[sentKey{ev.ID, ev.Revision, ev.Status}]; ok && before(here, sp) {
+					ev.Flags |= journal.EmitSent
+					ev.Summary = nil
 				}
 				if dead {
-					if ev.flags&emitSent != 0 {
+					if ev.Flags&journal.EmitSent != 0 {
 						continue
 					}
-					ev.flags |= emitDetached
+					ev.Flags |= journal.EmitDetached
 				}
-			case evTaint, evTaintAll, evRemember:
-				if ev.until <= now {
+			case journal.EvTaint, journal.EvTaintAll, journal.EvRemember:
+				if ev.Until <= now {
 					continue
 				}
 			}
-			nop.events = append(nop.events, ev)
+			nop.Events = append(nop.Events, ev)
 		}
-		if len(nop.events) > 0 {
+		if len(nop.Events) > 0 {
 			out = append(out, nop)
 		}
 	}
@@ -86,19 +88,19 @@ func compactOps(ops []storedOp, now int64) []storedOp {
 }
 
 // chunkOps splits operations into snapshot values of about chunkBytes.
-func chunkOps(ops []storedOp) [][]byte {
+func chunkOps(ops []journal.Op) [][]byte {
 	var chunks [][]byte
 	start, size := 0, 0
 	for i := range ops {
-		for _, r := range ops[i].resources {
+		for _, r := range ops[i].Resources {
 			size += len(r) + 4
 		}
-		for j := range ops[i].events {
-			ev := &ops[i].events[j]
-			size += len(ev.fact) + len(ev.summary) + len(ev.id) + len(ev.status) + len(ev.forced) + 24
+		for j := range ops[i].Events {
+			ev := &ops[i].Events[j]
+			size += len(ev.Fact) + len(ev.Summary) + len(ev.ID) + len(ev.Status) + len(ev.Forced) + 24
 		}
 		if size >= chunkBytes || i == len(ops)-1 {
-			chunks = append(chunks, encodeOps(kindChunk, ops[start:i+1]))
+			chunks = append(chunks, journal.EncodeOps(journal.KindChunk, ops[start:i+1]))
 			start, size = i+1, 0
 		}
 	}
@@ -111,20 +113,20 @@ func chunkOps(ops []storedOp) [][]byte {
 // committing their records (which go to log keys after the compacted
 // ones) while a partition is read, folded and rewritten.
 func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
-	st := p.store
-	st.cmu.Lock()
-	defer st.cmu.Unlock()
+	db := p.store
+	db.cmu.Lock()
+	defer db.cmu.Unlock()
 	for k := range p.shards {
-		i := (st.compactNext + k) % len(p.shards)
+		i := (db.compactNext + k) % len(p.shards)
 		s := p.shards[i]
 		s.mu.Lock()
-		ps := s.persist
-		due := ps.unwritten == 0 && ps.logBytes >= max(st.compactMin, int64(ps.man.snapBytes))
+		ps := s.partition()
+		due := ps.unwritten == 0 && ps.logBytes >= max(db.compactMin, int64(ps.man.SnapBytes))
 		s.mu.Unlock()
 		if due {
-			st.compactNext = i + 1
+			db.compactNext = i + 1
 			if err := p.compactLocked(ctx, s, now); err != nil {
-				st.fail(ctx, opCompact, err, fmt.Sprintf("compacting partition %d failed; its log keeps growing until a compaction succeeds", i))
+				db.fail(ctx, opCompact, err, fmt.Sprintf("compacting partition %d failed; its log keeps growing until a compaction succeeds", i))
 			}
 			return
 		}
@@ -140,29 +142,29 @@ func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
 // the state those records replay to, and later records, written
 // meanwhile under later keys, stay in the log.
 func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now int64) error {
-	st := p.store
+	db := p.store
 	s.mu.Lock()
-	ps := s.persist
+	ps := s.partition()
 	if ps.unwritten > 0 {
 		s.mu.Unlock()
 		return nil
 	}
 	part, man, end := ps.part, ps.man, ps.nextSeq
 	folded := ps.logBytes
-	var closedOp storedOp
+	var closedOp journal.Op
 	var closed map[string]bool
 	if end > 0 {
 		closedOp, closed = closedRecords(s, end-1, now)
 	}
 	s.mu.Unlock()
 
-	var ops []storedOp
-	for c := uint64(0); c < man.chunks; c++ {
-		raw, err := st.client.Get(ctx, chunkKey(part, man.gen, c))
+	var ops []journal.Op
+	for c := uint64(0); c < man.Chunks; c++ {
+		raw, err := db.client.Get(ctx, journal.ChunkKey(part, man.Gen, c))
 		if err != nil {
 			return fmt.Errorf("reading snapshot chunk: %w", err)
 		}
-		o, _, err := decodeOps(kindChunk, raw)
+		o, _, err := journal.DecodeOps(journal.KindChunk, raw)
 		if err != nil {
 			// Loaded (and counted) at Start already; this partition's
 			// losses are journalled, so the unreadable chunk is dropped.
@@ -170,19 +172,19 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 		}
 		ops = append(ops, o...)
 	}
-	for seq := man.logStart; seq < end; seq += readBatch {
+	for seq := man.LogStart; seq < end; seq += readBatch {
 		batch := make([]*storage.Operation, 0, readBatch)
 		for k := seq; k < end && k < seq+readBatch; k++ {
-			batch = append(batch, storage.GetOperation(logKey(part, k)))
+			batch = append(batch, storage.GetOperation(journal.LogKey(part, k)))
 		}
-		if err := st.client.Batch(ctx, batch...); err != nil {
+		if err := db.client.Batch(ctx, batch...); err != nil {
 			return fmt.Errorf("reading log: %w", err)
 		}
 		for _, op := range batch {
 			if op.Value == nil {
 				continue
 			}
-			o, _, err := decodeOps(kindLog, op.Value)
+			o, _, err := journal.DecodeOps(journal.KindLog, op.Value)
 			if err != nil {
 				continue // as above: counted at Start, its loss journalled
 			}
@@ -190,31 +192,31 @@ func (p *invocationProcessor) compactLocked(ctx context.Context, s *shard, now i
 		}
 	}
 	ops = withoutClosedFacts(compactOps(ops, now), closed)
-	if len(closedOp.events) > 0 {
+	if len(closedOp.Events) > 0 {
 		// Last: the records are the state after every operation before
 		// end, and sorting by seq at load keeps them after those.
 		ops = append(ops, closedOp)
 	}
 	chunks := chunkOps(ops)
-	next := manifest{gen: man.gen + 1, chunks: uint64(len(chunks)), logStart: end,
-		prevGen: man.gen, prevChunks: man.chunks, prevLogStart: man.logStart}
+	next := journal.Manifest{Gen: man.Gen + 1, Chunks: uint64(len(chunks)), LogStart: end,
+		PrevGen: man.Gen, PrevChunks: man.Chunks, PrevLogStart: man.LogStart}
 	writes := make([]*storage.Operation, 0, len(chunks))
 	var written int64
 	for c, b := range chunks {
-		writes = append(writes, storage.SetOperation(chunkKey(part, next.gen, uint64(c)), b))
+		writes = append(writes, storage.SetOperation(journal.ChunkKey(part, next.Gen, uint64(c)), b))
 		written += int64(len(b))
-		next.snapBytes += uint64(len(b))
+		next.SnapBytes += uint64(len(b))
 	}
 	if len(writes) > 0 {
-		if err := st.client.Batch(ctx, writes...); err != nil {
+		if err := db.client.Batch(ctx, writes...); err != nil {
 			return fmt.Errorf("writing snapshot: %w", err)
 		}
 	}
-	mb := next.encode()
-	if err := st.client.Set(ctx, manifestKey(part), mb); err != nil {
+	mb := next.Encode()
+	if err := db.client.Set(ctx, journal.ManifestKey(part), mb); err != nil {
 		return fmt.Errorf("writing manifest: %w", err)
 	}
-	st.metrics.bytesWritten.Add(ctx, written+int64(len(mb)))
+	db.metrics.bytesWritten.Add(ctx, written+int64(len(mb)))
 	s.mu.Lock()
 	ps.man = next
 	// Records written meanwhile are in the log after end.

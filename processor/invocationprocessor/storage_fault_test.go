@@ -16,7 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadatatest"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 func storageErrors(t *testing.T, tt *componenttest.Telemetry) map[string]int64 {
@@ -137,7 +139,7 @@ func TestStorageCorruptRecord(t *testing.T) {
 			h.consume(batch(b[0], b[1], b[2], b[3]))
 			h.shutdown()
 
-			key := logKey(0, 0) // the record of inv-a's first batch
+			key := journal.LogKey(0, 0) // the record of inv-a's first batch
 			data := mem.snapshot()
 			v := data[key]
 			require.NotNil(t, v)
@@ -245,7 +247,7 @@ func TestStorageResendsTheOutbox(t *testing.T) {
 	sums := h2.of("inv-1")
 	require.Len(t, sums, 1)
 	assert.Equal(t, contract.StatusFinal, strAttr(sums[0], contract.AttrStatus))
-	assert.Equal(t, summarySpanID("inv-1", 1, contract.StatusFinal), sums[0].SpanID())
+	assert.Equal(t, summary.SpanIDOf("inv-1", 1, contract.StatusFinal), sums[0].SpanID())
 	assert.Equal(t, int64(150), intAttr(sums[0], contract.AttrUsageInputTokens))
 	assert.Len(t, h2.of("inv-done"), 1, "a delivered summary is not sent again")
 	h2.shutdown()

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadatatest"
 )
 
@@ -21,28 +22,28 @@ import (
 // encodes back to something it reads the same way.
 func FuzzDecodeOps(f *testing.F) {
 	s := scenario("inv-1", 0)
-	f.Add(encodeOps(kindLog, []storedOp{{seq: 1, time: 5, resources: [][]byte{{1, 24, 1, 1, 'a'}},
-		events: []storedEvent{{kind: evFact, id: "inv-1", res: 1, fact: func() []byte {
-			e := encoder{}
-			e.span(batch(s[0]).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0), factAttr, linkAttr)
-			return e.b
-		}()}, {kind: evForget, id: "inv-1"}, {kind: evTaintAll, until: 9}}}}))
-	f.Add([]byte{codecVersion, kindLog, 0, 0, 0, 0, 0})
+	f.Add(journal.EncodeOps(journal.KindLog, []journal.Op{{Seq: 1, Time: 5, Resources: [][]byte{{1, 24, 1, 1, 'a'}},
+		Events: []journal.Event{{Kind: journal.EvFact, ID: "inv-1", Res: 1, Fact: func() []byte {
+			e := journal.Encoder{}
+			e.Span(batch(s[0]).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0), journal.FactAttr, journal.LinkAttr)
+			return e.B
+		}()}, {Kind: journal.EvForget, ID: "inv-1"}, {Kind: journal.EvTaintAll, Until: 9}}}}))
+	f.Add([]byte{journal.Version, journal.KindLog, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ops, _, err := decodeOps(kindLog, data)
+		ops, _, err := journal.DecodeOps(journal.KindLog, data)
 		if err != nil {
-			require.True(t, errors.Is(err, errCorrupt), "%v", err)
+			require.True(t, errors.Is(err, journal.ErrCorrupt), "%v", err)
 			return
 		}
 		for _, op := range ops {
-			for _, ev := range op.events {
-				if ev.kind == evFact {
-					d := decoder{b: ev.fact}
-					d.span(ptrace.NewSpan())
+			for _, ev := range op.Events {
+				if ev.Kind == journal.EvFact {
+					d := journal.Decoder{B: ev.Fact}
+					d.Span(ptrace.NewSpan())
 				}
 			}
 		}
-		again, _, err := decodeOps(kindLog, encodeOps(kindLog, ops))
+		again, _, err := journal.DecodeOps(journal.KindLog, journal.EncodeOps(journal.KindLog, ops))
 		require.NoError(t, err)
 		require.Equal(t, len(ops), len(again))
 	})

@@ -3,43 +3,46 @@ package invocationprocessor // import "github.com/agentledger/agentledger/proces
 import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
-// The functions in this file are the only storage code that touches the
-// ledger's and the shard's own fields. They restore what the journal
-// recorded (storage.go) with the shard's own operations where one exists.
+// The functions in this file restore what the journal recorded
+// (storage_load.go's replay) with the shard's own operations where one
+// exists. They are not the only storage code that touches the ledger's
+// fields: storage_closed.go encodes and decodes a closed invocation's
+// state, and replay feeds stored spans through invocation.add.
 
 // restoreInvocation returns the invocation with the id, creating it as a
 // span arriving at t would (without evicting: the bound is enforced after
 // the load, and a replay re-applies the recorded evictions). mu must be
 // held.
-func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, st *stats) *invocation {
-	return s.ensure(id, t, st)
+func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, stats *stats) *invocation {
+	return s.ensure(id, t, stats)
 }
 
 // replayEmission re-applies a recorded summary to the invocation's state as
 // the shard took it at time t: a pending marks the pending as sent, a first
 // final or incomplete closes the invocation (with the recorded forced
 // reason), a later revision records the revision. mu must be held.
-func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *storedEvent, t int64, st *stats) {
+func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *journal.Event, t int64, stats *stats) {
 	switch {
-	case ev.revision == 0:
+	case ev.Revision == 0:
 		inv.PendingSent = true
 	case inv.Phase == phaseOpen:
-		status := ev.status
+		status := ev.Status
 		if status != contract.StatusFinal {
 			status = contract.StatusIncomplete
 		}
 		// The summary closeInvocation makes again is the recorded one.
 		made := len(s.outbox)
-		s.closeInvocation(inv, status, ev.forced, t, st)
+		s.closeInvocation(inv, status, ev.Forced, t, stats)
 		clear(s.outbox[made:])
 		s.outbox = s.outbox[:made]
-		if ev.revision > 1 {
-			inv.Revision = ev.revision
+		if ev.Revision > 1 {
+			inv.Revision = ev.Revision
 		}
 	default:
-		inv.Revision = max(inv.Revision, ev.revision)
+		inv.Revision = max(inv.Revision, ev.Revision)
 		inv.Dirty = false
 		inv.LastSummary = t
 	}
@@ -67,10 +70,10 @@ func (p *invocationProcessor) rearm(s *shard, inv *invocation, now int64) {
 // remote one once it settled), one past open_timeout closes incomplete.
 // Oldest first, so the summaries are made in a stable order. mu must be
 // held, inside a journalled section.
-func (p *invocationProcessor) evaluateLoaded(s *shard, now int64, st *stats) {
+func (p *invocationProcessor) evaluateLoaded(s *shard, now int64, stats *stats) {
 	for inv := s.open.head; inv != nil; {
 		next := inv.index.next
-		s.evaluate(inv, now, st)
+		s.evaluate(inv, now, stats)
 		inv = next
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 )
 
 // v0.6 rule 7: an invocation whose obligations are met when it is loaded
@@ -67,17 +68,17 @@ func TestLoadClosesInvocationWhoseObligationsAreMet(t *testing.T) {
 func appendFacts(t *testing.T, p *invocationProcessor, mem *memStorage, now int64, id string, spans ...sp) {
 	t.Helper()
 	s := p.shards[p.shardOf(id)]
-	ps := s.persist
+	ps := s.partition()
 	td := batch(spans...)
 	res := td.ResourceSpans().At(0).Resource()
-	op := storedOp{seq: ps.nextSeq, time: now}
-	var enc encoder
-	enc.attrs(res.Attributes(), nil, 0)
-	op.resources = append(op.resources, append([]byte(nil), enc.b...))
+	op := journal.Op{Seq: ps.nextSeq, Time: now}
+	var enc journal.Encoder
+	enc.Attrs(res.Attributes(), nil, 0)
+	op.Resources = append(op.Resources, append([]byte(nil), enc.B...))
 	forSpans(td, func(_ pcommon.Resource, span ptrace.Span) {
-		enc.b = enc.b[:0]
-		enc.span(span, factAttr, linkAttr)
-		op.events = append(op.events, storedEvent{kind: evFact, id: id, res: 1, fact: append([]byte(nil), enc.b...)})
+		enc.B = enc.B[:0]
+		enc.Span(span, journal.FactAttr, journal.LinkAttr)
+		op.Events = append(op.Events, journal.Event{Kind: journal.EvFact, ID: id, Res: 1, Fact: append([]byte(nil), enc.B...)})
 	})
-	require.NoError(t, mem.Set(t.Context(), logKey(ps.part, op.seq), encodeOps(kindLog, []storedOp{op})))
+	require.NoError(t, mem.Set(t.Context(), journal.LogKey(ps.part, op.Seq), journal.EncodeOps(journal.KindLog, []journal.Op{op})))
 }

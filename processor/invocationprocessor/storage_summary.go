@@ -5,40 +5,42 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // encodeSummary stores a summary as the span the next consumer receives
 // (resource attributes, then the span with every attribute), so a summary
 // re-sent after a restart is the same span, whatever fields it has.
-func encodeSummary(sum *summary, t *trust) []byte {
-	if sum.restored != nil {
-		return encodeResourceSpan(*sum.restored)
+func encodeSummary(sum *summary.Summary, t *trust) []byte {
+	if sum.Restored != nil {
+		return encodeResourceSpan(*sum.Restored)
 	}
-	td := buildTraces([]summary{*sum}, t)
+	td := summary.Build([]summary.Summary{*sum}, t.mark)
 	return encodeResourceSpan(td.ResourceSpans().At(0))
 }
 
 func encodeResourceSpan(rs ptrace.ResourceSpans) []byte {
-	e := encoder{}
-	e.attrs(rs.Resource().Attributes(), nil, 0)
-	e.span(rs.ScopeSpans().At(0).Spans().At(0), nil, nil)
-	return e.b
+	e := journal.Encoder{}
+	e.Attrs(rs.Resource().Attributes(), nil, 0)
+	e.Span(rs.ScopeSpans().At(0).Spans().At(0), nil, nil)
+	return e.B
 }
 
 // decodeSummary rebuilds a stored summary for the outbox.
-func decodeSummary(ev *storedEvent) (summary, error) {
+func decodeSummary(ev *journal.Event) (summary.Summary, error) {
 	rs := ptrace.NewResourceSpans()
-	d := decoder{b: ev.summary}
-	d.attrs(rs.Resource().Attributes(), 0)
+	d := journal.Decoder{B: ev.Summary}
+	d.Attrs(rs.Resource().Attributes(), 0)
 	ss := rs.ScopeSpans().AppendEmpty()
 	ss.Scope().SetName(metadata.ScopeName)
-	d.span(ss.Spans().AppendEmpty())
-	if d.err == nil && d.remaining() != 0 {
-		d.fail("%d trailing bytes", d.remaining())
+	d.Span(ss.Spans().AppendEmpty())
+	if d.Err == nil && d.Remaining() != 0 {
+		d.Fail("%d trailing bytes", d.Remaining())
 	}
-	if d.err != nil {
-		return summary{}, fmt.Errorf("summary of %s revision %d: %w", ev.id, ev.revision, d.err)
+	if d.Err != nil {
+		return summary.Summary{}, fmt.Errorf("summary of %s revision %d: %w", ev.ID, ev.Revision, d.Err)
 	}
-	return summary{id: ev.id, status: ev.status, revision: ev.revision, restored: &rs}, nil
+	return summary.Summary{ID: ev.ID, Status: ev.Status, Revision: ev.Revision, Restored: &rs}, nil
 }

@@ -110,7 +110,7 @@ func validName(s string) bool {
 // ledgerKey is what the ledger keys an invocation by: its id alone when it
 // has no tenant, else the tenant and the id joined by NUL. A tenant never
 // holds NUL, and an id that does is joined to the empty tenant, so two
-// different (tenant, id) pairs never share a key and parseLedgerKey gives
+// different (tenant, id) pairs never share a key and summary.SplitKey gives
 // the pair back. Storage keeps invocations by this key, so the tenant is
 // part of what it stores.
 func ledgerKey(tenant, id string) string {
@@ -118,13 +118,4 @@ func ledgerKey(tenant, id string) string {
 		return id
 	}
 	return tenant + "\x00" + id
-}
-
-// parseLedgerKey splits a ledger key into its tenant and invocation id.
-func parseLedgerKey(key string) (tenant, id string) {
-	i := strings.IndexByte(key, 0)
-	if i < 0 {
-		return "", key
-	}
-	return key[:i], key[i+1:]
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadatatest"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // authData is what an authenticator puts in client.Info (basicauth sets
@@ -253,7 +254,7 @@ func TestLedgerKey(t *testing.T) {
 	seen := map[string][2]string{}
 	for _, p := range pairs {
 		key := ledgerKey(p[0], p[1])
-		tenant, id := parseLedgerKey(key)
+		tenant, id := summary.SplitKey(key)
 		assert.Equal(t, p, [2]string{tenant, id}, "round trip of %q", p)
 		if other, ok := seen[key]; ok {
 			t.Errorf("%q and %q share the key %q", p, other, key)
@@ -272,7 +273,7 @@ func FuzzLedgerKey(f *testing.F) {
 			return // never a tenant: not indexed
 		}
 		k1, k2 := ledgerKey(t1, id1), ledgerKey(t2, id2)
-		gt, gid := parseLedgerKey(k1)
+		gt, gid := summary.SplitKey(k1)
 		require.Equal(t, [2]string{t1, id1}, [2]string{gt, gid})
 		if t1 != t2 || id1 != id2 {
 			require.NotEqual(t, k1, k2)

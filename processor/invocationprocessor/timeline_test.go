@@ -125,7 +125,7 @@ func TestTimelineOnlyWithStatus(t *testing.T) {
 	h.consume(batch(scenario("inv-a", 0)[:3]...))
 	inv := h.p.shards[0].invs["inv-a"]
 	assert.Nil(t, inv.Timeline.spans, "nothing is recorded without a status extension")
-	assert.Nil(t, inv.timelineView(h.p.cfg.timelineSpans))
+	assert.Nil(t, inv.timelineView(h.p.rules.timelineSpans))
 
 	h, views := timelineHarness(t, 0)
 	h.consume(batch(scenario("inv-a", 0)[:3]...))

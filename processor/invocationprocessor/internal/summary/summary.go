@@ -1,101 +1,61 @@
-package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+package summary // import "github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 
 import (
 	"encoding/binary"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"math/bits"
-	"slices"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/metadata"
 )
 
-// costCurrency is the currency of invocation.cost; prices are in USD.
-const costCurrency = "USD"
+// CostCurrency is the currency of invocation.cost; prices are in USD.
+const CostCurrency = "USD"
 
-// summary is a snapshot of an invocation taken under the shard lock; it is
+// Summary is a snapshot of an invocation taken under the shard lock; it is
 // turned into a span after the lock is released.
-type summary struct {
-	id             string // the ledger key (ledgerKey): tenant and invocation id
-	status         string
-	revision       int64
-	traceID        pcommon.TraceID
-	parentID       pcommon.SpanID
-	start, end     uint64
-	conversationID string
-	agentName      string
-	resource       map[string]any
-	reasons        []string
-	anomalies      []string
-	links          []spanRef
-	usage          ledgerrule.Usage
-	afterIn        int64
-	afterOut       int64
-	modelCalls     int64
-	backgroundJobs int64
-	continuations  int64
-	spans          int64
-	traces         int64
-	duplicates     int64
-	timeToFinalMS  int64
-	hasTimeToFinal bool
-	cost           float64
-	hasCost        bool
-	// restored is the summary span as stored, for a summary made before a
-	// restart and not yet delivered (storage.go); it is sent as is.
-	restored *ptrace.ResourceSpans
+type Summary struct {
+	ID             string // the ledger key (ledgerKey): tenant and invocation id
+	Status         string
+	Revision       int64
+	TraceID        pcommon.TraceID
+	ParentID       pcommon.SpanID
+	Start, End     uint64
+	ConversationID string
+	AgentName      string
+	Resource       map[string]any
+	Reasons        []string
+	Anomalies      []string
+	Links          []SpanRef
+	Usage          ledgerrule.Usage
+	AfterIn        int64
+	AfterOut       int64
+	ModelCalls     int64
+	BackgroundJobs int64
+	Continuations  int64
+	Spans          int64
+	Traces         int64
+	Duplicates     int64
+	TimeToFinalMS  int64
+	HasTimeToFinal bool
+	Cost           float64
+	HasCost        bool
+	// Restored is the summary span as stored, for a summary made before a
+	// restart and not yet delivered (the processor's storage_summary.go); it is
+	// sent as is.
+	Restored *ptrace.ResourceSpans
 }
 
-func (inv *invocation) snapshot(status string, revision, now int64, cfg *ledgerConfig) summary {
-	s := summary{
-		id:             inv.ID,
-		status:         status,
-		revision:       revision,
-		start:          inv.MinStart,
-		end:            inv.LatestEnd,
-		conversationID: inv.ConversationID,
-		agentName:      inv.AgentName,
-		resource:       inv.Resource,
-		anomalies:      inv.anomalies(status == contract.StatusFinal),
-		links:          slices.Clip(inv.ContinuationRoots), // only ever appended to
-		usage:          inv.Usage,
-		afterIn:        inv.AfterInput,
-		afterOut:       inv.AfterOutput,
-		modelCalls:     inv.ModelCalls,
-		backgroundJobs: inv.BackgroundJobs,
-		continuations:  inv.Continuations,
-		spans:          inv.Indexed,
-		traces:         int64(len(inv.Traces)),
-		duplicates:     inv.Duplicates,
-		cost:           inv.Cost,
-		hasCost:        cfg.pricesActive,
-	}
-	if len(inv.Traces) > 0 {
-		s.traceID = pcommon.TraceID(inv.Traces[0]) // the first trace seen, until the root arrives
-	}
-	if status != contract.StatusFinal {
-		s.reasons = inv.reasons(now, cfg)
-	}
-	if inv.RootArrived {
-		s.traceID = inv.RootTraceID
-		s.parentID = inv.RootSpanID
-		s.start = inv.RootStart
-		s.hasTimeToFinal = true
-		if inv.LatestEnd > inv.RootEnd {
-			s.timeToFinalMS = int64((inv.LatestEnd - inv.RootEnd) / 1e6)
-		}
-	}
-	return s
-}
-
-// summarySpanID is deterministic per (invocation id, revision, status), so
+// SpanID is deterministic per (invocation id, revision, status), so
 // a re-sent summary is recognisable as the same one.
-func summarySpanID(id string, revision int64, status string) pcommon.SpanID {
+func SpanIDOf(id string, revision int64, status string) pcommon.SpanID {
 	// FNV-1a over id, NUL, the decimal revision, NUL, status; written out
 	// so that it allocates nothing.
 	h := uint64(14695981039346656037)
@@ -119,33 +79,33 @@ func summarySpanID(id string, revision int64, status string) pcommon.SpanID {
 	return sid
 }
 
-// buildTraces turns summaries into spans carrying the root's resource
+// Build turns summaries into spans carrying the root's resource
 // attributes, so a trace UI files a summary under the agent's service, and
-// the marker (trust.mark). Consecutive summaries with equal resources
+// mark, which sets the collector's marker (the processor's trust.mark). Consecutive summaries with equal resources
 // share one ResourceSpans: the summaries of one send, made from many
 // shards, mostly come from one agent.
-func buildTraces(sums []summary, t *trust) ptrace.Traces {
+func Build(sums []Summary, mark func(res pcommon.Map)) ptrace.Traces {
 	td := ptrace.NewTraces()
 	for i := 0; i < len(sums); {
 		s := &sums[i]
-		if s.restored != nil {
+		if s.Restored != nil {
 			rs := td.ResourceSpans().AppendEmpty()
-			s.restored.CopyTo(rs)
+			s.Restored.CopyTo(rs)
 			// Stored before a restart, perhaps by a version that did not
 			// mark summaries: this collector is the one sending it.
-			t.mark(rs.Resource().Attributes())
+			mark(rs.Resource().Attributes())
 			i++
 			continue
 		}
 		// sums[i:j] share s's resource: their spans are allocated at once.
 		j := i + 1
-		for j < len(sums) && sums[j].restored == nil && sameRaw(s.resource, sums[j].resource) {
+		for j < len(sums) && sums[j].Restored == nil && sameRaw(s.Resource, sums[j].Resource) {
 			j++
 		}
 		rs := td.ResourceSpans().AppendEmpty()
 		// FromRaw only fails for value types AsRaw never produces.
-		_ = rs.Resource().Attributes().FromRaw(s.resource)
-		t.mark(rs.Resource().Attributes())
+		_ = rs.Resource().Attributes().FromRaw(s.Resource)
+		mark(rs.Resource().Attributes())
 		ss := rs.ScopeSpans().AppendEmpty()
 		ss.Scope().SetName(metadata.ScopeName)
 		spans := ss.Spans()
@@ -157,20 +117,20 @@ func buildTraces(sums []summary, t *trust) ptrace.Traces {
 	return td
 }
 
-func (s *summary) fill(sp ptrace.Span) {
+func (s *Summary) fill(sp ptrace.Span) {
 	sp.SetName(contract.SpanNameSummary)
 	sp.SetKind(ptrace.SpanKindInternal)
-	sp.SetTraceID(s.traceID)
-	sp.SetSpanID(summarySpanID(s.id, s.revision, s.status))
-	sp.SetParentSpanID(s.parentID)
-	sp.SetStartTimestamp(pcommon.Timestamp(s.start))
-	end := s.end
-	if end < s.start {
-		end = s.start
+	sp.SetTraceID(s.TraceID)
+	sp.SetSpanID(SpanIDOf(s.ID, s.Revision, s.Status))
+	sp.SetParentSpanID(s.ParentID)
+	sp.SetStartTimestamp(pcommon.Timestamp(s.Start))
+	end := s.End
+	if end < s.Start {
+		end = s.Start
 	}
 	sp.SetEndTimestamp(pcommon.Timestamp(end))
-	sp.Links().EnsureCapacity(len(s.links))
-	for _, l := range s.links {
+	sp.Links().EnsureCapacity(len(s.Links))
+	for _, l := range s.Links {
 		sl := sp.Links().AppendEmpty()
 		sl.SetTraceID(l.TraceID)
 		sl.SetSpanID(l.SpanID)
@@ -179,7 +139,7 @@ func (s *summary) fill(sp ptrace.Span) {
 	// The keys come from a template with empty values, copied in one
 	// allocation; the values are then set in the template's order. Put*
 	// would search the map for each key before appending it.
-	tenant, id := parseLedgerKey(s.id)
+	tenant, id := SplitKey(s.ID)
 	present := s.present(tenant != "")
 	a := sp.Attributes()
 	summaryTemplate(present).CopyTo(a)
@@ -193,49 +153,49 @@ func (s *summary) fill(sp ptrace.Span) {
 		case attrTenant:
 			v.SetStr(tenant)
 		case attrConversationID:
-			v.SetStr(s.conversationID)
+			v.SetStr(s.ConversationID)
 		case attrAgentName:
-			v.SetStr(s.agentName)
+			v.SetStr(s.AgentName)
 		case attrStatus:
-			v.SetStr(s.status)
+			v.SetStr(s.Status)
 		case attrRevision:
-			v.SetInt(s.revision)
+			v.SetInt(s.Revision)
 		case attrIncompleteReasons:
-			setStrings(v, s.reasons)
+			setStrings(v, s.Reasons)
 		case attrAnomalies:
-			setStrings(v, s.anomalies)
+			setStrings(v, s.Anomalies)
 		case attrUsageInput:
-			v.SetInt(s.usage.Input)
+			v.SetInt(s.Usage.Input)
 		case attrUsageOutput:
-			v.SetInt(s.usage.Output)
+			v.SetInt(s.Usage.Output)
 		case attrUsageCacheRead:
-			v.SetInt(s.usage.CacheRead)
+			v.SetInt(s.Usage.CacheRead)
 		case attrUsageCacheCreation:
-			v.SetInt(s.usage.CacheCreation)
+			v.SetInt(s.Usage.CacheCreation)
 		case attrUsageReasoning:
-			v.SetInt(s.usage.Reasoning)
+			v.SetInt(s.Usage.Reasoning)
 		case attrAfterInput:
-			v.SetInt(s.afterIn)
+			v.SetInt(s.AfterIn)
 		case attrAfterOutput:
-			v.SetInt(s.afterOut)
+			v.SetInt(s.AfterOut)
 		case attrModelCalls:
-			v.SetInt(s.modelCalls)
+			v.SetInt(s.ModelCalls)
 		case attrBackgroundJobs:
-			v.SetInt(s.backgroundJobs)
+			v.SetInt(s.BackgroundJobs)
 		case attrContinuations:
-			v.SetInt(s.continuations)
+			v.SetInt(s.Continuations)
 		case attrSpans:
-			v.SetInt(s.spans)
+			v.SetInt(s.Spans)
 		case attrTraces:
-			v.SetInt(s.traces)
+			v.SetInt(s.Traces)
 		case attrDuplicates:
-			v.SetInt(s.duplicates)
+			v.SetInt(s.Duplicates)
 		case attrTimeToFinal:
-			v.SetInt(s.timeToFinalMS)
+			v.SetInt(s.TimeToFinalMS)
 		case attrCost:
-			v.SetDouble(s.cost)
+			v.SetDouble(s.Cost)
 		case attrCostCurrency:
-			v.SetStr(costCurrency)
+			v.SetStr(CostCurrency)
 		}
 	}
 }
@@ -306,22 +266,22 @@ const optionalAttrs = 1<<attrTenant | 1<<attrConversationID | 1<<attrAgentName |
 	1<<attrTimeToFinal | 1<<attrCost | 1<<attrCostCurrency
 
 // present is the set of attributes fill puts, a bit per summaryAttr.
-func (s *summary) present(hasTenant bool) uint32 {
+func (s *Summary) present(hasTenant bool) uint32 {
 	const always = (1<<numSummaryAttrs - 1) &^ optionalAttrs
 	present := uint32(always)
 	if hasTenant {
 		present |= 1 << attrTenant
 	}
-	if s.conversationID != "" {
+	if s.ConversationID != "" {
 		present |= 1 << attrConversationID
 	}
-	if s.agentName != "" {
+	if s.AgentName != "" {
 		present |= 1 << attrAgentName
 	}
-	if s.hasTimeToFinal {
+	if s.HasTimeToFinal {
 		present |= 1 << attrTimeToFinal
 	}
-	if s.hasCost {
+	if s.HasCost {
 		present |= 1<<attrCost | 1<<attrCostCurrency
 	}
 	return present
@@ -362,4 +322,64 @@ func setStrings(v pcommon.Value, vals []string) {
 	for _, s := range vals {
 		sl.AppendEmpty().SetStr(s)
 	}
+}
+
+// SpanRef names a span in another trace (continuation roots).
+type SpanRef struct {
+	TraceID pcommon.TraceID
+	SpanID  pcommon.SpanID
+}
+
+// sameMap reports whether a and b are the same map (not equal contents).
+func sameMap(a, b map[string]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// sameRaw reports whether a and b are the same map or hold the same
+// scalar values; maps holding other values are only the same as
+// themselves.
+func sameRaw(a, b map[string]any) bool {
+	if sameMap(a, b) {
+		return true
+	}
+	if len(a) != len(b) {
+		return false
+	}
+	for k, av := range a {
+		bv, ok := b[k]
+		if !ok {
+			return false
+		}
+		switch av := av.(type) {
+		case string:
+			if bv, ok := bv.(string); !ok || av != bv {
+				return false
+			}
+		case int64:
+			if bv, ok := bv.(int64); !ok || av != bv {
+				return false
+			}
+		case bool:
+			if bv, ok := bv.(bool); !ok || av != bv {
+				return false
+			}
+		case float64:
+			if bv, ok := bv.(float64); !ok || av != bv {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// SplitKey splits a ledger key (the processor's ledgerKey: tenant, NUL,
+// invocation id; the id alone without a tenant) into its two parts.
+func SplitKey(key string) (tenant, id string) {
+	i := strings.IndexByte(key, 0)
+	if i < 0 {
+		return "", key
+	}
+	return key[:i], key[i+1:]
 }

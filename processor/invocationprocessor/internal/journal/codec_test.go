@@ -1,4 +1,4 @@
-package invocationprocessor
+package journal
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func randValue(r *rand.Rand, v pcommon.Value, depth int) {
 }
 
 func randString(r *rand.Rand) string {
-	pool := append([]string{"", "é", "a\x00b"}, attrKeys[1:]...)
+	pool := append([]string{"", "é", "a\x00b"}, AttrKeys[1:]...)
 	if r.IntN(3) == 0 {
 		return fmt.Sprintf("k%d", r.IntN(1000))
 	}
@@ -69,7 +69,7 @@ func randSpan(r *rand.Rand) ptrace.Span {
 	for range r.IntN(8) {
 		k := randString(r)
 		if r.IntN(2) == 0 {
-			k = attrKeys[1+r.IntN(len(attrKeys)-1)]
+			k = AttrKeys[1+r.IntN(len(AttrKeys)-1)]
 		}
 		randValue(r, sp.Attributes().PutEmpty(k), 0)
 	}
@@ -97,9 +97,9 @@ func randBytes8(r *rand.Rand) (b [8]byte) {
 }
 
 func encodeAll(sp ptrace.Span) []byte {
-	e := encoder{}
-	e.span(sp, nil, nil)
-	return e.b
+	e := Encoder{}
+	e.Span(sp, nil, nil)
+	return e.B
 }
 
 // TestCodecSpanRoundTrip: random spans (every attribute type, nested
@@ -110,10 +110,10 @@ func TestCodecSpanRoundTrip(t *testing.T) {
 		sp := randSpan(r)
 		b := encodeAll(sp)
 		got := ptrace.NewSpan()
-		d := decoder{b: b}
-		d.span(got)
-		require.NoError(t, d.err, "span %d", i)
-		require.Zero(t, d.remaining())
+		d := Decoder{B: b}
+		d.Span(got)
+		require.NoError(t, d.Err, "span %d", i)
+		require.Zero(t, d.Remaining())
 		require.Equal(t, sp.Attributes().AsRaw(), got.Attributes().AsRaw(), "span %d", i)
 		require.Equal(t, encodeAll(sp), encodeAll(got), "span %d", i)
 		require.Equal(t, sp.Links().Len(), got.Links().Len())
@@ -127,53 +127,53 @@ func TestCodecFactsKeepWhatTheLedgerReads(t *testing.T) {
 	sp.Attributes().PutStr(contract.AttrInvocationID, "x")
 	sp.Attributes().PutInt(contract.AttrUsageInputTokens, 7)
 	sp.Attributes().PutStr("http.url", "https://example.invalid/secret")
-	e := encoder{}
-	e.span(sp, factAttr, linkAttr)
+	e := Encoder{}
+	e.Span(sp, FactAttr, LinkAttr)
 	got := ptrace.NewSpan()
-	d := decoder{b: e.b}
-	d.span(got)
-	require.NoError(t, d.err)
+	d := Decoder{B: e.B}
+	d.Span(got)
+	require.NoError(t, d.Err)
 	require.Equal(t, map[string]any{contract.AttrInvocationID: "x", contract.AttrUsageInputTokens: int64(7)}, got.Attributes().AsRaw())
 }
 
-func randOps(r *rand.Rand) []storedOp {
-	ops := make([]storedOp, 1+r.IntN(4))
+func randOps(r *rand.Rand) []Op {
+	ops := make([]Op, 1+r.IntN(4))
 	ids := []string{"a", "b", "inv-" + randString(r)}
 	for i := range ops {
 		op := &ops[i]
-		op.seq = r.Uint64()
-		op.time = int64(r.Uint64())
+		op.Seq = r.Uint64()
+		op.Time = int64(r.Uint64())
 		for range r.IntN(3) {
-			e := encoder{}
+			e := Encoder{}
 			m := pcommon.NewMap()
 			randValue(r, m.PutEmpty("service.name"), 0)
-			e.attrs(m, nil, 0)
-			op.resources = append(op.resources, e.b)
+			e.Attrs(m, nil, 0)
+			op.Resources = append(op.Resources, e.B)
 		}
 		for range 1 + r.IntN(6) {
-			ev := storedEvent{kind: byte(1 + r.IntN(6)), id: ids[r.IntN(len(ids))]}
-			switch ev.kind {
-			case evFact:
-				ev.res = r.IntN(len(op.resources) + 1)
-				ev.fact = encodeAll(randSpan(r))
-			case evEmit:
-				ev.status = []string{contract.StatusPending, contract.StatusFinal, contract.StatusIncomplete}[r.IntN(3)]
-				ev.revision = int64(r.IntN(4))
-				ev.forced = randString(r)
-				ev.flags = byte(r.IntN(4))
-				if ev.flags&emitSent == 0 {
-					ev.summary = encodeAll(randSpan(r))
+			ev := Event{Kind: byte(1 + r.IntN(6)), ID: ids[r.IntN(len(ids))]}
+			switch ev.Kind {
+			case EvFact:
+				ev.Res = r.IntN(len(op.Resources) + 1)
+				ev.Fact = encodeAll(randSpan(r))
+			case EvEmit:
+				ev.Status = []string{contract.StatusPending, contract.StatusFinal, contract.StatusIncomplete}[r.IntN(3)]
+				ev.Revision = int64(r.IntN(4))
+				ev.Forced = randString(r)
+				ev.Flags = byte(r.IntN(4))
+				if ev.Flags&EmitSent == 0 {
+					ev.Summary = encodeAll(randSpan(r))
 				}
-			case evSent:
-				ev.revision = int64(r.IntN(4))
-				ev.status = contract.StatusFinal
-			case evTaint:
-				ev.until = int64(r.Uint64())
-			case evTaintAll:
-				ev.id = ""
-				ev.until = int64(r.Uint64())
+			case EvSent:
+				ev.Revision = int64(r.IntN(4))
+				ev.Status = contract.StatusFinal
+			case EvTaint:
+				ev.Until = int64(r.Uint64())
+			case EvTaintAll:
+				ev.ID = ""
+				ev.Until = int64(r.Uint64())
 			}
-			op.events = append(op.events, ev)
+			op.Events = append(op.Events, ev)
 		}
 	}
 	return ops
@@ -185,31 +185,31 @@ func TestCodecRecordRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	for i := range 2000 {
 		ops := randOps(r)
-		kind := []byte{kindLog, kindChunk}[r.IntN(2)]
-		b := encodeOps(kind, ops)
-		got, _, err := decodeOps(kind, b)
+		kind := []byte{KindLog, KindChunk}[r.IntN(2)]
+		b := EncodeOps(kind, ops)
+		got, _, err := DecodeOps(kind, b)
 		require.NoError(t, err, "case %d", i)
 		require.Equal(t, ops, normalizeOps(got), "case %d", i)
 	}
-	m := manifest{gen: 3, chunks: 2, logStart: 99, prevGen: 2, prevChunks: 1, prevLogStart: 40, snapBytes: 1234}
-	got, err := decodeManifest(m.encode())
+	m := Manifest{Gen: 3, Chunks: 2, LogStart: 99, PrevGen: 2, PrevChunks: 1, PrevLogStart: 40, SnapBytes: 1234}
+	got, err := DecodeManifest(m.Encode())
 	require.NoError(t, err)
 	require.Equal(t, m, got)
-	n, err := decodeMeta(encodeMeta(16))
+	n, err := DecodeMeta(EncodeMeta(16))
 	require.NoError(t, err)
 	require.Equal(t, 16, n)
 }
 
 // normalizeOps makes decoded empty slices nil, as the generator has them.
-func normalizeOps(ops []storedOp) []storedOp {
+func normalizeOps(ops []Op) []Op {
 	for i := range ops {
-		if len(ops[i].resources) == 0 {
-			ops[i].resources = nil
+		if len(ops[i].Resources) == 0 {
+			ops[i].Resources = nil
 		}
-		for j := range ops[i].events {
-			ev := &ops[i].events[j]
-			if ev.kind != evFact {
-				ev.fact = nil
+		for j := range ops[i].Events {
+			ev := &ops[i].Events[j]
+			if ev.Kind != EvFact {
+				ev.Fact = nil
 			}
 		}
 	}
@@ -217,21 +217,21 @@ func normalizeOps(ops []storedOp) []storedOp {
 }
 
 // Every damaged byte and every truncation of a record is detected: a clear
-// error wrapping errCorrupt, never a panic, never different content.
+// error wrapping ErrCorrupt, never a panic, never different content.
 func TestCodecDetectsDamage(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	ops := randOps(r)
-	b := encodeOps(kindLog, ops)
+	b := EncodeOps(KindLog, ops)
 	for i := range b {
 		for _, bit := range []byte{0x01, 0x80} {
 			damaged := bytes.Clone(b)
 			damaged[i] ^= bit
-			_, _, err := decodeOps(kindLog, damaged)
-			require.True(t, errors.Is(err, errCorrupt), "byte %d bit %#x: %v", i, bit, err)
+			_, _, err := DecodeOps(KindLog, damaged)
+			require.True(t, errors.Is(err, ErrCorrupt), "byte %d bit %#x: %v", i, bit, err)
 		}
 	}
 	for n := range len(b) {
-		_, _, err := decodeOps(kindLog, b[:n])
-		require.ErrorIs(t, err, errCorrupt, "truncated to %d", n)
+		_, _, err := DecodeOps(KindLog, b[:n])
+		require.ErrorIs(t, err, ErrCorrupt, "truncated to %d", n)
 	}
 }

@@ -1,0 +1,439 @@
+package journal // import "github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/agentledger/agentledger/contract"
+)
+
+// The stored form is a compact binary encoding of our own (no pdata, no
+// protobuf): unsigned and zig-zag varints, length-prefixed strings, fixed
+// 16- and 8-byte trace and span IDs, and typed attribute values. Every
+// stored value starts with Version; see record.go for the framing.
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("corrupt stored ledger data")
+
+// maxValueDepth bounds the nesting of a stored attribute value; deeper
+// slices and maps are stored empty (no attribute the ledger reads nests).
+const maxValueDepth = 16
+
+// Encoder appends to a byte slice.
+type Encoder struct{ B []byte }
+
+func (e *Encoder) Byte1(v byte)       { e.B = append(e.B, v) }
+func (e *Encoder) Uvarint(v uint64)   { e.B = binary.AppendUvarint(e.B, v) }
+func (e *Encoder) Varint(v int64)     { e.B = binary.AppendVarint(e.B, v) }
+func (e *Encoder) Raw(p []byte)       { e.B = append(e.B, p...) }
+func (e *Encoder) BytesLP(p []byte)   { e.Uvarint(uint64(len(p))); e.B = append(e.B, p...) }
+func (e *Encoder) Str(s string)       { e.Uvarint(uint64(len(s))); e.B = append(e.B, s...) }
+func (e *Encoder) TraceID(t [16]byte) { e.B = append(e.B, t[:]...) }
+func (e *Encoder) SpanID(s [8]byte)   { e.B = append(e.B, s[:]...) }
+
+// Decoder reads what Encoder wrote. The first error sticks: every later
+// read returns a zero value, so callers check err once per value.
+type Decoder struct {
+	B   []byte
+	off int
+	Err error
+}
+
+func (d *Decoder) Fail(format string, args ...any) {
+	if d.Err == nil {
+		d.Err = fmt.Errorf("%w: at byte %d: %s", ErrCorrupt, d.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *Decoder) Remaining() int { return len(d.B) - d.off }
+
+// Rest is what is left to read.
+func (d *Decoder) Rest() []byte { return d.B[d.off:] }
+
+func (d *Decoder) Byte1() byte {
+	if d.Err != nil {
+		return 0
+	}
+	if d.off >= len(d.B) {
+		d.Fail("truncated")
+		return 0
+	}
+	v := d.B[d.off]
+	d.off++
+	return v
+}
+
+func (d *Decoder) Uvarint() uint64 {
+	if d.Err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.B[d.off:])
+	if n <= 0 {
+		d.Fail("bad uvarint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *Decoder) Varint() int64 {
+	if d.Err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.B[d.off:])
+	if n <= 0 {
+		d.Fail("bad varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+// Count reads an element Count, each element taking at least minSize
+// bytes, so a corrupt Count cannot make the reader allocate beyond the
+// input.
+func (d *Decoder) Count(minSize int) int {
+	n := d.Uvarint()
+	if d.Err != nil {
+		return 0
+	}
+	if n > uint64(d.Remaining()/max(minSize, 1)) {
+		d.Fail("count %d exceeds the %d bytes left", n, d.Remaining())
+		return 0
+	}
+	return int(n)
+}
+
+func (d *Decoder) Fixed(n int) []byte {
+	if d.Err != nil {
+		return nil
+	}
+	if d.Remaining() < n {
+		d.Fail("truncated")
+		return nil
+	}
+	p := d.B[d.off : d.off+n]
+	d.off += n
+	return p
+}
+
+func (d *Decoder) BytesLP() []byte {
+	n := d.Count(1)
+	return d.Fixed(n)
+}
+
+func (d *Decoder) Str() string { return string(d.BytesLP()) }
+
+func (d *Decoder) TraceID() (t [16]byte) {
+	copy(t[:], d.Fixed(16))
+	return t
+}
+
+func (d *Decoder) SpanID() (s [8]byte) {
+	copy(s[:], d.Fixed(8))
+	return s
+}
+
+// AttrKeys is the dictionary of attribute keys stored as one index byte
+// instead of the name. Append only: an index must keep its key for as long
+// as data of Version exists.
+var AttrKeys = []string{
+	"", // 0: the key follows as a string
+	contract.AttrInvocationID,
+	contract.AttrRole,
+	contract.AttrChildren,
+	contract.AttrFollowups,
+	contract.AttrRemote,
+	contract.AttrLink,
+	contract.AttrOperationName,
+	contract.AttrUsageInputTokens,
+	contract.AttrUsageOutputTokens,
+	contract.AttrUsageCacheReadTokens,
+	contract.AttrUsageCacheCreateTokens,
+	contract.AttrUsageReasoningTokens,
+	contract.AttrConversationID,
+	contract.AttrAgentName,
+	contract.AttrRequestModel,
+	contract.AttrResponseModel,
+	contract.AttrProviderName,
+	contract.AttrToolName,
+	contract.AttrToolCallID,
+	contract.AttrFollowupReason,
+	contract.AttrFollowupConsumer,
+	contract.AttrLateChild,
+	contract.AttrUnattributed,
+	"service.name",
+}
+
+var attrKeyIndex = func() map[string]byte {
+	m := make(map[string]byte, len(AttrKeys))
+	for i, k := range AttrKeys[1:] {
+		m[k] = byte(i + 1)
+	}
+	return m
+}()
+
+func (e *Encoder) Key(k string) {
+	if i, ok := attrKeyIndex[k]; ok {
+		e.Byte1(i)
+		return
+	}
+	e.Byte1(0)
+	e.Str(k)
+}
+
+func (d *Decoder) Key() string {
+	i := d.Byte1()
+	if i == 0 {
+		return d.Str()
+	}
+	if int(i) >= len(AttrKeys) {
+		d.Fail("unknown attribute key index %d", i)
+		return ""
+	}
+	return AttrKeys[i]
+}
+
+// Value type tags.
+const (
+	tagEmpty byte = iota
+	tagStr
+	tagInt
+	tagDouble
+	tagBool
+	tagBytes
+	tagSlice
+	tagMap
+)
+
+func (e *Encoder) Value(v pcommon.Value, depth int) {
+	switch v.Type() {
+	case pcommon.ValueTypeStr:
+		e.Byte1(tagStr)
+		e.Str(v.Str())
+	case pcommon.ValueTypeInt:
+		e.Byte1(tagInt)
+		e.Varint(v.Int())
+	case pcommon.ValueTypeDouble:
+		e.Byte1(tagDouble)
+		e.B = binary.LittleEndian.AppendUint64(e.B, math.Float64bits(v.Double()))
+	case pcommon.ValueTypeBool:
+		e.Byte1(tagBool)
+		if v.Bool() {
+			e.Byte1(1)
+		} else {
+			e.Byte1(0)
+		}
+	case pcommon.ValueTypeBytes:
+		e.Byte1(tagBytes)
+		e.BytesLP(v.Bytes().AsRaw())
+	case pcommon.ValueTypeSlice:
+		e.Byte1(tagSlice)
+		if depth >= maxValueDepth {
+			e.Uvarint(0)
+			return
+		}
+		sl := v.Slice()
+		e.Uvarint(uint64(sl.Len()))
+		for i := 0; i < sl.Len(); i++ {
+			e.Value(sl.At(i), depth+1)
+		}
+	case pcommon.ValueTypeMap:
+		e.Byte1(tagMap)
+		if depth >= maxValueDepth {
+			e.Uvarint(0)
+			return
+		}
+		e.Attrs(v.Map(), nil, depth+1)
+	default:
+		e.Byte1(tagEmpty)
+	}
+}
+
+func (d *Decoder) Value(v pcommon.Value, depth int) {
+	switch tag := d.Byte1(); tag {
+	case tagEmpty:
+	case tagStr:
+		v.SetStr(d.Str())
+	case tagInt:
+		v.SetInt(d.Varint())
+	case tagDouble:
+		p := d.Fixed(8)
+		if p != nil {
+			v.SetDouble(math.Float64frombits(binary.LittleEndian.Uint64(p)))
+		}
+	case tagBool:
+		switch b := d.Byte1(); b {
+		case 0, 1:
+			v.SetBool(b == 1)
+		default:
+			d.Fail("bad bool %d", b)
+		}
+	case tagBytes:
+		v.SetEmptyBytes().FromRaw(d.BytesLP())
+	case tagSlice:
+		if depth >= maxValueDepth {
+			d.Fail("value nested deeper than %d", maxValueDepth)
+			return
+		}
+		n := d.Count(1)
+		sl := v.SetEmptySlice()
+		sl.EnsureCapacity(n)
+		for i := 0; i < n && d.Err == nil; i++ {
+			d.Value(sl.AppendEmpty(), depth+1)
+		}
+	case tagMap:
+		if depth >= maxValueDepth {
+			d.Fail("value nested deeper than %d", maxValueDepth)
+			return
+		}
+		d.Attrs(v.SetEmptyMap(), depth+1)
+	default:
+		d.Fail("unknown value tag %d", tag)
+	}
+}
+
+// Attrs encodes the entries of m that keep accepts (all when keep is nil).
+func (e *Encoder) Attrs(m pcommon.Map, keep func(string) bool, depth int) {
+	n := 0
+	for k := range m.All() {
+		if keep == nil || keep(k) {
+			n++
+		}
+	}
+	e.Uvarint(uint64(n))
+	for k, v := range m.All() {
+		if keep == nil || keep(k) {
+			e.Key(k)
+			e.Value(v, depth)
+		}
+	}
+}
+
+func (d *Decoder) Attrs(m pcommon.Map, depth int) {
+	n := d.Count(2)
+	m.EnsureCapacity(n)
+	for i := 0; i < n && d.Err == nil; i++ {
+		k := d.Key()
+		d.Value(m.PutEmpty(k), depth)
+	}
+}
+
+// FactAttr reports whether a span attribute is part of a span's facts: the
+// contract's namespaces, which hold everything the ledger reads from
+// attributes (ids, roles, counts, flags, links' kinds, usage, models,
+// conversation and agent).
+func FactAttr(k string) bool {
+	return strings.HasPrefix(k, "invocation.") || strings.HasPrefix(k, "gen_ai.")
+}
+
+// LinkAttr reports whether a link attribute is part of a span's facts.
+func LinkAttr(k string) bool { return strings.HasPrefix(k, "invocation.") }
+
+// Span flags in a stored span.
+const (
+	spanHasParent = 1 << iota
+)
+
+// encodeSpan writes what the ledger reads from one Span: IDs, parent,
+// name, times, status code and kind, the attributes keep accepts (all when
+// nil), and links with the link attributes linkKeep accepts.
+func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
+	e.TraceID(sp.TraceID())
+	e.SpanID(sp.SpanID())
+	var flags byte
+	pid := sp.ParentSpanID()
+	if !pid.IsEmpty() {
+		flags |= spanHasParent
+	}
+	e.Byte1(flags)
+	if !pid.IsEmpty() {
+		e.SpanID(pid)
+	}
+	e.Str(sp.Name())
+	e.Byte1(byte(sp.Kind()))
+	e.Byte1(byte(sp.Status().Code()))
+	e.Uvarint(uint64(sp.StartTimestamp()))
+	e.Uvarint(uint64(sp.EndTimestamp()))
+	e.Attrs(sp.Attributes(), keep, 0)
+	links := sp.Links()
+	e.Uvarint(uint64(links.Len()))
+	for i := 0; i < links.Len(); i++ {
+		l := links.At(i)
+		e.TraceID(l.TraceID())
+		e.SpanID(l.SpanID())
+		e.Attrs(l.Attributes(), linkKeep, 0)
+	}
+}
+
+// SpanHeader is a stored span's identity, name, kind, status and times.
+type SpanHeader struct {
+	TraceID    pcommon.TraceID
+	SpanID     pcommon.SpanID
+	Parent     pcommon.SpanID
+	Name       string
+	Kind       ptrace.SpanKind
+	Code       ptrace.StatusCode
+	Start, End uint64
+}
+
+// Header decodes what precedes a stored span's attributes.
+func (d *Decoder) Header() (h SpanHeader, ok bool) {
+	h.TraceID = d.TraceID()
+	h.SpanID = d.SpanID()
+	flags := d.Byte1()
+	if flags&^spanHasParent != 0 {
+		d.Fail("bad span flags %#x", flags)
+		return h, false
+	}
+	if flags&spanHasParent != 0 {
+		h.Parent = d.SpanID()
+	}
+	h.Name = d.Str()
+	kind := d.Byte1()
+	if kind > byte(ptrace.SpanKindConsumer) {
+		d.Fail("bad span kind %d", kind)
+		return h, false
+	}
+	h.Kind = ptrace.SpanKind(kind)
+	code := d.Byte1()
+	if code > byte(ptrace.StatusCodeError) {
+		d.Fail("bad status code %d", code)
+		return h, false
+	}
+	h.Code = ptrace.StatusCode(code)
+	h.Start, h.End = d.Uvarint(), d.Uvarint()
+	return h, d.Err == nil
+}
+
+// Span decodes a stored Span into sp, which must be empty.
+func (d *Decoder) Span(sp ptrace.Span) {
+	h, ok := d.Header()
+	if !ok {
+		return
+	}
+	sp.SetTraceID(h.TraceID)
+	sp.SetSpanID(h.SpanID)
+	if !h.Parent.IsEmpty() {
+		sp.SetParentSpanID(h.Parent)
+	}
+	sp.SetName(h.Name)
+	sp.SetKind(h.Kind)
+	sp.Status().SetCode(h.Code)
+	sp.SetStartTimestamp(pcommon.Timestamp(h.Start))
+	sp.SetEndTimestamp(pcommon.Timestamp(h.End))
+	d.Attrs(sp.Attributes(), 0)
+	n := d.Count(25)
+	for i := 0; i < n && d.Err == nil; i++ {
+		l := sp.Links().AppendEmpty()
+		l.SetTraceID(d.TraceID())
+		l.SetSpanID(d.SpanID())
+		d.Attrs(l.Attributes(), 0)
+	}
+}

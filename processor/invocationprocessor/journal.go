@@ -1,0 +1,216 @@
+package invocationprocessor // import "github.com/agentledger/agentledger/processor/invocationprocessor"
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
+)
+
+// shardJournal is the layer a shard calls to make its locked sections durable:
+// one call where a section begins and ends, one per span indexed, per
+// invocation forgotten, per id remembered, and one when the next consumer
+// accepted summaries. Without storage it is noJournal; with storage it is
+// the shard's *shardPersist (storage.go writes what it queues). Every method
+// but sent runs with the shard's mu held; sent takes it.
+type shardJournal interface {
+	begin(s *shard)
+	fact(s *shard, r *indexRef, now int64, stats *stats)
+	forget(s *shard, inv *invocation)
+	remember(s *shard, id string, until int64)
+	end(s *shard, now int64)
+	sent(s *shard, out []summary.Summary)
+}
+
+// noJournal is the journal of a processor without storage: it records
+// nothing.
+type noJournal struct{}
+
+func (noJournal) begin(*shard)                          {}
+func (noJournal) fact(*shard, *indexRef, int64, *stats) {}
+func (noJournal) forget(*shard, *invocation)            {}
+func (noJournal) remember(*shard, string, int64)        {}
+func (noJournal) end(*shard, int64)                     {}
+func (noJournal) sent(*shard, []summary.Summary)        {}
+
+var (
+	_ shardJournal = noJournal{}
+	_ shardJournal = (*shardPersist)(nil)
+)
+
+// shardPersist is one shard's journal and the state of its partition. It
+// is guarded by the shard's mu.
+type shardPersist struct {
+	part  int
+	store *store
+	// trust marks the summaries stored as they will be sent (trust.go).
+	trust *trust
+
+	// The current locked section.
+	active   bool
+	observed int // outbox length already journalled
+	mark     int // outbox length when the section began
+	op       journal.Op
+	resIndex map[pcommon.Resource]int
+	enc      journal.Encoder
+	// arena holds the section's encoded facts and resources, which its
+	// events slice, until journalEnd encodes the record.
+	arena []byte
+
+	// marks are delivery marks (and forgets outside a section)
+	// waiting for the shard's next record.
+	marks []journal.Event
+	// held are summaries made but not yet durable, in order.
+	held []summary.Summary
+	// unwritten counts queued records.
+	unwritten int
+
+	// Partition layout.
+	nextSeq   uint64
+	invs      int // len(s.invs) when the section began, for the metric
+	man       journal.Manifest
+	logBytes  int64
+	replaying bool
+
+	// Lost state: invocations (and, with taintAll, any invocation of the
+	// partition) created before the time given cannot be final.
+	tainted  map[string]int64
+	taintAll int64
+	// lostAtLoad are invocations whose closed record could not be read
+	// back (replay fills it, loadPartition journals the loss).
+	lostAtLoad []string
+}
+
+// begin starts journalling a locked section of s.
+func (ps *shardPersist) begin(s *shard) {
+	if ps.replaying {
+		return
+	}
+	ps.active = true
+	ps.invs = len(s.invs)
+	ps.mark = len(s.outbox)
+	ps.observed = ps.mark
+	clear(ps.op.Events)
+	ps.op.Events = ps.op.Events[:0]
+	ps.op.Resources = ps.op.Resources[:0]
+	ps.arena = ps.arena[:0]
+	clear(ps.resIndex)
+}
+
+// keep copies b into the section's arena and returns the copy. A full
+// arena is replaced, not grown: earlier copies stay valid in the old one.
+func (ps *shardPersist) keep(b []byte) []byte {
+	if len(ps.arena)+len(b) > cap(ps.arena) {
+		ps.arena = make([]byte, 0, max(64<<10, 2*len(b)))
+	}
+	start := len(ps.arena)
+	ps.arena = append(ps.arena, b...)
+	return ps.arena[start:len(ps.arena):len(ps.arena)]
+}
+
+// fact records one span about to be indexed (before s.ensure, so a lost
+// invocation is marked before anything can close it).
+func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
+	if !ps.active {
+		return
+	}
+	ps.observe(s)
+	if ps.taintAll > now || ps.tainted[r.id] > now {
+		taintInvocation(s.ensure(r.id, now, stats))
+	}
+	ri, ok := ps.resIndex[r.res]
+	if !ok {
+		ps.enc.B = ps.enc.B[:0]
+		ps.enc.Attrs(r.res.Attributes(), nil, 0)
+		ps.op.Resources = append(ps.op.Resources, ps.keep(ps.enc.B))
+		ri = len(ps.op.Resources)
+		ps.resIndex[r.res] = ri
+	}
+	ps.enc.B = ps.enc.B[:0]
+	ps.enc.Span(r.span, journal.FactAttr, journal.LinkAttr)
+	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvFact, ID: r.id, Res: ri, Fact: ps.keep(ps.enc.B)})
+}
+
+// forget records that inv is being forgotten.
+func (ps *shardPersist) forget(s *shard, inv *invocation) {
+	if ps.replaying {
+		return
+	}
+	if ps.active {
+		ps.observe(s)
+		ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvForget, ID: inv.ID})
+		return
+	}
+	// Outside a journalled section (no such path today): keep the event
+	// for the shard's next record.
+	ps.marks = append(ps.marks, journal.Event{Kind: journal.EvForget, ID: inv.ID})
+}
+
+// remember records that a forgotten invocation's id is remembered until
+// the given time, in a journalled section.
+func (ps *shardPersist) remember(s *shard, id string, until int64) {
+	if !ps.active {
+		return
+	}
+	ps.observe(s)
+	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvRemember, ID: id, Until: until})
+}
+
+// observe journals the summaries added to the outbox since the last look.
+func (ps *shardPersist) observe(s *shard) {
+	for ; ps.observed < len(s.outbox); ps.observed++ {
+		sum := &s.outbox[ps.observed]
+		ev := journal.Event{Kind: journal.EvEmit, ID: sum.ID, Status: sum.Status, Revision: sum.Revision, Summary: encodeSummary(sum, ps.trust)}
+		if inv, ok := s.invs[sum.ID]; ok && sum.Revision == 1 {
+			ev.Forced = inv.Forced
+		}
+		ps.op.Events = append(ps.op.Events, ev)
+	}
+}
+
+// end closes the section: the summaries it made are held back and its
+// record is queued for writing.
+func (ps *shardPersist) end(s *shard, now int64) {
+	if !ps.active {
+		return
+	}
+	ps.observe(s)
+	ps.active = false
+	if d := len(s.invs) - ps.invs; d != 0 {
+		ps.store.metrics.invocations.Add(context.Background(), int64(d))
+	}
+	made := len(s.outbox) - ps.mark
+	if made > 0 {
+		ps.held = append(ps.held, s.outbox[ps.mark:]...)
+		clear(s.outbox[ps.mark:])
+		s.outbox = s.outbox[:ps.mark]
+	}
+	if len(ps.marks) > 0 {
+		ps.op.Events = append(ps.marks, ps.op.Events...)
+		ps.marks = nil
+	}
+	if len(ps.op.Events) == 0 {
+		return
+	}
+	ps.op.Seq = ps.nextSeq
+	ps.op.Time = now
+	ps.nextSeq++
+	value := journal.EncodeOps(journal.KindLog, []journal.Op{ps.op})
+	ps.unwritten++
+	ps.store.enqueue(&pendingRecord{shard: ps.part, key: journal.LogKey(ps.part, ps.op.Seq), value: value, held: made})
+}
+
+// sent records that the next consumer accepted summaries.
+func (ps *shardPersist) sent(s *shard, out []summary.Summary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range out {
+		ps.marks = append(ps.marks, journal.Event{Kind: journal.EvSent, ID: out[i].ID, Revision: out[i].Revision, Status: out[i].Status})
+	}
+}
+
+// partition is the shard's journal with storage. Only storage code, which
+// runs after load set it, calls it.
+func (s *shard) partition() *shardPersist { return s.journal.(*shardPersist) }
