@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/ledger"
 )
 
 // Invocation is one caller request into a session; its root span ends
@@ -36,7 +37,7 @@ type UnattributedReason string
 
 // UnattributedUnknown is the reason StartUnattributed records when it is
 // given none.
-const UnattributedUnknown UnattributedReason = "unknown"
+const UnattributedUnknown UnattributedReason = ledger.UnattributedUnknown
 
 // StartUnattributed starts a turn the runtime started by itself that no
 // invocation can own (contract rule 7): the notification of a job no
@@ -104,7 +105,7 @@ func (t *Tracker) startRootIn(ctx context.Context, id, agent, session string, ex
 	if !span.SpanContext().IsSampled() {
 		// Nothing of the invocation is observed: Ledger.Wait answers
 		// not_sampled at once instead of waiting for the open timeout.
-		markNotSampled(id)
+		ledger.MarkNotSampled(id)
 	}
 	return ctx, &Invocation{id: id, span: span}
 }

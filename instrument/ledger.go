@@ -2,15 +2,10 @@ package instrument
 
 import (
 	"context"
-	"math"
-	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/instrument/internal/clock"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
+	"github.com/agentledger/agentledger/instrument/internal/ledger"
 )
 
 // Ledger keeps the running usage of invocations and decides their
@@ -31,142 +26,111 @@ import (
 // malformed parentage or links and reused span IDs fail closed, and a
 // model call without usage makes the invocation incomplete.
 //
-// Its parts, all guarded by its mutex: an invocationState per invocation
-// keeps a ledgerrule.Graph, the finality rule the collector runs too
-// (internal/ledgerrule; CONTRACT.md v0.10), fed the facts of each ended
-// span as exported (ledger_invocation.go, ledger_span.go; closing and
-// revising in ledger_finality.go); the retention
-// (ledger_retention.go) holds the open invocations by age for the open
-// timeout and eviction, and the closed ones for the retention period; the
-// sessionIndex (ledger_session.go) lists each session's invocations; the
-// backgroundIndex (ledger_background.go) tells foreign followups; the
-// nameTable (ledger_names.go) interns span names; the summaryRecord
-// (ledger_record.go) answers a late Wait. Spans come in
-// through ledger_ingest.go, questions through ledger_query.go.
+// It is a thin handle on the ledger of instrument/internal/ledger, which
+// holds the state and applies the rule; its answers are converted into
+// the types of this package.
 type Ledger struct {
-	clock    clock.Clock
-	settle   time.Duration
-	maxSpans int
-	// rule configures the contract's reader of spans (internal/ledgerrule).
-	rule *ledgerrule.Config
-	// graph configures the finality rule (ledgerrule.Graph).
-	graph         ledgerrule.GraphConfig
-	evictedCount  metric.Int64Counter
-	spanLimited   metric.Int64Counter
-	recordDropped metric.Int64Counter
-
-	// mu guards all fields below and every invocation's state.
-	mu   sync.Mutex
-	held retention
-	// timeout is the timer of the oldest open invocation's open timeout
-	// (nil when none is set).
-	timeout    clock.Timer
-	sessions   sessionIndex
-	background backgroundIndex
-	names      nameTable
-	// record keeps the latest summaries of forgotten invocations for a
-	// late Wait.
-	record *summaryRecord
-	down   bool
+	l *ledger.Ledger
 }
 
 func newLedger(cfg config, meter metric.Meter) *Ledger {
-	l := &Ledger{
-		clock:      cfg.clock,
-		settle:     cfg.remoteSettle,
-		maxSpans:   min(cfg.maxSpans, math.MaxInt32), // nodes count in 32 bits
-		rule:       ledgerrule.NewConfig(contract.DefaultUsageOperations, min(cfg.maxSpans, math.MaxInt32)),
-		held:       newRetention(cfg),
-		sessions:   newSessionIndex(),
-		background: make(backgroundIndex),
-		record:     newSummaryRecord(cfg.closedRecords),
-	}
-	l.graph = ledgerrule.GraphConfig{MaxSpans: l.maxSpans, Settle: int64(cfg.remoteSettle)}
-	l.evictedCount, _ = meter.Int64Counter("agentledger.instrument.ledger.evicted",
-		metric.WithDescription("Invocations closed incomplete because the open-invocation limit was reached."),
-		metric.WithUnit("{invocation}"))
-	l.spanLimited, _ = meter.Int64Counter("agentledger.instrument.ledger.span_limit",
-		metric.WithDescription("Spans not indexed because their invocation reached the per-invocation span limit; the invocation closes incomplete."),
-		metric.WithUnit("{span}"))
-	l.recordDropped, _ = meter.Int64Counter("agentledger.instrument.ledger.closed_records_dropped",
-		metric.WithDescription("Summaries of forgotten invocations dropped from the bounded record a late Wait answers from."),
-		metric.WithUnit("{invocation}"))
-	return l
+	return &Ledger{l: ledger.New(ledger.Config{
+		Clock:              cfg.clock,
+		RemoteSettle:       cfg.remoteSettle,
+		OpenTimeout:        cfg.openTimeout,
+		Retention:          cfg.retention,
+		MaxOpenInvocations: cfg.maxOpenInvocations,
+		MaxSpans:           cfg.maxSpans,
+		ClosedRecords:      cfg.closedRecords,
+	}, meter)}
 }
 
-// lookup returns the state of id, creating it at now (and evicting the
-// oldest open invocation beyond the limit) when needed. l.mu must be
-// held.
-func (l *Ledger) lookup(id string, now time.Time) *invocationState {
-	if inv, ok := l.held.get(id); ok {
-		return inv
-	}
-	for l.held.full() {
-		l.evictedCount.Add(context.Background(), 1)
-		l.closeLocked(l.held.oldestOpen(), contract.StatusIncomplete, contract.ReasonEvicted, []string{contract.ReasonEvicted}, now)
-	}
-	inv := newInvocationState(id, now)
-	l.held.add(inv)
-	l.armTimeout(now)
-	return inv
+// Usage returns the running usage of invocation id, and false when the
+// ledger does not know it (never seen, or forgotten after retention).
+func (l *Ledger) Usage(id string) (Usage, bool) {
+	u, ok := l.l.Usage(id)
+	return usageOf(u), ok
 }
 
-// armTimeout sets the open-timeout timer for the oldest open invocation
-// unless it is set. The timer of an invocation that closed before its
-// timeout fires all the same and moves on to the next. l.mu must be held.
-func (l *Ledger) armTimeout(now time.Time) {
-	oldest := l.held.oldestOpen()
-	if l.timeout != nil || oldest == nil || l.down {
-		return
-	}
-	l.timeout = l.clock.AfterFunc(l.held.deadline(oldest).Sub(now), l.timedOut)
+// Summary returns the current summary of invocation id without waiting,
+// and false when the ledger does not know it.
+func (l *Ledger) Summary(id string) (Summary, bool) {
+	s, ok := l.l.Summary(id)
+	return summaryOf(s), ok
 }
 
-// timedOut closes, incomplete with open_timeout, every open invocation
-// whose open timeout has passed, oldest first.
-func (l *Ledger) timedOut() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.timeout = nil
-	if l.down {
-		return
-	}
-	now := l.clock.Now()
-	for inv := l.held.timedOut(now); inv != nil; inv = l.held.timedOut(now) {
-		l.closeForced(inv, contract.ReasonOpenTimeout, now)
-	}
-	l.armTimeout(now)
+// Wait blocks until invocation id is final or incomplete, or ctx ends; it
+// then returns the summary (with ctx's error in the latter case).
+//
+// Wait never creates state: an id the ledger holds no state for is
+// answered at once, from the record of invocations closed and forgotten
+// after the retention (bounded by WithClosedRecords), or, when a Tracker
+// started the invocation with a root span that was not sampled, as
+// incomplete with reason not_sampled (nothing of it is observed, here or
+// in the collector); otherwise with ErrUnknownInvocation. Wait on an
+// invocation whose root was not sampled answers not_sampled at once even
+// when some of its spans were sampled.
+func (l *Ledger) Wait(ctx context.Context, id string) (Summary, error) {
+	s, err := l.l.Wait(ctx, id)
+	return summaryOf(s), err
 }
 
-// sweep forgets the closed invocations whose retention has passed at
-// now: each leaves its summary in the bounded record a late Wait answers
-// from, and its session and background spans are unlisted. l.mu must be
-// held.
-func (l *Ledger) sweep(now time.Time) {
-	for inv := l.held.expired(now); inv != nil; inv = l.held.expired(now) {
-		if l.record.add(l.summaryLocked(inv)) {
-			l.recordDropped.Add(context.Background(), 1)
-		}
-		l.sessions.remove(inv)
-		l.background.forget(inv)
+// Session returns what session still owes its invocations.
+func (l *Ledger) Session(session string) SessionState {
+	st := l.l.Session(session)
+	return SessionState{
+		OwesWork:             st.OwesWork,
+		OpenJobs:             jobsOf(st.OpenJobs),
+		ExpectedFollowups:    jobsOf(st.ExpectedFollowups),
+		RunningContinuations: st.RunningContinuations,
+		UnattributedTurns:    st.UnattributedTurns,
 	}
 }
 
-// shutdown closes every open invocation incomplete with reason shutdown
-// and stops all timers.
-func (l *Ledger) shutdown() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.down {
-		return
+// ErrUnknownInvocation is returned by Wait for an invocation the ledger
+// has no record of: no span of it was seen, or it was forgotten after the
+// retention and dropped from the bounded record of closed invocations
+// (WithClosedRecords).
+var ErrUnknownInvocation = ledger.ErrUnknownInvocation
+
+func usageOf(u ledger.Usage) Usage {
+	return Usage{
+		InputTokens:              u.Input,
+		OutputTokens:             u.Output,
+		CacheReadInputTokens:     u.CacheRead,
+		CacheCreationInputTokens: u.CacheCreation,
+		ReasoningOutputTokens:    u.Reasoning,
+		AfterResultInputTokens:   u.AfterInput,
+		AfterResultOutputTokens:  u.AfterOutput,
+		ModelCalls:               u.ModelCalls,
+		BackgroundJobs:           u.BackgroundJobs,
+		Continuations:            u.Continuations,
+		Spans:                    u.Spans,
 	}
-	now := l.clock.Now()
-	for inv := l.held.oldestOpen(); inv != nil; inv = l.held.oldestOpen() {
-		l.closeForced(inv, contract.ReasonShutdown, now)
+}
+
+func summaryOf(s ledger.Summary) Summary {
+	return Summary{
+		InvocationID: s.InvocationID,
+		SessionID:    s.SessionID,
+		Agent:        s.Agent,
+		Status:       Status(s.Status),
+		Reasons:      s.Reasons,
+		Anomalies:    s.Anomalies,
+		Revision:     s.Revision,
+		Usage:        usageOf(s.Usage),
+		TimeToFinal:  s.TimeToFinal,
 	}
-	if l.timeout != nil {
-		l.timeout.Stop()
-		l.timeout = nil
+}
+
+// jobsOf converts the ledger's jobs, nil for none.
+func jobsOf(js []ledger.JobInfo) []JobInfo {
+	if js == nil {
+		return nil
 	}
-	l.down = true
+	out := make([]JobInfo, len(js))
+	for i, j := range js {
+		out[i] = JobInfo{InvocationID: j.InvocationID, SpanID: j.SpanID, Name: j.Name, Started: j.Started}
+	}
+	return out
 }

@@ -1,12 +1,12 @@
 package instrument
 
 import (
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/ledger"
 )
 
 // Usage is the running usage of one invocation: sums over its model-call
@@ -111,4 +111,4 @@ type SessionState struct {
 
 // ErrLedgerShutdown is returned by Wait after the SpanProcessor shut down
 // before the invocation closed.
-var ErrLedgerShutdown = errors.New("instrument: ledger shut down")
+var ErrLedgerShutdown = ledger.ErrLedgerShutdown

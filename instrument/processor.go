@@ -1,6 +1,8 @@
 package instrument
 
 import (
+	"github.com/agentledger/agentledger/instrument/internal/ledger"
+
 	"context"
 	"sync"
 
@@ -106,8 +108,8 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	if parent == nil {
 		parent = context.Background()
 	}
-	st := spanStart{sc: s.SpanContext(), psc: s.Parent(), attrs: readStartAttrs(s.Attributes())}
-	st.id = st.attrs.id
+	st := spanStart{sc: s.SpanContext(), psc: s.Parent(), attrs: ledger.ReadStartAttrs(s.Attributes())}
+	st.id = st.attrs.ID
 	st.local = st.psc.IsValid() && !st.psc.IsRemote()
 	if st.id == "" && !st.local {
 		// A span with a local parent reads the baggage below, through its
@@ -117,7 +119,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	// Only lifecycle spans (which carry a role) and model calls need to
 	// know whether the Tracker started them.
 	client := s.SpanKind() == trace.SpanKindClient
-	ours := (st.attrs.role != "" || client) && s.InstrumentationScope().Name == ScopeName
+	ours := (st.attrs.Role != "" || client) && s.InstrumentationScope().Name == ScopeName
 	st.ledgered = st.id != "" && st.sc.IsSampled()
 
 	// A span without a local parent (a root, a continuation, a span of a
@@ -125,14 +127,14 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	// span's record is made, so that the record carries the invocation's
 	// state without a second pass under the lock.
 	if !st.local && st.ledgered {
-		st.inv = p.ledger.started(st.id, s, &st.attrs, startFacts{})
+		st.inv = p.ledger.l.Started(st.id, s, &st.attrs, ledger.StartFacts{})
 	}
 
 	p.mu.Lock()
 	switch {
 	case st.local:
 		p.fromParentLocked(parent, &st)
-	case st.id != "" && st.attrs.role == "" && !st.psc.IsValid():
+	case st.id != "" && st.attrs.Role == "" && !st.psc.IsValid():
 		// A span started with trace.WithNewRoot from the context of a span
 		// (rule 4). Lifecycle spans are declared otherwise.
 		st.detachedFrom, st.late, st.dropped = p.detachedStart(parent, st.id, st.sc)
@@ -143,8 +145,8 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	p.stamp(parent, s, rec, &st)
 	// A span with a local parent that counts it and no role costs the
 	// ledger nothing at its start (Ledger.started).
-	if st.local && st.ledgered && (st.attrs.role != "" || !st.counted) {
-		if inv := p.ledger.started(st.id, s, &st.attrs, startFacts{counted: st.counted, late: st.late}); inv != nil && rec != nil {
+	if st.local && st.ledgered && (st.attrs.Role != "" || !st.counted) {
+		if inv := p.ledger.l.Started(st.id, s, &st.attrs, ledger.StartFacts{Counted: st.counted, Late: st.late}); inv != nil && rec != nil {
 			p.mu.Lock()
 			rec.inv = inv
 			p.mu.Unlock()
@@ -158,10 +160,10 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 // OnEnd implements sdktrace.SpanProcessor.
 func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	sc := s.SpanContext()
-	children := countAbsent
+	children := ledger.CountAbsent
 	var unrecorded, detached int
 	var dropped bool
-	var known *invocationState
+	var known *ledger.Invocation
 	p.mu.Lock()
 	if rec := p.removeOpen(sc.TraceID(), sc.SpanID()); rec != nil {
 		if rec.turn {
@@ -175,14 +177,14 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 
 	// Rules 3 and 4: the counts are the SpanProcessor's, as children. The
 	// ledger reads the span as it is exported, as the collector does.
-	counts := countsOf(s, children, unrecorded, detached)
-	out := counts.span(s)
-	var f spanFacts
-	readFacts(&f, s, counts, p.ledger.rule)
-	if dropped && f.ModelCall && f.id != "" {
+	counts := ledger.CountsOf(s, children, unrecorded, detached)
+	out := counts.Span(s)
+	var f ledger.Facts
+	p.ledger.l.Read(&f, s, counts)
+	if dropped && f.ModelCall && f.Invocation() != "" {
 		// A model call recorded without being sampled inside a recording
 		// span of its invocation (rule 3): its usage is never exported.
-		p.ledger.unrecordedSpan(f.id, s.Name())
+		p.ledger.l.UnrecordedSpan(f.Invocation(), s.Name())
 	}
 	// The next processor sees the span before the ledger does, so that when
 	// Ledger.Wait returns final, every span of the invocation has already
@@ -191,7 +193,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.next.OnEnd(out)
 	}
 	if sc.IsSampled() {
-		p.ledger.apply(s, &f, known)
+		p.ledger.l.Apply(s, &f, known)
 	}
 }
 
@@ -201,7 +203,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 // open invocations become incomplete with reason shutdown.
 func (p *SpanProcessor) Shutdown(ctx context.Context) error {
 	p.holders.EndParked()
-	p.ledger.shutdown()
+	p.ledger.l.Shutdown()
 	if p.next != nil {
 		return p.next.Shutdown(ctx)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/ledger"
 )
 
 // This file holds the SpanProcessor's per-span bookkeeping: the records
@@ -58,7 +59,7 @@ type spanRecord struct {
 	// inv is the ledger's state of the span's invocation, when known at
 	// its start: OnEnd hands it back so that the ledger need not look the
 	// invocation up by id.
-	inv *invocationState
+	inv *ledger.Invocation
 	// stamp holds the attributes OnStart adds (invocation.id and a
 	// provisional invocation.children of 0), so that SetAttributes needs
 	// no slice of its own; the SDK copies them.

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/ledger"
 	"github.com/agentledger/agentledger/instrument/internal/parked"
 )
 
@@ -16,7 +17,7 @@ import (
 type spanStart struct {
 	// sc is the span's context, psc its parent's.
 	sc, psc trace.SpanContext
-	attrs   startAttrs
+	attrs   ledger.StartAttrs
 	// id is the span's invocation; ledgered says the ledger sees the span
 	// (it has an id and is sampled).
 	id       string
@@ -32,7 +33,7 @@ type spanStart struct {
 	// of a new trace, when it declares it (rule 4).
 	detachedFrom trace.SpanContext
 	// inv is the ledger's state of the invocation, when known.
-	inv *invocationState
+	inv *ledger.Invocation
 }
 
 // fromParentLocked reads the span's invocation from its local parent and
@@ -68,7 +69,7 @@ func (p *SpanProcessor) fromParentLocked(parent context.Context, st *spanStart) 
 	}
 	if ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan); ok &&
 		ps.SpanContext().SpanID() == st.psc.SpanID() && !ps.EndTime().IsZero() {
-		pid := readStartAttrs(ps.Attributes()).id
+		pid := ledger.ReadStartAttrs(ps.Attributes()).ID
 		if st.id == "" {
 			st.id = pid
 			st.ledgered = st.id != "" && sampled
@@ -90,7 +91,7 @@ func (p *SpanProcessor) trackLocked(s sdktrace.ReadWriteSpan, st *spanStart, our
 	if st.local {
 		rec.parent = st.psc.SpanID()
 	}
-	if ours && st.id != "" && (st.attrs.role == contract.RoleRoot || st.attrs.role == contract.RoleContinuation) {
+	if ours && st.id != "" && (st.attrs.Role == contract.RoleRoot || st.attrs.Role == contract.RoleContinuation) {
 		rec.turn = true
 		p.turns[turnKey{st.sc.TraceID(), st.id}] = rec
 	}
@@ -123,7 +124,7 @@ func (p *SpanProcessor) stamp(parent context.Context, s sdktrace.ReadWriteSpan, 
 		// invocation.id: OnEnd passes a span whose count stayed 0 on as
 		// it is, and wraps the others with their count.
 		stamp := rec.stamp[:0]
-		if st.id != "" && st.id != st.attrs.id {
+		if st.id != "" && st.id != st.attrs.ID {
 			stamp = append(stamp, attribute.String(contract.AttrInvocationID, st.id))
 		}
 		stamp = append(stamp, attribute.Int(contract.AttrChildren, 0))

@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/ledger"
 	"github.com/agentledger/agentledger/instrument/internal/unrecorded"
 )
 
@@ -87,7 +88,7 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 		return res
 	case baggageInvocationID(p.ParentContext) == "":
 		ro, ok := parent.(sdktrace.ReadOnlySpan)
-		if !ok || readStartAttrs(ro.Attributes()).id == "" {
+		if !ok || ledger.ReadStartAttrs(ro.Attributes()).ID == "" {
 			return res
 		}
 	}
@@ -132,8 +133,8 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 		return
 	}
 	for _, p := range live {
-		if p.ledger.holds(id) {
-			p.ledger.unrecordedSpan(id, name)
+		if p.ledger.l.Holds(id) {
+			p.ledger.l.UnrecordedSpan(id, name)
 			return
 		}
 	}
@@ -158,7 +159,7 @@ func (p *SpanProcessor) noteUnrecorded(psc trace.SpanContext, id, name string) b
 	}
 	p.mu.Unlock()
 	if id != "" {
-		p.ledger.unrecordedSpan(id, name)
+		p.ledger.l.UnrecordedSpan(id, name)
 	}
 	return true
 }
@@ -190,7 +191,7 @@ func (p *SpanProcessor) detachedStart(parent context.Context, id string, sc trac
 	}
 	ps, ok := trace.SpanFromContext(parent).(sdktrace.ReadOnlySpan)
 	if ok && ps.SpanContext().Equal(csc) && !ps.EndTime().IsZero() &&
-		readStartAttrs(ps.Attributes()).id == id {
+		ledger.ReadStartAttrs(ps.Attributes()).ID == id {
 		return trace.SpanContext{}, true, false
 	}
 	return trace.SpanContext{}, false, false

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"github.com/agentledger/agentledger/internal/ledgerrule"
@@ -14,7 +14,7 @@ type backgroundIndex map[trace.SpanID]string
 func (b backgroundIndex) add(sid trace.SpanID, id string) { b[sid] = id }
 
 // forget drops the background spans of inv, which the ledger forgets.
-func (b backgroundIndex) forget(inv *invocationState) {
+func (b backgroundIndex) forget(inv *Invocation) {
 	inv.g.HeldBackground(func(sid ledgerrule.SpanID) { delete(b, trace.SpanID(sid)) })
 	for sid := range inv.openJobs {
 		delete(b, sid)
@@ -25,7 +25,7 @@ func (b backgroundIndex) forget(inv *invocationState) {
 // carries a followup link to a background span of another invocation.
 // Such a link discharges nothing: the target is a member of the other
 // invocation, and never arrives in this one's Graph.
-func (b backgroundIndex) foreignFollowup(f *spanFacts, id string) bool {
+func (b backgroundIndex) foreignFollowup(f *Facts, id string) bool {
 	for _, l := range f.Links.All() {
 		if l.Kind != ledgerrule.LinkFollowup {
 			continue

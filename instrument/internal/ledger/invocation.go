@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"time"
@@ -25,19 +25,19 @@ const (
 	reasonOpenSpan = "open_span"
 )
 
-// invocationState is one invocation in the ledger: its Graph, which the
+// Invocation is one invocation in the ledger: its Graph, which the
 // contract's one rule (internal/ledgerrule) keeps exactly as the
 // collector's processor does, and what only the process can see: the
 // spans seen to start and not yet ended (contract rule 6), the session,
 // timers and the summary emitted. The Ledger's mutex guards it.
-type invocationState struct {
+type Invocation struct {
 	id, session, agent string
 	// g is the invocation as the finality rule sees it.
 	g ledgerrule.Graph
 	// prev and next link it in the ledger's open or closed list;
 	// sessionPrev and sessionNext among its session's invocations.
-	prev, next               *invocationState
-	sessionPrev, sessionNext *invocationState
+	prev, next               *Invocation
+	sessionPrev, sessionNext *Invocation
 	// created is when the ledger first saw a span of it (its open
 	// timeout counts from there), closedAt when it closed; Unix
 	// nanoseconds of the ledger's clock.
@@ -75,29 +75,29 @@ type invocationState struct {
 	inSession           bool
 }
 
-// newInvocationState returns the state of invocation id, first seen at
+// newInvocation returns the state of invocation id, first seen at
 // now.
-func newInvocationState(id string, now time.Time) *invocationState {
-	inv := &invocationState{id: id, created: now.UnixNano(), status: contract.StatusPending}
+func newInvocation(id string, now time.Time) *Invocation {
+	inv := &Invocation{id: id, created: now.UnixNano(), status: contract.StatusPending}
 	inv.g.Init(now.UnixNano())
 	return inv
 }
 
 // fail records a reason that forbids final, once; a closed invocation
 // owes a revision.
-func (inv *invocationState) fail(kind, detail string) { inv.g.Taint(kind + ":" + detail) }
+func (inv *Invocation) fail(kind, detail string) { inv.g.Taint(kind + ":" + detail) }
 
-func (inv *invocationState) anomaly(kind, detail string) { inv.g.AddAnomaly(kind + ":" + detail) }
+func (inv *Invocation) anomaly(kind, detail string) { inv.g.AddAnomaly(kind + ":" + detail) }
 
 // running reports whether a span no count declares is still open.
-func (inv *invocationState) running() bool {
+func (inv *Invocation) running() bool {
 	return len(inv.runningConts) > 0 || len(inv.unended) > 0 || inv.unattributedRunning
 }
 
 // obligations reduces inv at now to the terms of the finality rule: its
 // Graph's, with the spans seen to start and not yet ended as one more
 // open obligation.
-func (inv *invocationState) obligations(now time.Time, cfg *ledgerrule.GraphConfig) ledgerrule.Obligations {
+func (inv *Invocation) obligations(now time.Time, cfg *ledgerrule.GraphConfig) ledgerrule.Obligations {
 	extra := 0
 	if inv.running() {
 		extra = 1
@@ -107,7 +107,7 @@ func (inv *invocationState) obligations(now time.Time, cfg *ledgerrule.GraphConf
 
 // reasons lists what keeps inv from final at now (Graph.Reasons, with the
 // spans still running).
-func (inv *invocationState) reasons(now time.Time, cfg *ledgerrule.GraphConfig) []string {
+func (inv *Invocation) reasons(now time.Time, cfg *ledgerrule.GraphConfig) []string {
 	var extra []string
 	for _, name := range inv.unended {
 		extra = append(extra, reasonOpenSpan+":"+name)
@@ -120,13 +120,13 @@ func (inv *invocationState) reasons(now time.Time, cfg *ledgerrule.GraphConfig) 
 
 // summary returns inv's summary with the given status, revision and
 // reasons.
-func (inv *invocationState) summary(status string, revision int, reasons []string) Summary {
+func (inv *Invocation) summary(status string, revision int, reasons []string) Summary {
 	g := &inv.g
 	s := Summary{
 		InvocationID: inv.id,
 		SessionID:    inv.session,
 		Agent:        inv.agent,
-		Status:       Status(status),
+		Status:       status,
 		Reasons:      reasons,
 		Revision:     revision,
 		Usage:        inv.usage(),
@@ -139,26 +139,18 @@ func (inv *invocationState) summary(status string, revision int, reasons []strin
 }
 
 // usage is inv's usage so far.
-func (inv *invocationState) usage() Usage {
+func (inv *Invocation) usage() Usage {
 	g := &inv.g
 	return Usage{
-		InputTokens:              g.Usage.Input,
-		OutputTokens:             g.Usage.Output,
-		CacheReadInputTokens:     g.Usage.CacheRead,
-		CacheCreationInputTokens: g.Usage.CacheCreation,
-		ReasoningOutputTokens:    g.Usage.Reasoning,
-		AfterResultInputTokens:   g.AfterInput,
-		AfterResultOutputTokens:  g.AfterOutput,
-		ModelCalls:               g.ModelCalls,
-		BackgroundJobs:           g.BackgroundJobs,
-		Continuations:            g.Continuations,
-		Spans:                    g.Indexed,
+		Usage: g.Usage, AfterInput: g.AfterInput, AfterOutput: g.AfterOutput,
+		ModelCalls: g.ModelCalls, BackgroundJobs: g.BackgroundJobs, Continuations: g.Continuations,
+		Spans: g.Indexed,
 	}
 }
 
 // arrive applies one ended span's facts at now through the Graph, then
 // what only the process tracks: the span no longer runs.
-func (inv *invocationState) arrive(s sdktrace.ReadOnlySpan, f *spanFacts, now time.Time, cfg *ledgerrule.GraphConfig) ledgerrule.Outcome {
+func (inv *Invocation) arrive(s sdktrace.ReadOnlySpan, f *Facts, now time.Time, cfg *ledgerrule.GraphConfig) ledgerrule.Outcome {
 	res := inv.g.Arrive(&f.Span, now.UnixNano(), cfg)
 	if res.Outcome != ledgerrule.Indexed {
 		return res.Outcome

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"context"
@@ -14,24 +14,25 @@ import (
 // the SpanProcessor's OnStart) and at their end (apply, from OnEnd, or
 // arrived for a span read whole).
 
+// StartFacts is what the SpanProcessor knows of a span at its start
 // besides its attributes.
-type startFacts struct {
-	// counted: the span's parent counts it in its invocation.children.
-	counted bool
-	// late: the span started after its parent ended.
-	late bool
+type StartFacts struct {
+	// Counted: the span's parent counts it in its invocation.children.
+	Counted bool
+	// Late: the span started after its parent ended.
+	Late bool
 }
 
-// started records a sampled span of invocation id at its start: the
+// Started records a sampled span of invocation id at its start: the
 // session of roots and continuations, and every span that no count
 // declares (jobs, continuations, unattributed turns, late children, spans
 // of a new trace), which the invocation then waits for (contract rule 6).
 // A counted span without a role costs nothing here. It returns the
 // invocation's state, for the SpanProcessor to hand back with the span's
 // children (nil when it did not look it up).
-func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs, sf startFacts) *invocationState {
-	role := attrs.role
-	if role == "" && sf.counted {
+func (l *Ledger) Started(id string, s sdktrace.ReadWriteSpan, attrs *StartAttrs, sf StartFacts) *Invocation {
+	role := attrs.Role
+	if role == "" && sf.Counted {
 		return nil
 	}
 	l.mu.Lock()
@@ -42,7 +43,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs,
 	now := l.clock.Now()
 	l.sweep(now)
 	inv := l.lookup(id, now)
-	l.setSession(inv, attrs.session, attrs.agent)
+	l.setSession(inv, attrs.Session, attrs.Agent)
 	sid := s.SpanContext().SpanID()
 	switch role {
 	case contract.RoleBackground:
@@ -51,7 +52,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs,
 		}
 		inv.openJobs[sid] = JobInfo{InvocationID: id, SpanID: sid, Name: s.Name(), Started: s.StartTime()}
 		l.background.add(sid, id)
-		if sf.late || attrs.lateChild {
+		if sf.Late || attrs.LateChild {
 			// No count declares the job (rule 6): it was started when no
 			// span of its invocation was open.
 			inv.anomaly(contract.AnomalyOrphanJob, s.Name())
@@ -62,12 +63,12 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs,
 		}
 		inv.runningConts[sid] = struct{}{}
 	case contract.RoleRoot:
-		if attrs.unattributed != "" && !inv.g.RootArrived {
+		if attrs.Unattributed != "" && !inv.g.RootArrived {
 			inv.unattributedRunning = true
-			inv.fail(contract.ReasonUnattributedWakeup, attrs.unattributed)
+			inv.fail(contract.ReasonUnattributedWakeup, attrs.Unattributed)
 		}
 	}
-	if !sf.counted && role != contract.RoleRoot && role != contract.RoleContinuation {
+	if !sf.Counted && role != contract.RoleRoot && role != contract.RoleContinuation {
 		if inv.unended == nil {
 			inv.unended = make(map[trace.SpanID]string)
 		}
@@ -78,7 +79,7 @@ func (l *Ledger) started(id string, s sdktrace.ReadWriteSpan, attrs *startAttrs,
 
 // setSession records the session and agent of inv from a root or
 // continuation, the first time they are known. l.mu must be held.
-func (l *Ledger) setSession(inv *invocationState, session, agent string) {
+func (l *Ledger) setSession(inv *Invocation, session, agent string) {
 	if agent != "" && inv.agent == "" {
 		inv.agent = agent
 	}
@@ -89,22 +90,22 @@ func (l *Ledger) setSession(inv *invocationState, session, agent string) {
 	l.sessions.add(inv)
 }
 
-// arrived applies one ended, sampled span s of the SDK (without the
+// Arrived applies one ended, sampled span s of the SDK (without the
 // SpanProcessor's wrapper); children is the invocation.children the
-// SpanProcessor counted, countAbsent when it counted none. It is read as
-// exported (exportCounts).
-func (l *Ledger) arrived(s sdktrace.ReadOnlySpan, children int) {
-	var f spanFacts
-	readFacts(&f, s, countsOf(s, children, 0, 0), l.rule)
-	l.apply(s, &f, nil)
+// SpanProcessor counted, CountAbsent when it counted none. It is read as
+// exported (ExportCounts).
+func (l *Ledger) Arrived(s sdktrace.ReadOnlySpan, children int) {
+	var f Facts
+	readFacts(&f, s, CountsOf(s, children, 0, 0), l.rule)
+	l.Apply(s, &f, nil)
 }
 
-// apply applies one ended, sampled span s whose facts f were read with
+// Apply applies one ended, sampled span s whose facts f were read with
 // readFacts (outside the ledger's lock) from the span as exported. known,
 // when not nil, is the state the ledger had for the span's invocation at
 // the span's start (or its parent's): it saves the lookup by id while the
 // ledger still holds it.
-func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationState) {
+func (l *Ledger) Apply(s sdktrace.ReadOnlySpan, f *Facts, known *Invocation) {
 	if f.id == "" {
 		return
 	}
@@ -159,13 +160,13 @@ func (l *Ledger) apply(s sdktrace.ReadOnlySpan, f *spanFacts, known *invocationS
 	l.evaluate(inv, now)
 }
 
-// unrecordedSpan records that a span of invocation id named name was not
+// UnrecordedSpan records that a span of invocation id named name was not
 // recorded though it started inside a recording span of the invocation
 // (a model call a client wrapper saw dropped, NoteUnrecorded; or one
 // recorded without being sampled): the invocation is never final
 // (contract v0.6 rule 3, not_sampled:<name>). An invocation that closed
 // already is revised, incomplete.
-func (l *Ledger) unrecordedSpan(id, name string) {
+func (l *Ledger) UnrecordedSpan(id, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.down {
@@ -180,8 +181,8 @@ func (l *Ledger) unrecordedSpan(id, name string) {
 	}
 }
 
-// holds reports whether the ledger holds state for invocation id.
-func (l *Ledger) holds(id string) bool {
+// Holds reports whether the ledger holds state for invocation id.
+func (l *Ledger) Holds(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, ok := l.held.get(id)

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"time"
@@ -19,21 +19,21 @@ type retention struct {
 	keep        time.Duration
 	maxOpen     int
 
-	byID         map[string]*invocationState
+	byID         map[string]*Invocation
 	open, closed invocationList
 }
 
-func newRetention(cfg config) retention {
+func newRetention(cfg Config) retention {
 	return retention{
-		openTimeout: cfg.openTimeout,
-		keep:        cfg.retention,
-		maxOpen:     cfg.maxOpenInvocations,
-		byID:        make(map[string]*invocationState),
+		openTimeout: cfg.OpenTimeout,
+		keep:        cfg.Retention,
+		maxOpen:     cfg.MaxOpenInvocations,
+		byID:        make(map[string]*Invocation),
 	}
 }
 
 // get returns the state of id, and false when it is not held.
-func (r *retention) get(id string) (*invocationState, bool) {
+func (r *retention) get(id string) (*Invocation, bool) {
 	inv, ok := r.byID[id]
 	return inv, ok
 }
@@ -43,17 +43,17 @@ func (r *retention) get(id string) (*invocationState, bool) {
 func (r *retention) full() bool { return r.open.len() >= r.maxOpen }
 
 // oldestOpen returns the open invocation created first, or nil.
-func (r *retention) oldestOpen() *invocationState { return r.open.front() }
+func (r *retention) oldestOpen() *Invocation { return r.open.front() }
 
 // add holds a new open invocation.
-func (r *retention) add(inv *invocationState) {
+func (r *retention) add(inv *Invocation) {
 	r.open.pushBack(inv)
 	r.byID[inv.id] = inv
 }
 
 // markClosed moves inv, which closed at now, from the open to the closed
 // list.
-func (r *retention) markClosed(inv *invocationState, now time.Time) {
+func (r *retention) markClosed(inv *Invocation, now time.Time) {
 	r.open.remove(inv)
 	inv.closedAt = now.UnixNano()
 	r.closed.pushBack(inv)
@@ -61,7 +61,7 @@ func (r *retention) markClosed(inv *invocationState, now time.Time) {
 
 // timedOut returns the oldest open invocation if its open timeout has
 // passed at now, else nil.
-func (r *retention) timedOut(now time.Time) *invocationState {
+func (r *retention) timedOut(now time.Time) *Invocation {
 	if inv := r.open.front(); inv != nil && !r.deadline(inv).After(now) {
 		return inv
 	}
@@ -69,13 +69,13 @@ func (r *retention) timedOut(now time.Time) *invocationState {
 }
 
 // deadline is when inv's open timeout passes.
-func (r *retention) deadline(inv *invocationState) time.Time {
+func (r *retention) deadline(inv *Invocation) time.Time {
 	return time.Unix(0, inv.created).Add(r.openTimeout)
 }
 
 // expired unlists and unindexes the oldest closed invocation if the
 // retention has passed for it at now, and returns it; else nil.
-func (r *retention) expired(now time.Time) *invocationState {
+func (r *retention) expired(now time.Time) *Invocation {
 	inv := r.closed.front()
 	if inv == nil || now.Sub(time.Unix(0, inv.closedAt)) < r.keep {
 		return nil
@@ -89,15 +89,15 @@ func (r *retention) expired(now time.Time) *invocationState {
 // invocationList is a list of invocations linked through their prev and
 // next fields; an invocation is in at most one list at a time.
 type invocationList struct {
-	head, tail *invocationState
+	head, tail *Invocation
 	n          int
 }
 
-func (ls *invocationList) front() *invocationState { return ls.head }
+func (ls *invocationList) front() *Invocation { return ls.head }
 
 func (ls *invocationList) len() int { return ls.n }
 
-func (ls *invocationList) pushBack(inv *invocationState) {
+func (ls *invocationList) pushBack(inv *Invocation) {
 	inv.prev, inv.next = ls.tail, nil
 	if ls.tail != nil {
 		ls.tail.next = inv
@@ -108,7 +108,7 @@ func (ls *invocationList) pushBack(inv *invocationState) {
 	ls.n++
 }
 
-func (ls *invocationList) remove(inv *invocationState) {
+func (ls *invocationList) remove(inv *Invocation) {
 	if inv.prev != nil {
 		inv.prev.next = inv.next
 	} else {

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // summaryLocked returns inv's current summary: its open state while
 // pending, else the latest final or incomplete summary. l.mu must be held.
-func (l *Ledger) summaryLocked(inv *invocationState) Summary {
+func (l *Ledger) summaryLocked(inv *Invocation) Summary {
 	if inv.status == contract.StatusPending {
 		return inv.summary(contract.StatusPending, 0, inv.reasons(l.clock.Now(), &l.graph))
 	}
@@ -88,7 +88,7 @@ func (l *Ledger) Wait(ctx context.Context, id string) (Summary, error) {
 		case recorded:
 			return rec, nil
 		case notSampled(id):
-			return Summary{InvocationID: id, Status: StatusIncomplete, Revision: 1,
+			return Summary{InvocationID: id, Status: contract.StatusIncomplete, Revision: 1,
 				Reasons: []string{contract.ReasonNotSampled}}, nil
 		case l.down:
 			return Summary{}, ErrLedgerShutdown

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 // maxInterned and maxInternedLen bound a ledger's nameTable: at most
 // 4096 names of at most 128 bytes.

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"math"
@@ -9,31 +9,31 @@ import (
 	"github.com/agentledger/agentledger/contract"
 )
 
-// exportCounts are the counts the SpanProcessor puts on an ended span
-// as it exports it: the invocation.children it counted (countAbsent when
+// ExportCounts are the counts the SpanProcessor puts on an ended span
+// as it exports it: the invocation.children it counted (CountAbsent when
 // it counted none) and the invocation.unrecorded and invocation.detached
 // it counted when not 0 (contract v0.6 rules 3 and 4). wrap is false when
 // the span is exported as it is (it counted nothing, or the span carries
 // the count it stamped at its start). The exported span (span) and the
 // ledger's reading of it (readFacts) both take its attributes from
 // exportedAttrs, so they cannot differ.
-type exportCounts struct {
+type ExportCounts struct {
 	children             int
 	unrecorded, detached int32
 	wrap                 bool
 }
 
-// countsOf returns how the SpanProcessor exports the ended span s.
-func countsOf(s sdktrace.ReadOnlySpan, children, unrecorded, detached int) exportCounts {
-	c := exportCounts{children: children,
+// CountsOf returns how the SpanProcessor exports the ended span s.
+func CountsOf(s sdktrace.ReadOnlySpan, children, unrecorded, detached int) ExportCounts {
+	c := ExportCounts{children: children,
 		unrecorded: int32(min(unrecorded, math.MaxInt32)), detached: int32(min(detached, math.MaxInt32))}
 	c.wrap = c.unrecorded != 0 || c.detached != 0 ||
-		(children != countAbsent && !carriesCount(s.Attributes(), children))
+		(children != CountAbsent && !carriesCount(s.Attributes(), children))
 	return c
 }
 
-// span returns s as exported.
-func (c exportCounts) span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
+// Span returns s as exported.
+func (c ExportCounts) Span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
 	switch {
 	case !c.wrap:
 		return s
@@ -43,15 +43,15 @@ func (c exportCounts) span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
 	return &countedSpan{ReadOnlySpan: s, children: c.children}
 }
 
-// keeps reports whether the span's own attribute kv is exported as it is
+// Keeps reports whether the span's own attribute kv is exported as it is
 // under the counts c (a count the SpanProcessor puts replaces the span's).
-func (c exportCounts) keeps(kv attribute.KeyValue) bool {
+func (c ExportCounts) Keeps(kv attribute.KeyValue) bool {
 	if !c.wrap {
 		return true
 	}
 	switch kv.Key {
 	case contract.AttrChildren:
-		return c.children == countAbsent
+		return c.children == CountAbsent
 	case contract.AttrUnrecorded:
 		return c.unrecorded == 0
 	case contract.AttrDetached:
@@ -60,14 +60,14 @@ func (c exportCounts) keeps(kv attribute.KeyValue) bool {
 	return true
 }
 
-// added returns, in buf, the attributes the counts c add after the span's
+// Added returns, in buf, the attributes the counts c add after the span's
 // own (those keeps keeps).
-func (c exportCounts) added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
+func (c ExportCounts) Added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
 	out := buf[:0]
 	if !c.wrap {
 		return out
 	}
-	if c.children != countAbsent {
+	if c.children != CountAbsent {
 		out = append(out, attribute.Int(contract.AttrChildren, c.children))
 	}
 	if c.unrecorded != 0 {
@@ -81,15 +81,15 @@ func (c exportCounts) added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
 
 // collectAttrs returns the attributes of the span whose own are base as
 // exported with the counts c: what keeps keeps, then what added adds.
-func collectAttrs(base []attribute.KeyValue, c exportCounts) []attribute.KeyValue {
+func collectAttrs(base []attribute.KeyValue, c ExportCounts) []attribute.KeyValue {
 	out := make([]attribute.KeyValue, 0, len(base)+3)
 	for _, kv := range base {
-		if c.keeps(kv) {
+		if c.Keeps(kv) {
 			out = append(out, kv)
 		}
 	}
 	var buf [3]attribute.KeyValue
-	return append(out, c.added(&buf)...)
+	return append(out, c.Added(&buf)...)
 }
 
 // carriesCount reports whether attrs hold invocation.children, every time
@@ -116,7 +116,7 @@ type countedSpan struct {
 
 // Attributes returns the span's attributes with invocation.children.
 func (s *countedSpan) Attributes() []attribute.KeyValue {
-	return collectAttrs(s.ReadOnlySpan.Attributes(), exportCounts{children: s.children, wrap: true})
+	return collectAttrs(s.ReadOnlySpan.Attributes(), ExportCounts{children: s.children, wrap: true})
 }
 
 // declaredSpan is an ended span with invocation.children added, and
@@ -132,5 +132,5 @@ type declaredSpan struct {
 // Attributes returns the span's attributes with its counts.
 func (s *declaredSpan) Attributes() []attribute.KeyValue {
 	return collectAttrs(s.ReadOnlySpan.Attributes(),
-		exportCounts{children: s.children, unrecorded: s.unrecorded, detached: s.detached, wrap: true})
+		ExportCounts{children: s.children, unrecorded: s.unrecorded, detached: s.detached, wrap: true})
 }

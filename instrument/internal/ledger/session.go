@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 // sessionIndex lists the remembered invocations of each session, linked
 // through their sessionPrev and sessionNext fields, so that adding and
@@ -6,15 +6,15 @@ package instrument
 // it.
 type sessionIndex struct {
 	// first holds the most recently added invocation of each session.
-	first map[string]*invocationState
+	first map[string]*Invocation
 }
 
 func newSessionIndex() sessionIndex {
-	return sessionIndex{first: make(map[string]*invocationState)}
+	return sessionIndex{first: make(map[string]*Invocation)}
 }
 
 // add lists inv under its session, which must be set.
-func (x *sessionIndex) add(inv *invocationState) {
+func (x *sessionIndex) add(inv *Invocation) {
 	next := x.first[inv.session]
 	inv.sessionPrev, inv.sessionNext = nil, next
 	if next != nil {
@@ -25,7 +25,7 @@ func (x *sessionIndex) add(inv *invocationState) {
 }
 
 // remove unlists inv, if listed.
-func (x *sessionIndex) remove(inv *invocationState) {
+func (x *sessionIndex) remove(inv *Invocation) {
 	if !inv.inSession {
 		return
 	}

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"slices"
@@ -65,8 +65,8 @@ var notSampledRoots = struct {
 	next int
 }{ids: make(map[string]struct{})}
 
-// markNotSampled records that invocation id's root was not sampled.
-func markNotSampled(id string) {
+// MarkNotSampled records that invocation id's root was not sampled.
+func MarkNotSampled(id string) {
 	n := &notSampledRoots
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"slices"
@@ -15,7 +15,7 @@ import (
 // evaluate closes inv when the contract's conditions hold (final, or
 // incomplete when a rule forbids final), or schedules the settle timer.
 // l.mu must be held.
-func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
+func (l *Ledger) evaluate(inv *Invocation, now time.Time) {
 	if inv.status != contract.StatusPending || !inv.obligations(now, &l.graph).Met() {
 		return
 	}
@@ -31,7 +31,7 @@ func (l *Ledger) evaluate(inv *invocationState, now time.Time) {
 
 // settleLater reports whether inv's remote subtrees are still settling at
 // now; it then schedules then for when they are quiet. l.mu must be held.
-func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*Ledger, *invocationState, time.Time)) bool {
+func (l *Ledger) settleLater(inv *Invocation, now time.Time, then func(*Ledger, *Invocation, time.Time)) bool {
 	if inv.g.Settled(now.UnixNano(), &l.graph) {
 		return false
 	}
@@ -54,7 +54,7 @@ func (l *Ledger) settleLater(inv *invocationState, now time.Time, then func(*Led
 // 4): final only when every condition holds, remote settle included; while
 // the obligations are met but a remote subtree settles, the latest
 // summary stands; otherwise incomplete at once. l.mu must be held.
-func (l *Ledger) revise(inv *invocationState, now time.Time) {
+func (l *Ledger) revise(inv *Invocation, now time.Time) {
 	if !inv.g.Dirty || l.down {
 		return
 	}
@@ -79,7 +79,7 @@ func (l *Ledger) revise(inv *invocationState, now time.Time) {
 // closeForced closes inv incomplete before its conditions hold, for
 // reason (open_timeout, evicted, shutdown, span_limit), listing what is
 // still open at now. l.mu must be held.
-func (l *Ledger) closeForced(inv *invocationState, reason string, now time.Time) {
+func (l *Ledger) closeForced(inv *Invocation, reason string, now time.Time) {
 	reasons := inv.reasons(now, &l.graph)
 	if !slices.Contains(reasons, reason) {
 		reasons = append([]string{reason}, reasons...)
@@ -90,7 +90,7 @@ func (l *Ledger) closeForced(inv *invocationState, reason string, now time.Time)
 // closeLocked gives inv its first final or incomplete summary (revision
 // 1) at now; forced is the reason that closed it early, or "". l.mu must
 // be held.
-func (l *Ledger) closeLocked(inv *invocationState, status, forced string, reasons []string, now time.Time) {
+func (l *Ledger) closeLocked(inv *Invocation, status, forced string, reasons []string, now time.Time) {
 	if inv.status != contract.StatusPending {
 		return
 	}

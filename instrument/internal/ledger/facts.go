@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"time"
@@ -11,16 +11,16 @@ import (
 	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
-// countAbsent is a child count the SpanProcessor did not keep (the span
+// CountAbsent is a child count the SpanProcessor did not keep (the span
 // was not tracked): the span's own invocation.children, if any, stands.
-const countAbsent = -1
+const CountAbsent = -1
 
-// spanFacts is what the ledger reads from one ended span, in one pass over
+// Facts is what the ledger reads from one ended span, in one pass over
 // its attributes and links and outside the ledger's lock: the
 // ledgerrule.Span its invocation's Graph reads, read by the contract's one
 // reader (internal/ledgerrule) from the span as it is exported, and what
 // the ledger keeps besides (session, agent).
-type spanFacts struct {
+type Facts struct {
 	ledgerrule.Span
 	// id is the span's invocation, "" when it is no member.
 	id string
@@ -29,12 +29,21 @@ type spanFacts struct {
 	session, agent string
 }
 
+// Read reads, into f, an ended span's facts, outside the ledger's lock,
+// for Apply: s as exported with counts.
+func (l *Ledger) Read(f *Facts, s sdktrace.ReadOnlySpan, counts ExportCounts) {
+	readFacts(f, s, counts, l.rule)
+}
+
+// Invocation is the invocation f's span is a member of, "" when none.
+func (f *Facts) Invocation() string { return f.id }
+
 // readFacts reads an ended span's facts as the collector reads the
 // exported span: s with the counts the SpanProcessor exports on it
-// (exportCounts: keeps and added, which the exported span's attributes
+// (ExportCounts: keeps and added, which the exported span's attributes
 // also come from).
-func readFacts(f *spanFacts, s sdktrace.ReadOnlySpan, counts exportCounts, rule *ledgerrule.Config) {
-	*f = spanFacts{}
+func readFacts(f *Facts, s sdktrace.ReadOnlySpan, counts ExportCounts, rule *ledgerrule.Config) {
+	*f = Facts{}
 	var r ledgerrule.SpanReader
 	sessionSeen, agentSeen := false, false
 	attr := func(kv attribute.KeyValue) {
@@ -55,12 +64,12 @@ func readFacts(f *spanFacts, s sdktrace.ReadOnlySpan, counts exportCounts, rule 
 		}
 	}
 	for _, kv := range s.Attributes() {
-		if counts.keeps(kv) {
+		if counts.Keeps(kv) {
 			attr(kv)
 		}
 	}
 	var buf [3]attribute.KeyValue
-	for _, kv := range counts.added(&buf) {
+	for _, kv := range counts.Added(&buf) {
 		attr(kv)
 	}
 	r.Read(rule, &f.Facts)
@@ -145,21 +154,26 @@ func linkKind(attrs []attribute.KeyValue) (ledgerrule.LinkKind, bool) {
 	return r.Kind()
 }
 
-// startAttrs is what the SpanProcessor reads from a span's attributes at
+// StartAttrs is what the SpanProcessor reads from a span's attributes at
 // its start, in one pass.
-type startAttrs struct {
-	// id is the invocation.id the span carries, or "".
-	id, role, session, agent string
-	// unattributed is the reason of an unattributed turn's root (a value
+type StartAttrs struct {
+	// ID is the invocation.id the span carries, or "".
+	ID, Role, Session, Agent string
+	// Unattributed is the reason of an unattributed turn's root (a value
 	// that is not a non-empty string reads as UnattributedUnknown), or "".
-	unattributed string
-	// lateChild: the span carries invocation.late_child = true (a flag of
+	Unattributed string
+	// LateChild: the span carries invocation.late_child = true (a flag of
 	// the wrong type reads as true, as readFacts reads it at the end).
-	lateChild bool
+	LateChild bool
 }
 
-func readStartAttrs(attrs []attribute.KeyValue) startAttrs {
-	var a startAttrs
+// UnattributedUnknown is the reason of an unattributed turn's root that
+// names none (instrument.UnattributedUnknown).
+const UnattributedUnknown = "unknown"
+
+// ReadStartAttrs reads a span's attributes at its start, in one pass.
+func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
+	var a StartAttrs
 	var r ledgerrule.SpanReader
 	sessionSeen, agentSeen := false, false
 	for _, kv := range attrs {
@@ -170,27 +184,27 @@ func readStartAttrs(attrs []attribute.KeyValue) startAttrs {
 		switch kv.Key {
 		case contract.AttrConversationID:
 			if !sessionSeen {
-				sessionSeen, a.session = true, kv.Value.AsString()
+				sessionSeen, a.Session = true, kv.Value.AsString()
 			}
 		case contract.AttrAgentName:
 			if !agentSeen {
-				agentSeen, a.agent = true, kv.Value.AsString()
+				agentSeen, a.Agent = true, kv.Value.AsString()
 			}
 		}
 	}
 	var rf ledgerrule.Facts
 	r.Read(startRule, &rf)
 	if rf.Member {
-		a.id = rf.InvocationID
+		a.ID = rf.InvocationID
 	}
-	a.role = roleName(rf.Role)
+	a.Role = roleName(rf.Role)
 	if rf.Unattributed {
-		a.unattributed = rf.UnattributedReason
-		if a.unattributed == "" {
-			a.unattributed = string(UnattributedUnknown)
+		a.Unattributed = rf.UnattributedReason
+		if a.Unattributed == "" {
+			a.Unattributed = UnattributedUnknown
 		}
 	}
-	a.lateChild = rf.LateChild
+	a.LateChild = rf.LateChild
 	return a
 }
 
