@@ -2,83 +2,19 @@ package instrument
 
 import (
 	"context"
-	"sort"
-	"sync"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/agentledger/agentledger/instrument/internal/clock"
 )
 
 // manualClock is a Clock that moves only when a test advances it.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
+type manualClock = clock.Manual
 
-type manualTimer struct {
-	c       *manualClock
-	when    time.Time
-	f       func()
-	stopped bool
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &manualTimer{c: c, when: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *manualTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	for i, x := range t.c.timers {
-		if x == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return was
-		}
-	}
-	return false
-}
-
-// Advance moves the clock by d and runs, in order, the timers that are
-// due, outside the clock's lock.
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due, rest []*manualTimer
-	for _, t := range c.timers {
-		if !t.when.After(c.now) {
-			due = append(due, t)
-		} else {
-			rest = append(rest, t)
-		}
-	}
-	c.timers = rest
-	c.mu.Unlock()
-	sort.SliceStable(due, func(i, j int) bool { return due[i].when.Before(due[j].when) })
-	for _, t := range due {
-		t.stopped = true
-		t.f()
-	}
-}
+func newManualClock() *manualClock { return clock.NewManual() }
 
 // pipeline is a TracerProvider with a SpanProcessor in front of a
 // synchronous in-memory exporter.

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"math"
@@ -229,7 +229,7 @@ func decodeLd(data []byte) (ldProgram, bool) {
 	if len(data) < 2 {
 		return ldProgram{}, false
 	}
-	p := ldProgram{maxSpans: DefaultMaxSpansPerInvocation}
+	p := ldProgram{maxSpans: defaultMaxSpans}
 	if data[0]&1 != 0 {
 		p.maxSpans = ldSmallMaxSpans
 	}

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // ldObserved is what the harness last saw of one invocation's summary.
 type ldObserved struct {
 	known     bool
-	status    Status
+	status    string
 	revision  int
 	usage     Usage
 	revision1 int // revision-1 final/incomplete summaries seen
@@ -54,8 +54,8 @@ func (r *ldRun) fail(class, format string, args ...any) {
 
 func ldTotals(u Usage) refmodel.Totals {
 	return refmodel.Totals{
-		Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadInputTokens,
-		CacheCreation: u.CacheCreationInputTokens, Reasoning: u.ReasoningOutputTokens, ModelCalls: u.ModelCalls,
+		Input: u.Input, Output: u.Output, CacheRead: u.CacheRead,
+		CacheCreation: u.CacheCreation, Reasoning: u.Reasoning, ModelCalls: u.ModelCalls,
 	}
 }
 
@@ -193,12 +193,7 @@ func (r *ldRun) deliver(b ldBuilt, when string) {
 }
 
 func (r *ldRun) run() {
-	var opts []SpanProcessorOption
-	opts = append(opts, WithRemoteSettle(r.prog.settle))
-	if r.prog.maxSpans != DefaultMaxSpansPerInvocation {
-		opts = append(opts, WithMaxSpansPerInvocation(r.prog.maxSpans))
-	}
-	r.sl = newStubLedger(r.t, opts...)
+	r.sl = newStubLedger(r.t, r.prog.settle, r.prog.maxSpans)
 	r.cfg = refmodel.Config{MaxSpans: r.prog.maxSpans, UsageOperations: contract.DefaultUsageOperations, RemoteSettle: r.prog.settle}
 	r.seen = map[string]*ldObserved{}
 	for _, id := range ldInvs {
