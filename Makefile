@@ -226,7 +226,7 @@ fuzz:
 # share the machine's load; the load averages go to out/bench-load.txt. See
 # docs/performance.md.
 # Module directory:packages, one module after the other in each round.
-BENCHPKGS := .:./instrument,./instrument/internal/genaicall,./instrument/internal/wireproxy instrument/otelopenai:. instrument/otelanthropic:. processor/invocationprocessor:.
+BENCHPKGS := .:./instrument,./instrument/internal/ledger,./instrument/internal/genaicall,./instrument/internal/wireproxy instrument/otelopenai:. instrument/otelanthropic:. processor/invocationprocessor:.
 bench:
 	@mkdir -p out
 	@rm -f out/bench.txt

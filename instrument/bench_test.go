@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
@@ -68,38 +67,6 @@ func BenchmarkSpan(b *testing.B) {
 				s.End()
 			}
 		})
-	}
-}
-
-// BenchmarkLedgerArrived measures the ledger's work per arriving span of a
-// large invocation.
-func BenchmarkLedgerArrived(b *testing.B) {
-	l := newLedger(newProcessorConfig([]SpanProcessorOption{withClock(newManualClock())}), metricnoop.NewMeterProvider().Meter("b"))
-	root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
-	attrs := []attribute.KeyValue{
-		attribute.String(contract.AttrInvocationID, "inv"),
-		attribute.String(contract.AttrOperationName, contract.OpChat),
-		attribute.Int64(contract.AttrUsageInputTokens, 10),
-		attribute.Int64(contract.AttrUsageOutputTokens, 2),
-	}
-	spans := make([]sdktrace.ReadOnlySpan, 0, 1<<16)
-	for i := range 1 << 16 {
-		sid := trace.SpanID{0, byte(i >> 16), byte(i >> 8), byte(i), 1}
-		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: root.TraceID(), SpanID: sid, TraceFlags: trace.FlagsSampled})
-		spans = append(spans, tracetest.SpanStub{Name: "chat m", SpanContext: sc, Parent: root, Attributes: attrs}.Snapshot())
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	i := 0
-	for b.Loop() {
-		if i == len(spans) {
-			b.StopTimer()
-			l = newLedger(newProcessorConfig([]SpanProcessorOption{withClock(newManualClock())}), metricnoop.NewMeterProvider().Meter("b"))
-			i = 0
-			b.StartTimer()
-		}
-		l.arrived(spans[i], 0)
-		i++
 	}
 }
 

@@ -30,14 +30,20 @@ type stubLedger struct {
 	clock *clock.Manual
 }
 
-// newStubLedger returns a ledger on a manual clock with the settle time
-// and span limit given, and instrument's other defaults.
+// newStubLedger returns a stubLedger on newTestLedger.
 func newStubLedger(t *testing.T, settle time.Duration, maxSpans int) *stubLedger {
 	t.Helper()
+	l, clk := newTestLedger(settle, maxSpans)
+	return &stubLedger{t: t, l: l, clock: clk}
+}
+
+// newTestLedger returns a ledger on a manual clock with the settle time
+// and span limit given, and instrument's other defaults.
+func newTestLedger(settle time.Duration, maxSpans int) (*Ledger, *clock.Manual) {
 	clk := clock.NewManual()
 	cfg := Config{Clock: clk, RemoteSettle: settle, OpenTimeout: stubOpenTimeout, Retention: stubRetention,
 		MaxOpenInvocations: 100000, MaxSpans: maxSpans, ClosedRecords: 1024}
-	return &stubLedger{t: t, l: New(cfg, metricnoop.NewMeterProvider().Meter("t")), clock: clk}
+	return New(cfg, metricnoop.NewMeterProvider().Meter("t")), clk
 }
 
 // feed delivers spans in order; invocation.children is taken from each

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"math/rand/v2"
@@ -64,8 +64,8 @@ func generateAdversarial(r *rand.Rand) adversarialGraph {
 			attribute.Int64(contract.AttrUsageOutputTokens, out),
 			attribute.Bool(contract.AttrLateChild, true),
 		}, nil)
-		gg.g.want.InputTokens += in
-		gg.g.want.OutputTokens += out
+		gg.g.want.Input += in
+		gg.g.want.Output += out
 		gg.g.want.ModelCalls++
 		extra(false)
 	}
@@ -129,8 +129,7 @@ func TestLedgerAdversarialArrivalOrder(t *testing.T) {
 	for seed := uint64(0); seed < 500; seed++ {
 		r := rand.New(rand.NewPCG(seed, 11))
 		g := generateAdversarial(r)
-		clk := newManualClock()
-		l := newLedger(newProcessorConfig([]SpanProcessorOption{withClock(clk), WithRemoteSettle(settle)}), noopMeter())
+		l, clk := newTestLedger(settle, defaultMaxSpans)
 		order := r.Perm(len(g.spans))
 		for i := 0; i < len(g.spans)/3; i++ {
 			order = append(order, r.IntN(len(g.spans)))
@@ -145,7 +144,7 @@ func TestLedgerAdversarialArrivalOrder(t *testing.T) {
 			if s, ok := l.Summary("inv"); ok && s.Status != contract.StatusPending {
 				wasClosed = true
 			}
-			l.arrived(g.spans[idx], g.children[idx])
+			l.Arrived(g.spans[idx], g.children[idx])
 			seen[idx] = true
 			malformedSeen = malformedSeen || g.malformed[idx]
 			s, _ := l.Summary("inv")

@@ -1,4 +1,4 @@
-package instrument
+package ledger
 
 import (
 	"encoding/binary"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -67,12 +66,12 @@ func (gg *graphGen) model(parent trace.SpanContext, start int, afterResult bool)
 		attribute.Int64(contract.AttrUsageInputTokens, in),
 		attribute.Int64(contract.AttrUsageOutputTokens, out),
 	}, nil)
-	gg.g.want.InputTokens += in
-	gg.g.want.OutputTokens += out
+	gg.g.want.Input += in
+	gg.g.want.Output += out
 	gg.g.want.ModelCalls++
 	if afterResult {
-		gg.g.want.AfterResultInputTokens += in
-		gg.g.want.AfterResultOutputTokens += out
+		gg.g.want.AfterInput += in
+		gg.g.want.AfterOutput += out
 	}
 }
 
@@ -163,7 +162,7 @@ func TestLedgerAnyArrivalOrder(t *testing.T) {
 	for seed := uint64(0); seed < 300; seed++ {
 		r := rand.New(rand.NewPCG(seed, 7))
 		g := generate(r)
-		l := newLedger(newProcessorConfig([]SpanProcessorOption{withClock(newManualClock()), WithRemoteSettle(0)}), metricnoop.NewMeterProvider().Meter("t"))
+		l, _ := newTestLedger(0, defaultMaxSpans)
 		order := r.Perm(len(g.spans))
 		for i := 0; i < len(g.spans)/3; i++ { // duplicates
 			order = append(order, r.IntN(len(g.spans)))
@@ -171,7 +170,7 @@ func TestLedgerAnyArrivalOrder(t *testing.T) {
 		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		seen := map[int]bool{}
 		for _, idx := range order {
-			l.arrived(g.spans[idx], g.children[idx])
+			l.Arrived(g.spans[idx], g.children[idx])
 			seen[idx] = true
 			s, _ := l.Summary("inv")
 			if all := len(seen) == len(g.spans); (s.Status == contract.StatusFinal) != all {
