@@ -37,7 +37,7 @@ type UnattributedReason string
 
 // UnattributedUnknown is the reason StartUnattributed records when it is
 // given none.
-const UnattributedUnknown UnattributedReason = ledger.UnattributedUnknown
+const UnattributedUnknown UnattributedReason = "unknown"
 
 // StartUnattributed starts a turn the runtime started by itself that no
 // invocation can own (contract rule 7): the notification of a job no

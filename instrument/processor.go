@@ -103,7 +103,7 @@ func (p *SpanProcessor) Ledger() *Ledger { return p.ledger }
 // counts it in its parent's record (fromParentLocked) or as a span of a
 // new trace (detachedStart), tracks it until OnEnd (trackLocked), tells a
 // Tracker or a client wrapper about it (noteOwner), stamps it (stamp), and
-// tells the ledger of the spans no count declares (Ledger.started).
+// tells the ledger of the spans no count declares (ledger.Ledger.Started).
 func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
 	if parent == nil {
 		parent = context.Background()
@@ -144,7 +144,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	p.noteOwner(parent, ours, client)
 	p.stamp(parent, s, rec, &st)
 	// A span with a local parent that counts it and no role costs the
-	// ledger nothing at its start (Ledger.started).
+	// ledger nothing at its start (ledger.Ledger.Started).
 	if st.local && st.ledgered && (st.attrs.Role != "" || !st.counted) {
 		if inv := p.ledger.l.Started(st.id, s, &st.attrs, ledger.StartFacts{Counted: st.counted, Late: st.late}); inv != nil && rec != nil {
 			p.mu.Lock()

@@ -15,8 +15,8 @@ import (
 // it counted when not 0 (contract v0.6 rules 3 and 4). wrap is false when
 // the span is exported as it is (it counted nothing, or the span carries
 // the count it stamped at its start). The exported span (span) and the
-// ledger's reading of it (readFacts) both take its attributes from
-// exportedAttrs, so they cannot differ.
+// ledger's reading of it (readFacts) both take its attributes from Keeps
+// and Added, so they cannot differ.
 type ExportCounts struct {
 	children             int
 	unrecorded, detached int32

@@ -10,9 +10,9 @@ import (
 	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
-// This file is how spans reach the Ledger: at their start (started, from
-// the SpanProcessor's OnStart) and at their end (apply, from OnEnd, or
-// arrived for a span read whole).
+// This file is how spans reach the Ledger: at their start (Started, from
+// the SpanProcessor's OnStart) and at their end (Read, then Apply, from
+// OnEnd; or Arrived for a span read whole).
 
 // StartFacts is what the SpanProcessor knows of a span at its start
 // besides its attributes.
