@@ -124,20 +124,7 @@ func testCollector(t *testing.T, h *harness) {
 	if err := h.p.tp.ForceFlush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var closed map[string]testbin.Summary
-	err := testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
-		sums, err := testbin.ReadSummaries(h.col.Addrs.TracesFile)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		closed = testbin.Closed(sums)
-		for _, id := range ids {
-			if _, ok := closed[id]; !ok {
-				return false, "no closing summary for " + id, nil
-			}
-		}
-		return true, "", nil
-	})
+	closed, err := testbin.WaitClosed(ctx, h.col.Addrs.TracesFile, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1352,20 +1352,7 @@ func testCollector(t *testing.T, s *server) {
 	if err := tp.ForceFlush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var closed map[string]testbin.Summary
-	err = testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
-		sums, err := testbin.ReadSummaries(addrs.TracesFile)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		closed = testbin.Closed(sums)
-		for _, id := range append(ids, foreign) {
-			if _, ok := closed[id]; !ok {
-				return false, "no closing summary for " + id, nil
-			}
-		}
-		return true, "", nil
-	})
+	closed, err := testbin.WaitClosed(ctx, addrs.TracesFile, append(ids, foreign))
 	if err != nil {
 		t.Fatal(err)
 	}

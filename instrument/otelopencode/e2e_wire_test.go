@@ -3,6 +3,7 @@ package otelopencode
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -207,20 +208,7 @@ func TestServerModelWireCollector(t *testing.T) {
 	if err := tp.ForceFlush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var closed map[string]testbin.Summary
-	err = testbin.Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
-		sums, err := testbin.ReadSummaries(addrs.TracesFile)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		closed = testbin.Closed(sums)
-		for id := range local {
-			if _, ok := closed[id]; !ok {
-				return false, "no closing summary for " + id, nil
-			}
-		}
-		return true, "", nil
-	})
+	closed, err := testbin.WaitClosed(ctx, addrs.TracesFile, slices.Collect(maps.Keys(local)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,12 @@ package testbin
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -197,4 +199,25 @@ func Closed(sums []Summary) map[string]Summary {
 		out[s.InvocationID] = s
 	}
 	return out
+}
+
+// WaitClosed polls the collector's traces file at path (every 100ms,
+// until ctx ends) until each of ids has a closing summary, and returns
+// every invocation's latest closing summary (Closed).
+func WaitClosed(ctx context.Context, path string, ids []string) (map[string]Summary, error) {
+	var closed map[string]Summary
+	err := Poll(ctx, 100*time.Millisecond, func() (bool, string, error) {
+		sums, err := ReadSummaries(path)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		closed = Closed(sums)
+		for _, id := range ids {
+			if _, ok := closed[id]; !ok {
+				return false, "no closing summary for " + id, nil
+			}
+		}
+		return true, "", nil
+	})
+	return closed, err
 }
