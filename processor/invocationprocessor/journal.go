@@ -81,6 +81,9 @@ type shardPersist struct {
 	// lostAtLoad are invocations whose closed record could not be read
 	// back (replay fills it, loadPartition journals the loss).
 	lostAtLoad []string
+	// loadKeys names the stored record of each operation read, by
+	// sequence number, while the partition loads (for the log).
+	loadKeys map[uint64]string
 }
 
 // begin starts journalling a locked section of s.
