@@ -116,7 +116,7 @@ func TestReplayUnreadableSpanClosesIncomplete(t *testing.T) {
 		}
 	})
 	h, logs := restartObserved(t, mem, clk)
-	h.consume(batch(s[4:]...)) // the continuation: all but the lost span
+	h.consume(batch(s[4:]...))        // the continuation: all but the lost span
 	h.advance(h.p.config.OpenTimeout) // the lost chat span never comes again
 	sums := h.of("inv-1")
 	require.NotEmpty(t, sums)
