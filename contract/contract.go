@@ -303,4 +303,13 @@ const (
 	// flagged span's name; agentledger v0.8). It changes neither finality
 	// nor the totals.
 	AnomalyUsageMismatch = "usage_mismatch"
+	// AnomalyAnomaliesCut: the invocation had more distinct anomalies than
+	// a ledger keeps (64 besides AnomalyFollowupInterrupted and
+	// AnomalyUsageMismatch, which are always kept), so some are not
+	// listed. It does not change finality.
+	AnomalyAnomaliesCut = "anomalies_cut"
+	// ReasonReasonsCut: the invocation had more distinct unprovable counts
+	// or taints than a ledger keeps (64 of each), so some are not listed;
+	// the invocation was not final already.
+	ReasonReasonsCut = "reasons_cut"
 )

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"github.com/agentledger/agentledger/internal/refmodel"
 )
 
@@ -166,8 +165,8 @@ func (r *dfRun) check(arrivals []refmodel.Arrival, when string) {
 		if got := dfTotals(s); got != v.Totals {
 			r.fail("totals", "%s (%s): %s final with %+v, model %+v", when, r.mode(), id, got, v.Totals)
 		}
-		// Beyond ledgerrule.MaxAnomalies entries the processor keeps no more.
-		if got := dfModelAnomalies(s); len(strsAttr(s, contract.AttrAnomalies)) < ledgerrule.MaxAnomalies && !slices.Equal(got, v.Anomalies) {
+		// The model's anomalies are required ones, never cut (issue 34).
+		if got := dfModelAnomalies(s); !slices.Equal(got, v.Anomalies) {
 			r.fail("anomalies", "%s (%s): %s final with anomalies %q, model %q", when, r.mode(), id, got, v.Anomalies)
 		}
 	}
