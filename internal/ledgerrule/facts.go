@@ -30,6 +30,8 @@ const (
 	KeyUsageCacheRead
 	KeyUsageCacheCreation
 	KeyUsageReasoning
+	// KeySDKLimit is invocation.sdk_limit (sdklimit.go).
+	KeySDKLimit
 	numKeys
 )
 
@@ -65,6 +67,7 @@ var keyNames = [numKeys]string{
 	KeyUsageCacheRead:     contract.AttrUsageCacheReadTokens,
 	KeyUsageCacheCreation: contract.AttrUsageCacheCreateTokens,
 	KeyUsageReasoning:     contract.AttrUsageReasoningTokens,
+	KeySDKLimit:           contract.AttrSDKLimit,
 }
 
 // keyKinds is each key's one type.
@@ -87,6 +90,7 @@ var keyKinds = [numKeys]Kind{
 	KeyUsageCacheRead:     KindInt,
 	KeyUsageCacheCreation: KindInt,
 	KeyUsageReasoning:     KindInt,
+	KeySDKLimit:           KindString,
 }
 
 // String returns the attribute's name.
@@ -143,6 +147,8 @@ func Lookup(name string) (Key, bool) {
 		return KeyUsageCacheCreation, true
 	case contract.AttrUsageReasoningTokens:
 		return KeyUsageReasoning, true
+	case contract.AttrSDKLimit:
+		return KeySDKLimit, true
 	}
 	return 0, false
 }
@@ -212,6 +218,10 @@ type Facts struct {
 	// malformed value reads as false: it is malformed_attribute already,
 	// and no rule needs its reading.
 	UsageMismatch bool
+	// SDKLimit is invocation.sdk_limit: the limit that cut an id of the
+	// span ("" when absent; a malformed or empty value reads as
+	// LimitValueLength). The invocation is never final.
+	SDKLimit string
 
 	// ModelCall: gen_ai.operation.name is one of the usage operations.
 	// Usage is read only for model calls: UsagePresent has bit i set when
@@ -347,6 +357,12 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 		f.Consumer = r.vals[KeyFollowupConsumer].str
 	}
 	f.UsageMismatch = has(KeyUsageMismatch) && !bad(KeyUsageMismatch) && r.vals[KeyUsageMismatch].Bool()
+	if has(KeySDKLimit) {
+		f.SDKLimit = r.vals[KeySDKLimit].str
+		if bad(KeySDKLimit) || f.SDKLimit == "" {
+			f.SDKLimit = LimitValueLength
+		}
+	}
 	if has(KeyOperation) && !bad(KeyOperation) {
 		f.ModelCall = cfg.IsUsageOperation(r.vals[KeyOperation].str)
 	}

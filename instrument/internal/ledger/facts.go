@@ -87,7 +87,12 @@ func readFacts(f *Facts, s sdktrace.ReadOnlySpan, counts ExportCounts, rule *led
 	}
 	f.Start, f.End = unixNanos(s.StartTime()), unixNanos(s.EndTime())
 	f.Failed = s.Status().Code == codes.Error
+	// What the SDK's limits dropped is exported with the span (OTLP's
+	// dropped counts): the collector reads it, and so does the ledger.
+	f.Dropped.Attributes = ledgerrule.DroppedCount(s.DroppedAttributes())
+	f.Dropped.Links = ledgerrule.DroppedCount(s.DroppedLinks())
 	for _, l := range s.Links() {
+		f.Dropped.LinkAttributes += ledgerrule.DroppedCount(l.DroppedAttributeCount)
 		kind, bad := linkKind(l.Attributes)
 		if bad {
 			f.LinkMalformed = true
