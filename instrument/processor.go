@@ -63,6 +63,9 @@ type SpanProcessor struct {
 	// free holds released records for reuse, so that a span costs no
 	// allocation of its own here; at most as many as were open at once.
 	free []*spanRecord
+	// limits is what the stamps showed of each provider's value length
+	// limit (spanids.go).
+	limits []valueLimit
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -116,6 +119,9 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		// parent's record.
 		st.id = baggageInvocationID(parent)
 	}
+	// The ids the SDK may have cut are read whole from the baggage and
+	// the Tracker (spanids.go) before anything is keyed by them.
+	restoreIDs(parent, &st)
 	// Only lifecycle spans (which carry a role) and model calls need to
 	// know whether the Tracker started them.
 	client := s.SpanKind() == trace.SpanKindClient
@@ -143,6 +149,15 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	p.mu.Unlock()
 	p.noteOwner(parent, ours, client)
 	p.stamp(parent, s, rec, &st)
+	if rec != nil && st.id != "" {
+		if cut := p.checkStamp(s, &st); cut != nil {
+			cut.ID = st.id
+			st.cut = cut
+			p.mu.Lock()
+			rec.cut = cut
+			p.mu.Unlock()
+		}
+	}
 	// A span with a local parent that counts it and no role costs the
 	// ledger nothing at its start (ledger.Ledger.Started).
 	if st.local && st.ledgered && (st.attrs.Role != "" || !st.counted) {
@@ -164,6 +179,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	var unrecorded, detached int
 	var dropped bool
 	var known *ledger.Invocation
+	var cut *ledger.Restored
 	p.mu.Lock()
 	if rec := p.removeOpen(sc.TraceID(), sc.SpanID()); rec != nil {
 		if rec.turn {
@@ -171,6 +187,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		}
 		children, known = rec.children, rec.inv
 		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.dropped
+		cut = rec.cut
 		p.release(rec)
 	}
 	p.mu.Unlock()
@@ -178,6 +195,9 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	// Rules 3 and 4: the counts are the SpanProcessor's, as children. The
 	// ledger reads the span as it is exported, as the collector does.
 	counts := ledger.CountsOf(s, children, unrecorded, detached)
+	if cut != nil {
+		counts = counts.Restore(cut)
+	}
 	out := counts.Span(s)
 	var f ledger.Facts
 	p.ledger.l.Read(&f, s, counts)

@@ -81,3 +81,50 @@ func hasReason(reasons []string, want string) bool {
 	}
 	return false
 }
+
+// TestSDKValueLengthLimitKeysOneWay: a value length limit shorter than
+// the invocation and session ids cuts them on every span; the ledger keys
+// the invocation and its session by the full ids, the exported spans carry
+// them whole with invocation.sdk_limit, and nothing is final.
+func TestSDKValueLengthLimitKeysOneWay(t *testing.T) {
+	for _, limit := range []int{0, 1, 8, 31, 32, 40} {
+		p := newPipeline(t, limits(func(l *sdktrace.SpanLimits) { l.AttributeValueLengthLimit = limit }))
+		session := "session-0123456789abcdef0123456789"
+		ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", session)
+		_, job := p.tracker.StartBackground(ctx, "shell")
+		p.chat(ctx, 10, 2)
+		inv.End()
+		if got := p.sp.Ledger().Session(session); !got.OwesWork {
+			t.Fatalf("limit %d: Session(full id) owes no work while a job runs: %+v", limit, got)
+		}
+		if len(session) > limit {
+			if got := p.sp.Ledger().Session(session[:limit]); got.OwesWork {
+				t.Fatalf("limit %d: the cut session owes work", limit)
+			}
+		}
+		job.EndWithoutFollowup(nil)
+		s := p.summary(t, inv.ID())
+		cutID := len(inv.ID()) > limit
+		for _, sp := range p.exp.GetSpans() {
+			if got := strAttr(sp, contract.AttrInvocationID); got != inv.ID() {
+				t.Fatalf("limit %d: span %s exported with invocation.id %q, want %q", limit, sp.Name, got, inv.ID())
+			}
+			_, marked := attrOf(sp, contract.AttrSDKLimit)
+			sessionCut := strAttr(sp, contract.AttrRole) == contract.RoleRoot && len(session) > limit
+			if marked != (cutID || sessionCut) {
+				t.Fatalf("limit %d: span %s marked %v", limit, sp.Name, marked)
+			}
+			if sessionCut && strAttr(sp, contract.AttrConversationID) != session {
+				t.Fatalf("limit %d: root exported with session %q", limit, strAttr(sp, contract.AttrConversationID))
+			}
+		}
+		if cutID || len(session) > limit {
+			if s.Status == StatusFinal || !hasReason(s.Reasons, "sdk_limit:attribute_value_length on ") {
+				t.Fatalf("limit %d: %s %v", limit, s.Status, s.Reasons)
+			}
+		}
+		if s.SessionID != session && s.SessionID != "" {
+			t.Fatalf("limit %d: session %q", limit, s.SessionID)
+		}
+	}
+}

@@ -60,6 +60,9 @@ type spanRecord struct {
 	// its start: OnEnd hands it back so that the ledger need not look the
 	// invocation up by id.
 	inv *ledger.Invocation
+	// cut holds the ids the SDK's value length limit cut on the span, or
+	// nil: OnEnd exports the span with them restored (spanids.go).
+	cut *ledger.Restored
 	// stamp holds the attributes OnStart adds (invocation.id and a
 	// provisional invocation.children of 0), so that SetAttributes needs
 	// no slice of its own; the SDK copies them.

@@ -34,6 +34,9 @@ type spanStart struct {
 	detachedFrom trace.SpanContext
 	// inv is the ledger's state of the invocation, when known.
 	inv *ledger.Invocation
+	// cut holds the ids the SDK's value length limit cut, or nil
+	// (spanids.go).
+	cut *ledger.Restored
 }
 
 // fromParentLocked reads the span's invocation from its local parent and
@@ -44,6 +47,12 @@ type spanStart struct {
 func (p *SpanProcessor) fromParentLocked(parent context.Context, st *spanStart) {
 	sampled := st.sc.IsSampled()
 	if prec := p.lookupOpen(st.psc.TraceID(), st.psc.SpanID()); prec != nil {
+		if st.id != "" && st.cut == nil && isCut(st.id, prec.invocation) {
+			// The span's own invocation.id was cut; its parent's record
+			// holds it whole.
+			st.id = prec.invocation
+			st.cut = &ledger.Restored{ID: st.id}
+		}
 		if st.id == "" {
 			st.id = prec.baggageID(parent)
 			st.ledgered = st.id != "" && sampled
@@ -88,6 +97,7 @@ func (p *SpanProcessor) trackLocked(s sdktrace.ReadWriteSpan, st *spanStart, our
 	rec := p.newRecord()
 	rec.invocation, rec.span, rec.inv, rec.trace = st.id, s, st.inv, st.sc.TraceID()
 	rec.dropped = st.dropped
+	rec.cut = st.cut
 	if st.local {
 		rec.parent = st.psc.SpanID()
 	}

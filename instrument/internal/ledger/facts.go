@@ -68,7 +68,7 @@ func readFacts(f *Facts, s sdktrace.ReadOnlySpan, counts ExportCounts, rule *led
 			attr(kv)
 		}
 	}
-	var buf [3]attribute.KeyValue
+	var buf [AddedMax]attribute.KeyValue
 	for _, kv := range counts.Added(&buf) {
 		attr(kv)
 	}
@@ -170,6 +170,9 @@ type StartAttrs struct {
 	// LateChild: the span carries invocation.late_child = true (a flag of
 	// the wrong type reads as true, as readFacts reads it at the end).
 	LateChild bool
+	// Marked: the span carries invocation.id or invocation.role, whatever
+	// their values (a value length limit may have cut them to "").
+	Marked bool
 }
 
 // UnattributedUnknown is the reason of an unattributed turn's root that
@@ -184,6 +187,7 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 	for _, kv := range attrs {
 		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
 			r.Attr(k, ruleValue(kv.Value))
+			a.Marked = a.Marked || k == ledgerrule.KeyInvocationID || k == ledgerrule.KeyRole
 			continue
 		}
 		switch kv.Key {
