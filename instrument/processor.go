@@ -66,6 +66,14 @@ type SpanProcessor struct {
 	// limits is what the stamps showed of each provider's value length
 	// limit (spanids.go).
 	limits []valueLimit
+	// turnsByID indexes the open turns by invocation (the latest of
+	// each), where a dropped span no parent declares is counted
+	// (drops.go).
+	turnsByID map[string]*spanRecord
+	// providers are the providers whose spans this processor saw start,
+	// lastProvider the latest (drops.go).
+	providers    []trace.TracerProvider
+	lastProvider trace.TracerProvider
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -145,8 +153,18 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		// (rule 4). Lifecycle spans are declared otherwise.
 		st.detachedFrom, st.late, st.dropped = p.detachedStart(parent, st.id, st.sc)
 	}
+	p.noteProviderLocked(s.TracerProvider())
+	// A span the sampler did not sample that no parent or context span
+	// counts (drops.go): an open turn of its invocation declares it.
+	orphanDrop := !st.sc.IsSampled() && st.id != "" && !st.dropped
+	if orphanDrop && p.declareOrphanDropLocked(st.id) {
+		orphanDrop = false
+	}
 	rec := p.trackLocked(s, &st, ours)
 	p.mu.Unlock()
+	if orphanDrop {
+		p.tellLedgerDrop(st.id, s.Name())
+	}
 	p.noteOwner(parent, ours, client)
 	p.stamp(parent, s, rec, &st)
 	if rec != nil && st.id != "" {
@@ -184,6 +202,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	if rec := p.removeOpen(sc.TraceID(), sc.SpanID()); rec != nil {
 		if rec.turn {
 			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
+			p.unindexTurnLocked(rec)
 		}
 		children, known = rec.children, rec.inv
 		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.dropped

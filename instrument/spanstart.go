@@ -104,6 +104,7 @@ func (p *SpanProcessor) trackLocked(s sdktrace.ReadWriteSpan, st *spanStart, our
 	if ours && st.id != "" && (st.attrs.Role == contract.RoleRoot || st.attrs.Role == contract.RoleContinuation) {
 		rec.turn = true
 		p.turns[turnKey{st.sc.TraceID(), st.id}] = rec
+		p.indexTurnLocked(rec)
 	}
 	p.addOpen(st.sc.SpanID(), rec)
 	return rec
