@@ -43,6 +43,10 @@ type SpanProcessor struct {
 	lateChildren metric.Int64Counter
 	untracked    metric.Int64Counter
 
+	// reporter, when set, learns of every span of an invocation handed to
+	// next (exportreport.go).
+	reporter *ExportReporter
+
 	// holders end the model calls the client wrappers hold open for a
 	// retry, before a flush or shutdown.
 	holders parked.Holders
@@ -94,6 +98,11 @@ func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...SpanProcessorOption) 
 		max:    cfg.maxOpenSpans,
 		open:   make(map[trace.SpanID]*spanRecord),
 		turns:  make(map[turnKey]*spanRecord),
+
+		reporter: cfg.reporter,
+	}
+	if p.reporter != nil {
+		p.reporter.attach(p.ledger.l, meter)
 	}
 	// Errors from instrument creation leave a usable no-op instrument.
 	p.lateChildren, _ = meter.Int64Counter("agentledger.instrument.late_children",
@@ -229,6 +238,9 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	// Ledger.Wait returns final, every span of the invocation has already
 	// been handed to the exporting pipeline (a ForceFlush then exports it).
 	if p.next != nil {
+		if p.reporter != nil && sc.IsSampled() && f.Invocation() != "" {
+			p.reporter.handed(sc, f.Invocation())
+		}
 		p.next.OnEnd(out)
 	}
 	if sc.IsSampled() {
@@ -242,6 +254,11 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 // open invocations become incomplete with reason shutdown.
 func (p *SpanProcessor) Shutdown(ctx context.Context) error {
 	p.holders.EndParked()
+	if p.reporter != nil && p.next != nil {
+		// The spans the queue dropped are known once it is flushed, and
+		// reported before the ledger closes.
+		p.flushAndSweep(ctx)
+	}
 	p.ledger.l.Shutdown()
 	if p.next != nil {
 		return p.next.Shutdown(ctx)
@@ -254,8 +271,23 @@ func (p *SpanProcessor) Shutdown(ctx context.Context) error {
 // next processor.
 func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
 	p.holders.EndParked()
-	if p.next != nil {
-		return p.next.ForceFlush(ctx)
+	if p.next == nil {
+		return nil
 	}
+	if p.reporter != nil {
+		return p.flushAndSweep(ctx)
+	}
+	return p.next.ForceFlush(ctx)
+}
+
+// flushAndSweep flushes the next processor and, when the flush succeeded,
+// reports the spans handed on before it that were never exported: the
+// queue dropped them (exportreport.go).
+func (p *SpanProcessor) flushAndSweep(ctx context.Context) error {
+	mark := p.reporter.mark()
+	if err := p.next.ForceFlush(ctx); err != nil {
+		return err
+	}
+	p.reporter.sweep(mark)
 	return nil
 }
