@@ -77,6 +77,12 @@ const (
 	// ("attribute_value_length"). Such an invocation is never final:
 	// ReasonSDKLimit.
 	AttrSDKLimit = "invocation.sdk_limit"
+	// AttrDoubleInstrumented (bool, agentledger vNEXT SDK settings) is set
+	// true by the instrumentation on a model call that started inside
+	// another model call of the same process (two instrumentations of one
+	// call): its usage would be counted twice. Such an invocation is
+	// never final: ReasonDoubleInstrumented.
+	AttrDoubleInstrumented = "invocation.double_instrumented"
 
 	// AttrTenant (string) names the tenant an invocation belongs to. The
 	// processor sets it on the summaries it emits when its tenant setting

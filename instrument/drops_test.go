@@ -116,3 +116,40 @@ func TestDropHeardByItsOwnPipeline(t *testing.T) {
 		}
 	}
 }
+
+// TestDoubleInstrumentationNeverFinal: a model call inside another model
+// call of the invocation (an SDK's own span around a wrapper's, or two
+// wrappers) is exported marked and the invocation is never final; a model
+// call beside another is not.
+func TestDoubleInstrumentationNeverFinal(t *testing.T) {
+	for _, depth := range []int{0, 1, 2} {
+		p := newPipeline(t)
+		ctx, inv := p.tracker.StartInvocation(context.Background(), "coder", "s1")
+		tr := p.tp.Tracer("example.com/sdk")
+		outer := trace.Span(nil)
+		cctx := ctx
+		if depth > 0 {
+			cctx, outer = tr.Start(ctx, "chat sdk", trace.WithAttributes(attribute.String(contract.AttrOperationName, contract.OpChat)))
+			for range depth - 1 {
+				var hop trace.Span
+				cctx, hop = tr.Start(cctx, "http POST")
+				defer hop.End()
+			}
+		}
+		p.chat(cctx, 10, 2)
+		if outer != nil {
+			outer.SetAttributes(attribute.Int64(contract.AttrUsageInputTokens, 10), attribute.Int64(contract.AttrUsageOutputTokens, 2))
+			outer.End()
+		}
+		p.chat(ctx, 1, 1)
+		inv.End()
+		s := p.summary(t, inv.ID())
+		if depth == 0 {
+			wantStatus(t, s, StatusFinal)
+			continue
+		}
+		if s.Status == StatusFinal || !hasReason(s.Reasons, "double_instrumented:chat m") {
+			t.Fatalf("depth %d: %s %v", depth, s.Status, s.Reasons)
+		}
+	}
+}

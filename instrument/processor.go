@@ -70,6 +70,9 @@ type SpanProcessor struct {
 	// limits is what the stamps showed of each provider's value length
 	// limit (spanids.go).
 	limits []valueLimit
+	// marks holds, for the open spans flagged recordMarked, the ids to
+	// restore and the marks to export (spanids.go).
+	marks map[*spanRecord]*ledger.Restored
 	// turnsByID indexes the open turns by invocation (the latest of
 	// each), where a dropped span no parent declares is counted
 	// (drops.go).
@@ -142,6 +145,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	// Only lifecycle spans (which carry a role) and model calls need to
 	// know whether the Tracker started them.
 	client := s.SpanKind() == trace.SpanKindClient
+	st.modelCall = p.ledger.l.IsModelCall(st.attrs.Operation)
 	ours := (st.attrs.Role != "" || client) && s.InstrumentationScope().Name == ScopeName
 	st.ledgered = st.id != "" && st.sc.IsSampled()
 
@@ -177,11 +181,9 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	p.noteOwner(parent, ours, client)
 	p.stamp(parent, s, rec, &st)
 	if rec != nil && st.id != "" {
-		if cut := p.checkStamp(s, &st); cut != nil {
-			cut.ID = st.id
-			st.cut = cut
+		if p.checkStamp(s, &st); st.cut != nil {
 			p.mu.Lock()
-			rec.cut = cut
+			p.markLocked(rec, st.cut)
 			p.mu.Unlock()
 		}
 	}
@@ -214,8 +216,11 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 			p.unindexTurnLocked(rec)
 		}
 		children, known = rec.children, rec.inv
-		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.dropped
-		cut = rec.cut
+		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.has(recordDropped)
+		if rec.has(recordMarked) {
+			cut = p.marks[rec]
+			delete(p.marks, rec)
+		}
 		p.release(rec)
 	}
 	p.mu.Unlock()

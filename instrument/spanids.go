@@ -133,10 +133,10 @@ func (p *SpanProcessor) learnStampLocked(tp trace.TracerProvider, id, got string
 // checkStamp finds, after the stamp, whether the SDK cut the invocation.id
 // the SpanProcessor stamped on s: from what it learned of the provider's
 // limit, else by reading the span back (once per provider and id length).
-// It returns the ids to restore, or nil.
-func (p *SpanProcessor) checkStamp(s sdktrace.ReadWriteSpan, st *spanStart) *ledger.Restored {
-	if st.cut != nil || st.id == "" || st.id == st.attrs.ID {
-		return st.cut
+// A cut id is added to st.cut.
+func (p *SpanProcessor) checkStamp(s sdktrace.ReadWriteSpan, st *spanStart) {
+	if st.id == "" || st.id == st.attrs.ID || (st.cut != nil && st.cut.ID != "") {
+		return
 	}
 	tp := s.TracerProvider()
 	p.mu.Lock()
@@ -149,10 +149,9 @@ func (p *SpanProcessor) checkStamp(s sdktrace.ReadWriteSpan, st *spanStart) *led
 		p.mu.Unlock()
 		cut = got != st.id
 	}
-	if !cut {
-		return nil
+	if cut {
+		st.restored().ID = st.id
 	}
-	return &ledger.Restored{ID: st.id}
 }
 
 // idAttr returns the string value of key in attrs, or "".
@@ -163,4 +162,17 @@ func idAttr(attrs []attribute.KeyValue, key string) string {
 		}
 	}
 	return ""
+}
+
+// markLocked keeps what OnEnd restores or marks on rec's span (nil for
+// nothing). p.mu must be held.
+func (p *SpanProcessor) markLocked(rec *spanRecord, r *ledger.Restored) {
+	if r == nil {
+		return
+	}
+	if p.marks == nil {
+		p.marks = make(map[*spanRecord]*ledger.Restored)
+	}
+	p.marks[rec] = r
+	rec.flags |= recordMarked
 }

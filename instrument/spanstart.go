@@ -34,9 +34,12 @@ type spanStart struct {
 	detachedFrom trace.SpanContext
 	// inv is the ledger's state of the invocation, when known.
 	inv *ledger.Invocation
-	// cut holds the ids the SDK's value length limit cut, or nil
-	// (spanids.go).
+	// cut holds the ids the SDK's value length limit cut, and the
+	// double-instrumentation mark, or nil (spanids.go).
 	cut *ledger.Restored
+	// modelCall: the span is a model call by its start attributes;
+	// inCall: its local parent is a model call or inside one.
+	modelCall, inCall bool
 }
 
 // fromParentLocked reads the span's invocation from its local parent and
@@ -47,6 +50,13 @@ type spanStart struct {
 func (p *SpanProcessor) fromParentLocked(parent context.Context, st *spanStart) {
 	sampled := st.sc.IsSampled()
 	if prec := p.lookupOpen(st.psc.TraceID(), st.psc.SpanID()); prec != nil {
+		st.inCall = prec.has(recordInCall)
+		if st.modelCall && st.inCall {
+			// Two instrumentations of one call (an SDK's own gen_ai span
+			// and a wrapper's, or two wrappers): its usage would count
+			// twice. The span is exported marked (never final).
+			st.restored().Double = true
+		}
 		if st.id != "" && st.cut == nil && isCut(st.id, prec.invocation) {
 			// The span's own invocation.id was cut; its parent's record
 			// holds it whole.
@@ -96,8 +106,9 @@ func (p *SpanProcessor) trackLocked(s sdktrace.ReadWriteSpan, st *spanStart, our
 	}
 	rec := p.newRecord()
 	rec.invocation, rec.span, rec.inv, rec.trace = st.id, s, st.inv, st.sc.TraceID()
-	rec.dropped = st.dropped
-	rec.cut = st.cut
+	rec.set(recordDropped, st.dropped)
+	rec.set(recordInCall, st.inCall || st.modelCall)
+	p.markLocked(rec, st.cut)
 	if st.local {
 		rec.parent = st.psc.SpanID()
 	}

@@ -32,6 +32,9 @@ const (
 	KeyUsageReasoning
 	// KeySDKLimit is invocation.sdk_limit (sdklimit.go).
 	KeySDKLimit
+	// KeyDoubleInstrumented is invocation.double_instrumented
+	// (sdklimit.go).
+	KeyDoubleInstrumented
 	numKeys
 )
 
@@ -68,6 +71,7 @@ var keyNames = [numKeys]string{
 	KeyUsageCacheCreation: contract.AttrUsageCacheCreateTokens,
 	KeyUsageReasoning:     contract.AttrUsageReasoningTokens,
 	KeySDKLimit:           contract.AttrSDKLimit,
+	KeyDoubleInstrumented: contract.AttrDoubleInstrumented,
 }
 
 // keyKinds is each key's one type.
@@ -91,6 +95,7 @@ var keyKinds = [numKeys]Kind{
 	KeyUsageCacheCreation: KindInt,
 	KeyUsageReasoning:     KindInt,
 	KeySDKLimit:           KindString,
+	KeyDoubleInstrumented: KindBool,
 }
 
 // String returns the attribute's name.
@@ -149,6 +154,8 @@ func Lookup(name string) (Key, bool) {
 		return KeyUsageReasoning, true
 	case contract.AttrSDKLimit:
 		return KeySDKLimit, true
+	case contract.AttrDoubleInstrumented:
+		return KeyDoubleInstrumented, true
 	}
 	return 0, false
 }
@@ -222,6 +229,9 @@ type Facts struct {
 	// span ("" when absent; a malformed or empty value reads as
 	// LimitValueLength). The invocation is never final.
 	SDKLimit string
+	// DoubleInstrumented: invocation.double_instrumented is set (a
+	// malformed value reads as true).
+	DoubleInstrumented bool
 
 	// ModelCall: gen_ai.operation.name is one of the usage operations.
 	// Usage is read only for model calls: UsagePresent has bit i set when
@@ -357,6 +367,7 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 		f.Consumer = r.vals[KeyFollowupConsumer].str
 	}
 	f.UsageMismatch = has(KeyUsageMismatch) && !bad(KeyUsageMismatch) && r.vals[KeyUsageMismatch].Bool()
+	f.DoubleInstrumented = has(KeyDoubleInstrumented) && (bad(KeyDoubleInstrumented) || r.vals[KeyDoubleInstrumented].Bool())
 	if has(KeySDKLimit) {
 		f.SDKLimit = r.vals[KeySDKLimit].str
 		if bad(KeySDKLimit) || f.SDKLimit == "" {

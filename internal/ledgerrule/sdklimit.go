@@ -51,6 +51,9 @@ func (g *Graph) sdkLimitTaints(s *Span) {
 	if s.SDKLimit != "" {
 		g.AddTaint(SDKLimitReason(s.SDKLimit, s.Name))
 	}
+	if s.DoubleInstrumented {
+		g.AddTaint(contract.ReasonDoubleInstrumented + ":" + s.Name)
+	}
 }
 
 // DroppedCount converts an SDK's dropped count (an int or an OTLP uint32)

@@ -371,4 +371,7 @@ func (inv *invocation) sdkLimits(s Span) {
 		}
 		inv.flag(contract.ReasonSDKLimit, what+" on "+s.Name)
 	}
+	if inv.readBool(s, contract.AttrDoubleInstrumented) {
+		inv.flag(contract.ReasonDoubleInstrumented, s.Name)
+	}
 }

@@ -170,6 +170,9 @@ type StartAttrs struct {
 	// LateChild: the span carries invocation.late_child = true (a flag of
 	// the wrong type reads as true, as readFacts reads it at the end).
 	LateChild bool
+	// Operation is the span's gen_ai.operation.name at its start, when a
+	// string.
+	Operation string
 	// Marked: the span carries invocation.id or invocation.role, whatever
 	// their values (a value length limit may have cut them to "").
 	Marked bool
@@ -188,6 +191,9 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
 			r.Attr(k, ruleValue(kv.Value))
 			a.Marked = a.Marked || k == ledgerrule.KeyInvocationID || k == ledgerrule.KeyRole
+			if k == ledgerrule.KeyOperation && a.Operation == "" && kv.Value.Type() == attribute.STRING {
+				a.Operation = kv.Value.AsString()
+			}
 			continue
 		}
 		switch kv.Key {
@@ -220,3 +226,6 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 // startRule configures the reading at a span's start, which reads no
 // counts or usage.
 var startRule = ledgerrule.NewConfig(nil, 0)
+
+// IsModelCall reports whether operation op names a model call.
+func (l *Ledger) IsModelCall(op string) bool { return op != "" && l.rule.IsUsageOperation(op) }

@@ -27,7 +27,13 @@ type Restored struct {
 	// ID is the full invocation id; Role and Session the Tracker's role
 	// and session of the span ("" when they were not cut).
 	ID, Role, Session string
+	// Double: the span is a model call inside another model call of the
+	// same process (exported with invocation.double_instrumented).
+	Double bool
 }
+
+// cut reports whether an id was cut (rather than only Double set).
+func (r *Restored) cut() bool { return r.ID != "" || r.Role != "" || r.Session != "" }
 
 // Restore returns c with the span's ids restored (r not nil).
 func (c ExportCounts) Restore(r *Restored) ExportCounts {
@@ -40,8 +46,12 @@ func (c ExportCounts) Restore(r *Restored) ExportCounts {
 // cut ids, nor an invocation.sdk_limit the span set itself.
 func (r *Restored) keeps(kv attribute.KeyValue) bool {
 	switch kv.Key {
-	case contract.AttrInvocationID, contract.AttrSDKLimit:
-		return false
+	case contract.AttrInvocationID:
+		return r.ID == ""
+	case contract.AttrSDKLimit:
+		return !r.cut()
+	case contract.AttrDoubleInstrumented:
+		return !r.Double
 	case contract.AttrConversationID:
 		return r.Session == ""
 	case contract.AttrRole:
@@ -52,7 +62,15 @@ func (r *Restored) keeps(kv attribute.KeyValue) bool {
 
 // added appends the restored ids and the limit's name.
 func (r *Restored) added(out []attribute.KeyValue) []attribute.KeyValue {
-	out = append(out, attribute.String(contract.AttrInvocationID, r.ID))
+	if r.Double {
+		out = append(out, attribute.Bool(contract.AttrDoubleInstrumented, true))
+	}
+	if !r.cut() {
+		return out
+	}
+	if r.ID != "" {
+		out = append(out, attribute.String(contract.AttrInvocationID, r.ID))
+	}
 	if r.Role != "" {
 		out = append(out, attribute.String(contract.AttrRole, r.Role))
 	}
