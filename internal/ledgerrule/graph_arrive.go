@@ -54,6 +54,9 @@ type Span struct {
 	// 1); that link discharges nothing and is not in Links.
 	LinkMalformed bool
 	Links         Links
+	// Dropped is what the exporting SDK's limits took from the span
+	// (sdklimit.go): a span that lost any is never final.
+	Dropped Dropped
 }
 
 // Links are a span's links the rule reads (kinds LinkFollowup,
@@ -491,6 +494,7 @@ func (g *Graph) taintsOf(s *Span) {
 	if s.LinkMalformed {
 		g.AddTaint(LinkMalformedReason(name))
 	}
+	g.sdkLimitTaints(s)
 	if s.Unrecorded.Declared() {
 		if n, ok := count(s.Unrecorded); !ok {
 			g.AddInvalid(ReasonInvalidCount + ":" + name)
