@@ -47,6 +47,9 @@
 //   - a request holding the text of one of the Client's prompts (its first
 //     request, or a running turn's request the CLI folded the prompt into)
 //     is that prompt's: the newest such prompt's;
+//   - a compaction request (the CLI's compaction instruction in its last
+//     user turn, after the tool results it repeats) is the running turn's:
+//     the /compact prompt's, or the turn compacting automatically;
 //   - a request returning tool results is the owner's of the request
 //     whose response asked for those tools (the proxy saw it);
 //   - a request delivering only task notifications is a continuation

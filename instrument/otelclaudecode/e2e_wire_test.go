@@ -151,3 +151,48 @@ func testCompact(t *testing.T, h *harness) {
 	closeSession(t, p)
 	h.balance(t, p.SessionID())
 }
+
+// testCompactWhileShellRuns (issue 32, observation 1): prompt A starts a
+// background shell; while it runs, /compact, then prompt C; then the
+// shell ends. The compaction request repeats A's last tool result next
+// to the compaction instruction: it is still the /compact prompt's (the
+// turn that asked for it), not A's by its tool result. C's request is C's,
+// A's notification's turn A's continuation.
+func testCompactWhileShellRuns(t *testing.T, h *harness) {
+	g := newGate(t, "compact-shell")
+	h.router.SetRules(
+		rule("compaction", compacts, says("<summary>A started job A; it runs in the background.</summary>")),
+		rule("launch-A", asks("CMPSH-A"), calls(scriptedmodel.BashCall(g.command("alpha", 0), "Job A", true))),
+		rule("after-launch-A", func(r scriptedmodel.Request) bool {
+			return hasToolResult(r) && strings.Contains(r.NewText(), "running in background")
+		}, says("launched")),
+		rule("C", asks("CMPSH-C"), says("C answered")),
+		rule("cont-A", hasNotification, says("A noted")),
+	)
+	p := h.start(t, h.client(t, "compact_while_shell_runs"))
+	a := h.prompt(t, p, "CMPSH-A: start job A")
+	compact := h.prompt(t, p, "/compact")
+	c := h.prompt(t, p, "CMPSH-C: just answer")
+	sc := h.waitID(t, p, c.InvocationID)
+	wantStatus(t, "C", sc, contract.StatusFinal)
+	checkUsage(t, "C", sc, h.want([]string{"C"}, nil))
+	sComp := h.waitID(t, p, compact.InvocationID)
+	if _, n := h.router.Sum("compaction"); n == 0 {
+		t.Fatalf("no compaction request: %v", h.router.Labels())
+	}
+	wantStatus(t, "/compact", sComp, contract.StatusFinal)
+	checkUsage(t, "/compact", sComp, h.want([]string{"compaction"}, nil))
+	g.open(t)
+	sa := h.waitID(t, p, a.InvocationID)
+	wantStatus(t, "A", sa, contract.StatusFinal)
+	checkUsage(t, "A", sa, h.want([]string{"launch-A", "after-launch-A", "cont-A"}, []string{"cont-A"}))
+	closeSession(t, p)
+	checkDischargedOnce(t, h.p)
+	h.balance(t, p.SessionID())
+}
+
+// compacts matches Claude Code's compaction request (manual or
+// automatic): its instruction asks for a text-only summary.
+func compacts(r scriptedmodel.Request) bool {
+	return strings.Contains(r.NewText(), "Respond with TEXT ONLY")
+}

@@ -220,6 +220,24 @@ func TestAttributionAmbiguous(t *testing.T) {
 		r.answer(a)
 		r.wantFinal(a.inv.ID(), 70, 7)
 	})
+	t.Run("compaction repeating another turn's tool result", func(t *testing.T) {
+		// Issue 32, observation 1: A's tool result, repeated in the
+		// compaction request next to the instruction, is not evidence.
+		r := newWireRig(t)
+		a := r.register("A")
+		r.call("", []map[string]any{user(text("A"))}, 1, 1, "toolu_a")
+		r.call("", []map[string]any{user(text("A")), assistant, user(toolResult("toolu_a", "running in background"))}, 2, 2)
+		r.answer(a)
+		c := r.register("/compact")
+		r.line(`{"type":"command_lifecycle","command_uuid":"` + c.uuid + `","state":"started"}`)
+		instruction := compactionPrefix + " Do NOT call any tools.\n\n" + compactionTask + ", paying close attention to the user's requests."
+		if got := r.call("", []map[string]any{user(text("A")), assistant, user(toolResult("toolu_a", "running in background"), text(instruction))}, 70, 7); got != c.inv.ID() {
+			t.Fatalf("compaction owned by %s, want the /compact prompt's %s (A is %s)", got, c.inv.ID(), a.inv.ID())
+		}
+		r.answer(c)
+		r.wantFinal(c.inv.ID(), 70, 7)
+		r.wantFinal(a.inv.ID(), 3, 3)
+	})
 	t.Run("unknown subagent", func(t *testing.T) {
 		r := newWireRig(t)
 		a := r.register("A")
