@@ -82,6 +82,12 @@
 //     subagent" for local_agent) per task the CLI runs in the background
 //     (system/task_started with is_backgrounded), a child of the tool use
 //     that launched it, ending when the task ends;
+//   - a continuation and a new "background subagent" job when the CLI
+//     runs a background subagent again under its task id (a new run id)
+//     to read the notifications of the jobs its earlier run launched (its
+//     own background shell): the notifications that woke it name the
+//     invocation, the rerun's requests carry the task id, and the session
+//     reads the rerun's own notification later;
 //   - when the process exits, what is open ends, and followups nobody will
 //     answer are closed: interrupted when the process was stopped
 //     (Interrupt, Kill, its context done), session_closed otherwise.

@@ -357,7 +357,7 @@ func (m *mapper) subagentCtx(id string) context.Context {
 // turn when it is the job's invocation's, else consumed_by it.
 func (m *mapper) readNotes(ctx context.Context, ids []string) {
 	for _, id := range ids {
-		j, ok := m.jobs[id]
+		j, ok := m.noted(id)
 		if !ok {
 			m.unknownTask(id)
 		}
@@ -378,7 +378,7 @@ func (m *mapper) continueFor(ids []string) (context.Context, string) {
 	var known []*job
 	unknown := false
 	for _, id := range ids {
-		j, ok := m.jobs[id]
+		j, ok := m.noted(id)
 		switch {
 		case !ok || j.j == nil:
 			m.unknownTask(id)
