@@ -87,6 +87,24 @@ type Request struct {
 	Body []byte
 	// Parser reads the response.
 	Parser Parser
+	// RetryHold, when positive, is how long an attempt answered with a
+	// retryable status (IsRetryable) or failed in transport is held open
+	// for a retry of the same request, whatever the caller did with the
+	// answer's body and its context; then the call ends as failed. A
+	// proxy sets it: it reads every body itself, and its caller's
+	// context ends with each request, before the caller's SDK retries.
+	RetryHold time.Duration
+}
+
+// IsRetryable reports whether an answer with status code is one the
+// providers' SDKs retry: 408, 409, 429, any 5xx (Anthropic's 529
+// overloaded among them).
+func IsRetryable(status int) bool {
+	switch {
+	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500 && status <= 599
 }
 
 // Parser reads a traced call's response into its Result. Its methods are
@@ -204,17 +222,23 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 	now := time.Now()
 	if err != nil {
 		c.attempt(resend, now, 0, errorType(err), err)
-		m.park(key, c, ctx)
+		m.park(key, c, ctx, info.RetryHold)
 		return res, err
 	}
 	if res.StatusCode >= 400 {
 		typ := strconv.Itoa(res.StatusCode)
 		c.attempt(resend, now, res.StatusCode, typ, fmt.Errorf("HTTP %d", res.StatusCode))
+		if info.RetryHold > 0 && IsRetryable(res.StatusCode) {
+			// A proxy's caller may retry whatever it read: the call
+			// waits for it.
+			m.park(key, c, ctx, info.RetryHold)
+			return res, nil
+		}
 		res.Body = newErrorBody(res.Body, func(read bool) {
 			if read {
 				c.end(time.Now(), nil, false)
 			} else {
-				m.park(key, c, ctx)
+				m.park(key, c, ctx, 0)
 			}
 		})
 		return res, nil
@@ -393,8 +417,10 @@ const ContextGrace = time.Second
 
 // park keeps c waiting for the SDK's next attempt, ending it at its last
 // attempt's end if none comes: when the retry window passes, or shortly
-// after the attempt's context ends.
-func (m *Middleware) park(key callKey, c *call, ctx context.Context) {
+// after the attempt's context ends. With a positive hold (a proxy's
+// call, Request.RetryHold) it waits exactly hold, and the end of the
+// attempt's context means nothing.
+func (m *Middleware) park(key callKey, c *call, ctx context.Context, hold time.Duration) {
 	c.mu.Lock()
 	c.parkGen++
 	gen := c.parkGen
@@ -406,6 +432,13 @@ func (m *Middleware) park(key callKey, c *call, ctx context.Context) {
 		if m.remove(key, c, gen) {
 			c.endParked()
 		}
+	}
+	if hold > 0 {
+		timer := m.cfg.AfterFunc(hold, expire)
+		c.mu.Lock()
+		c.timers = append(c.timers, timer)
+		c.mu.Unlock()
+		return
 	}
 	timer := m.cfg.AfterFunc(m.cfg.RetryWindow, expire)
 	stopCtx := context.AfterFunc(ctx, func() {

@@ -32,6 +32,13 @@ import (
 // is told, so that the adapter keeps its invocations from final.
 const DefaultMaxBody = 64 << 20
 
+// DefaultRetryHold is how long a model call answered with a retryable
+// status (genaicall.IsRetryable), or whose upstream failed, stays open for
+// the runtime's retry of the same request: the retry is the same call.
+// It exceeds the runtimes' retry delays (the Stainless SDKs back off at
+// most 8 s, honouring a Retry-After of up to a minute).
+const DefaultRetryHold = time.Minute
+
 // Decision is what the adapter decided about one request.
 type Decision struct {
 	// Ctx is the context the model-call span starts in: its parent and
@@ -73,6 +80,9 @@ type Config struct {
 	Oversized func(req *http.Request)
 	// Listen is the address to listen on (default 127.0.0.1:0).
 	Listen string
+	// RetryHold is how long a failed attempt waits for the runtime's
+	// retry before its call ends as failed (default DefaultRetryHold).
+	RetryHold time.Duration
 }
 
 // Proxy is a running model-wire proxy.
@@ -122,6 +132,9 @@ func Start(cfg Config) (*Proxy, error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.RetryHold <= 0 {
+		cfg.RetryHold = DefaultRetryHold
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -228,12 +241,12 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	p.count(func(s *Stats) { s.Calls++ })
 	w := &watch{Parser: info.Parser, onTool: d.OnTool}
 	info.Parser = w
+	info.RetryHold = p.cfg.RetryHold
 	inbound := req.Context()
-	// The call's context has d.Ctx's span and values and is done when the
-	// runtime's request is (the handler cancels it when it returns): a
-	// failed attempt, which genaicall parks for a retry, then ends shortly
-	// after the runtime gave the request up (genaicall.ContextGrace), not
-	// at the retry window's end, which would keep its invocation open.
+	// The call's context has d.Ctx's span and values. A failed attempt is
+	// held for the runtime's retry for RetryHold (genaicall parks it),
+	// whatever happens to the runtime's request: the retry comes on
+	// another request, after this one's handler returned.
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(d.Ctx))
 	context.AfterFunc(inbound, cancel)
 	req = req.WithContext(callCtx)
