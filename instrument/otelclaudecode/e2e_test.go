@@ -336,6 +336,7 @@ func TestCLI(t *testing.T) {
 	t.Run("background continuation", func(t *testing.T) { testBackground(t, h) })
 	t.Run("longer than the caller's patience", func(t *testing.T) { testPatience(t, h) })
 	t.Run("retried request", func(t *testing.T) { testRetried(t, h) })
+	t.Run("notification turn answered 529 once", func(t *testing.T) { testRetried529(t, h) })
 	t.Run("failing shell", func(t *testing.T) { testFailingShell(t, h) })
 	t.Run("several shells in one turn", func(t *testing.T) { testSeveralShells(t, h) })
 	t.Run("warm second prompt", func(t *testing.T) { testWarmSecondPrompt(t, h) })

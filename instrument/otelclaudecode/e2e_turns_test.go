@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentledger/agentledger/contract"
@@ -113,5 +114,41 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 	wantStatus(t, "second", sum2, contract.StatusFinal)
 	checkUsage(t, "second", sum2, h.want([]string{"after"}, nil))
 	closeSession(t, p)
+	h.balance(t, p.SessionID())
+}
+
+// testRetried529: the request of A's notification turn is answered 529
+// (overloaded) once and retried by the CLI (issue 32, observation 4). The
+// failed attempt and its retry are one model call: A is final with three
+// calls, the retry's usage and none of the error's.
+func testRetried529(t *testing.T, h *harness) {
+	g := newGate(t, "overloaded")
+	var mu sync.Mutex
+	failed := false
+	overloadedOnce := func(r scriptedmodel.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed || !hasNotification(r) {
+			return false
+		}
+		failed = true
+		return true
+	}
+	h.router.SetRules(append([]scriptedmodel.Rule{
+		{Name: "overloaded", Match: overloadedOnce, Answer: func(scriptedmodel.Request) scriptedmodel.Step {
+			return scriptedmodel.Step{Status: 529}
+		}},
+	}, bgRules("BG-529", g.command("finished", 0))...)...)
+	p := h.start(t, h.client(t, "retried_529"))
+	a := h.prompt(t, p, "BG-529: start the job")
+	g.open(t)
+	sa := h.waitID(t, p, a.InvocationID)
+	if _, n := h.router.Sum("overloaded"); n != 1 {
+		t.Fatalf("no 529 answered: %v", h.router.Labels())
+	}
+	wantStatus(t, "A", sa, contract.StatusFinal)
+	checkUsage(t, "A", sa, h.want([]string{"launch-BG-529", "after-launch-BG-529", "continuation"}, []string{"continuation"}))
+	closeSession(t, p)
+	checkDischargedOnce(t, h.p)
 	h.balance(t, p.SessionID())
 }
