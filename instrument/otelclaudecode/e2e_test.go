@@ -359,6 +359,7 @@ func TestCLI(t *testing.T) {
 	t.Run("subagent request during another prompt's turn", func(t *testing.T) { testSubagentDuringOtherTurn(t, h) })
 	t.Run("compact", func(t *testing.T) { testCompact(t, h) })
 	t.Run("compact while a shell runs", func(t *testing.T) { testCompactWhileShellRuns(t, h) })
+	t.Run("automatic compaction", func(t *testing.T) { testAutoCompaction(t, h) })
 	t.Run("own telemetry", func(t *testing.T) { testOwnTelemetry(t, h) })
 	t.Run("collector summaries equal the ledger's", func(t *testing.T) { testCollector(t, h) })
 }
