@@ -342,7 +342,8 @@ func TestCLI(t *testing.T) {
 	t.Run("warm second prompt", func(t *testing.T) { testWarmSecondPrompt(t, h) })
 	t.Run("notification while a request streams", func(t *testing.T) { testNotificationWhileStreaming(t, h) })
 	t.Run("notification read by a later prompt", func(t *testing.T) { testConsumedByLaterPrompt(t, h) })
-	t.Run("prompt read by a running turn", func(t *testing.T) { testPromptDuringTurn(t, h) })
+	t.Run("prompt read by a running turn", func(t *testing.T) { testPromptDuringTurn(t, h, false) })
+	t.Run("prompt read by a running turn, its text an earlier prompt's", func(t *testing.T) { testPromptDuringTurn(t, h, true) })
 	t.Run("interrupted", func(t *testing.T) {
 		testInterrupted(t, h, "interrupted", func(r *Run, _ context.CancelFunc) error { return r.Process.Interrupt() })
 	})

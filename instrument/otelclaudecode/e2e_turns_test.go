@@ -63,13 +63,26 @@ func testRetried(t *testing.T, h *harness) {
 // runs a foreground tool is read by that turn (one result answers both).
 // The requests after it answer the second prompt and are its usage; the
 // first keeps the request that asked for the tool.
-func testPromptDuringTurn(t *testing.T, h *harness) {
+//
+// With sameTextBefore, a prompt of the same text as the folded one was
+// answered earlier in the session (issue 32): the text names only the
+// prompt still waiting for its result, so each is exact and final.
+func testPromptDuringTurn(t *testing.T, h *harness, sameTextBefore bool) {
 	g := newGate(t, "mid")
 	h.router.SetRules(
+		rule("earlier", asks("PLAIN-M2"), says("answered the earlier one")),
 		rule("fg", asks("FG-M1"), calls(scriptedmodel.BashCall(g.command("mid", 0), "Wait in the foreground", false))),
 		rule("after", func(r scriptedmodel.Request) bool { return len(r.ToolResults()) > 0 }, says("answered both")),
 	)
-	p := h.start(t, h.client(t, "prompt_during_turn"))
+	name, queued := "prompt_during_turn", 2
+	if sameTextBefore {
+		name, queued = "prompt_during_turn_same_text", 3
+	}
+	p := h.start(t, h.client(t, name))
+	var earlier Result
+	if sameTextBefore {
+		earlier = h.prompt(t, p, "PLAIN-M2: and another thing")
+	}
 	type answer struct {
 		res Result
 		err error
@@ -92,7 +105,7 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 	h.mu.Unlock()
 	waitUntil(t, "the CLI to queue the second prompt", func() bool {
 		data, err := os.ReadFile(transcript)
-		return err == nil && strings.Count(string(data), `"state":"queued"`) == 2
+		return err == nil && strings.Count(string(data), `"state":"queued"`) == queued
 	})
 	g.open(t)
 	a1, a2 := recv(t, "first result", first), recv(t, "second result", second)
@@ -104,6 +117,12 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 		t.Errorf("results %+v %+v", a1.res, a2.res)
 	}
 	answered := h.router.Answered()
+	if sameTextBefore {
+		answered = answered[1:]
+		se := h.waitID(t, p, earlier.InvocationID)
+		wantStatus(t, "earlier", se, contract.StatusFinal)
+		checkUsage(t, "earlier", se, h.want([]string{"earlier"}, nil))
+	}
 	if len(answered) != 2 || !strings.Contains(answered[1].Text, "PLAIN-M2") {
 		t.Fatalf("the running turn did not read the second prompt: %v", h.router.Labels())
 	}
