@@ -355,6 +355,7 @@ func TestCLI(t *testing.T) {
 	t.Run("background subagent", func(t *testing.T) { testSubagents(t, h, true) })
 	t.Run("background subagent with its own background shell", func(t *testing.T) { testNestedShell(t, h, false) })
 	t.Run("background subagent's shell ends after its first notification was read", func(t *testing.T) { testNestedShell(t, h, true) })
+	t.Run("subagent, subagent, background shell", func(t *testing.T) { testThreeLevels(t, h) })
 	t.Run("two shells end at once, A first", func(t *testing.T) { testTwoShellsAtOnce(t, h, 0) })
 	t.Run("two shells end at once, B first", func(t *testing.T) { testTwoShellsAtOnce(t, h, 1) })
 	t.Run("subagent request during another prompt's turn", func(t *testing.T) { testSubagentDuringOtherTurn(t, h) })
