@@ -58,8 +58,10 @@ type Process struct {
 // open.
 func (p *Process) read(stdout io.Reader) {
 	in := p.sync.reader(stdout)
+	var tee *hostTee
 	if p.tee != nil {
-		in = io.TeeReader(in, p.tee)
+		tee = &hostTee{w: p.tee}
+		in = io.TeeReader(in, tee)
 	}
 	r := bufio.NewReaderSize(in, 64<<10)
 	for stdout != nil {
@@ -76,10 +78,15 @@ func (p *Process) read(stdout io.Reader) {
 				p.c.malformed.Add(context.Background(), 1)
 			} else {
 				p.m.handle(ev)
+				if tee != nil && ev.Type == typeResult {
+					p.c.flushSpans()
+				}
 			}
 		}
+		// The host stopped reading: as a failed write of the TeeReader.
+		released := tee == nil || tee.release(r.Buffered()) == nil
 		p.sync.handled(r.Buffered())
-		if err != nil && !errors.Is(err, errLineTooLong) {
+		if !released || err != nil && !errors.Is(err, errLineTooLong) {
 			break
 		}
 	}
@@ -178,6 +185,7 @@ func (p *Process) Prompt(ctx context.Context, text string) (Result, error) {
 func (p *Process) await(ctx context.Context, pr *prompt) (Result, error) {
 	select {
 	case <-pr.done:
+		p.c.flushSpans()
 		if pr.err != nil {
 			return pr.res, fmt.Errorf("otelclaudecode: prompt: %w%s", pr.err, p.stderr.quote())
 		}
