@@ -3,7 +3,6 @@ package otelclaudecode
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"time"
 
 	"github.com/agentledger/agentledger/instrument/internal/flush"
@@ -28,46 +27,6 @@ func WithFlushTimeout(d time.Duration) Option {
 // flushSpans exports what the Client's TracerProvider holds, bounded.
 func (c *Client) flushSpans() {
 	_ = flush.New(c.cfg.tracerProvider, c.cfg.flushTimeout).Flush()
-}
-
-// hostTee passes the CLI's stdout to the host (Exec) byte for byte and in
-// order, but holds each line back until the Client has handled it, so
-// that a result line reaches the host only after its invocation has been
-// exported. It sits between the CLI's stdout and the bufio.Reader that
-// read loops over: Write gets what the reader takes from the CLI, release
-// passes on what the reader has handed out.
-//
-// A bufio.Reader takes more from the CLI only when what it holds has no
-// newline left, so when Write is called the bytes still held are the
-// start of a line not yet complete: those are passed on then, which keeps
-// the held bytes bounded by the reader's buffer even for a line too long
-// to read.
-type hostTee struct {
-	w    io.Writer
-	held []byte
-}
-
-func (t *hostTee) Write(b []byte) (int, error) {
-	if err := t.pass(len(t.held)); err != nil {
-		return 0, err
-	}
-	t.held = append(t.held, b...)
-	return len(b), nil
-}
-
-// release passes on what the reader has handed out: everything held but
-// the buffered bytes it has not.
-func (t *hostTee) release(buffered int) error {
-	return t.pass(len(t.held) - buffered)
-}
-
-func (t *hostTee) pass(n int) error {
-	if n <= 0 {
-		return nil
-	}
-	_, err := t.w.Write(t.held[:n])
-	t.held = append(t.held[:0], t.held[n:]...)
-	return err
 }
 
 // namePrompt gives a host's prompt line that has no "uuid" key one, so

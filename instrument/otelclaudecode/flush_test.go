@@ -119,26 +119,6 @@ func TestExecResultAfterExport(t *testing.T) {
 	}
 }
 
-// TestHostTeeHoldsOnlyALinePrefix: Write passes on what was held before
-// (the start of an incomplete line), so a line too long to read is
-// never held whole.
-func TestHostTeeHoldsOnlyALinePrefix(t *testing.T) {
-	var out bytes.Buffer
-	tee := &hostTee{w: &out}
-	_, _ = tee.Write([]byte("abc"))
-	_, _ = tee.Write([]byte("def\nnext"))
-	if out.String() != "abc" || string(tee.held) != "def\nnext" {
-		t.Fatalf("passed %q, held %q", out.String(), tee.held)
-	}
-	// The reader handed out "def\n"; "next" is still buffered.
-	if err := tee.release(len("next")); err != nil {
-		t.Fatal(err)
-	}
-	if out.String() != "abcdef\n" || string(tee.held) != "next" {
-		t.Fatalf("passed %q, held %q", out.String(), tee.held)
-	}
-}
-
 func TestNamePrompt(t *testing.T) {
 	for _, in := range []string{
 		`{"type":"user","uuid":"u-1","message":{}}`,

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/flush"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
@@ -58,10 +59,12 @@ type Process struct {
 // open.
 func (p *Process) read(stdout io.Reader) {
 	in := p.sync.reader(stdout)
-	var tee *hostTee
+	// The host gets each line once it is handled: a result once its
+	// invocation is exported.
+	var gate *flush.Gate
 	if p.tee != nil {
-		tee = &hostTee{w: p.tee}
-		in = io.TeeReader(in, tee)
+		gate = flush.NewGate(p.tee)
+		in = io.TeeReader(in, gate)
 	}
 	r := bufio.NewReaderSize(in, 64<<10)
 	for stdout != nil {
@@ -78,13 +81,13 @@ func (p *Process) read(stdout io.Reader) {
 				p.c.malformed.Add(context.Background(), 1)
 			} else {
 				p.m.handle(ev)
-				if tee != nil && ev.Type == typeResult {
+				if gate != nil && ev.Type == typeResult {
 					p.c.flushSpans()
 				}
 			}
 		}
 		// The host stopped reading: as a failed write of the TeeReader.
-		released := tee == nil || tee.release(r.Buffered()) == nil
+		released := gate == nil || gate.Release(r.Buffered(), nil) == nil
 		p.sync.handled(r.Buffered())
 		if !released || err != nil && !errors.Is(err, errLineTooLong) {
 			break
