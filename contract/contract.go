@@ -26,7 +26,7 @@ const (
 	// span at start from the W3C baggage member of the same name.
 	AttrInvocationID = "invocation.id"
 	// AttrRole marks lifecycle spans: RoleRoot, RoleBackground,
-	// RoleContinuation, RoleFollowupClosed.
+	// RoleContinuation, RoleFollowupClosed, RoleWake.
 	AttrRole = "invocation.role"
 	// AttrChildren is the number of direct child spans started in the same
 	// process before the span ended (int).
@@ -88,6 +88,13 @@ const (
 	RoleBackground     = "background"
 	RoleContinuation   = "continuation"
 	RoleFollowupClosed = "followup_closed"
+	// RoleWake (agentledger vNEXT) marks a wake span: a zero-length child
+	// of a turn the runtime started by itself (a continuation, an
+	// unattributed root, a turn that read a job's notification), exported
+	// when that turn starts, so the collector learns of the turn before it
+	// ends. Its parent is the turn's span, which the invocation owes until
+	// it arrives (ReasonRunningTurn).
+	RoleWake = "wake"
 )
 
 // Values of AttrLink.
@@ -123,7 +130,9 @@ const (
 	SpanNameBackgroundPrefix   = "background"
 	SpanNameContinuationPrefix = "continue_agent"
 	SpanNameFollowupClosed     = "followup_closed"
-	SpanNameSummary            = "invocation.summary"
+	// SpanNameWakePrefix names wake spans: "wake_agent {agent}".
+	SpanNameWakePrefix = "wake_agent"
+	SpanNameSummary    = "invocation.summary"
 )
 
 // The summary marker: a summary span is one only when its instrumentation
@@ -280,6 +289,10 @@ const (
 	// spans than have arrived linking to it ("missing_detached:<span
 	// name>", agentledger v0.6).
 	ReasonMissingDetached = "missing_detached"
+	// ReasonRunningTurn: a wake span (RoleWake) arrived and the turn it
+	// announces has not ended yet: its parent span, the turn's, has not
+	// arrived ("running_turn:<wake span name>", agentledger vNEXT).
+	ReasonRunningTurn = "running_turn"
 
 	AnomalyExtraChildren   = "extra_children"
 	AnomalySpanLimit       = "span_limit"

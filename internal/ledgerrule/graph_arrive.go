@@ -241,6 +241,9 @@ type graphRare struct {
 	detached []DetachedCount
 	// early holds the model calls that arrived before the root.
 	early []EarlyCall
+	// wakes holds the wake spans whose turn has not arrived
+	// (graph_wake.go).
+	wakes []pendingWake
 }
 
 // rareOf returns g.rare, allocating it on first use.
@@ -391,6 +394,7 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		}
 	}
 	st.arrive(s.Parent)
+	g.turnArrived(id, now)
 	st.Name = g.nameIndex(name)
 	res.NameIndex = st.Name
 	st.trace = traceIdx
@@ -465,6 +469,9 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		g.attachToParent(&a)
 	}
 	g.applyLinks(&a)
+	if s.Role == RoleWake {
+		g.arriveWake(s, nameIdx)
+	}
 	if g.HasRemote && g.underRemote(id) {
 		g.SettleFrom = now
 	}
