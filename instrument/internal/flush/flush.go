@@ -19,6 +19,16 @@ import (
 // that a collector that is down delays a result by no more than this.
 const DefaultTimeout = 2 * time.Second
 
+// keepParkedKey marks the context of a flush before a result.
+type keepParkedKey struct{}
+
+// KeepsParked reports whether ctx is a flush before a result, which
+// exports what has ended and must not end the model calls a client
+// wrapper holds open for a retry (the instrument SpanProcessor's
+// ForceFlush does otherwise): the runtime goes on after the result, and
+// may still retry.
+func KeepsParked(ctx context.Context) bool { return ctx.Value(keepParkedKey{}) != nil }
+
 // forceFlusher is what the SDK's TracerProvider (and a span processor)
 // offers.
 type forceFlusher interface {
@@ -59,7 +69,7 @@ func (f Flusher) Flush() error {
 	if f.tp == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), keepParkedKey{}, true), f.timeout)
 	defer cancel()
 	if err := f.tp.ForceFlush(ctx); err != nil {
 		err = fmt.Errorf("flushing spans before a result (bounded by %s): %w", f.timeout, err)

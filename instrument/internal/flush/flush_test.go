@@ -82,3 +82,30 @@ func TestFlushOff(t *testing.T) {
 		t.Fatalf("exported %d spans with flushing off", n)
 	}
 }
+
+// recordingProvider is a TracerProvider whose ForceFlush notes its
+// context.
+type recordingProvider struct {
+	noop.TracerProvider
+	ctx context.Context
+}
+
+func (p *recordingProvider) ForceFlush(ctx context.Context) error {
+	p.ctx = ctx
+	return nil
+}
+
+// TestFlushKeepsParkedCalls: a flush before a result asks the instrument
+// SpanProcessor not to end the model calls held for a retry.
+func TestFlushKeepsParkedCalls(t *testing.T) {
+	p := &recordingProvider{}
+	if err := New(p, 0).Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if p.ctx == nil || !KeepsParked(p.ctx) {
+		t.Fatal("the flush's context does not keep parked calls")
+	}
+	if KeepsParked(context.Background()) {
+		t.Fatal("any context keeps parked calls")
+	}
+}
