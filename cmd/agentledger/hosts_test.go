@@ -75,6 +75,8 @@ type hostLine struct {
 	ModelCalls int64   `json:"model_calls"`
 	// WokeAt is when a story's host saw the wake (Unix milliseconds).
 	WokeAt float64 `json:"woke_at"`
+	// OwedAtResult is what a story's host heard when it asked once.
+	OwedAtResult bool `json:"owed_at_result"`
 }
 
 // runHost runs `node --test file` from hosttest, in a directory of its

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +80,9 @@ func (w *wokenTurn) checkWake(t *testing.T, lines []hostLine) {
 
 // checkExact checks that every closed invocation is final and that they
 // add up to exactly what the scripted model answered by its rules.
-func checkExact(t *testing.T, tracesFile string, n int, model *scriptedmodel.Router, rules ...string) {
+// cacheCreation is false for a wire that has no cache creation tokens
+// (OpenAI's: the scripted model's are then not sent).
+func checkExact(t *testing.T, tracesFile string, n int, model *scriptedmodel.Router, cacheCreation bool, rules ...string) {
 	t.Helper()
 	closed := closedSummaries(t, tracesFile, n)
 	var in, out, cacheRead, cacheCreate, reasoning, calls int64
@@ -90,6 +94,9 @@ func checkExact(t *testing.T, tracesFile string, n int, model *scriptedmodel.Rou
 			cacheCreate+s.CacheCreationTokens, reasoning+s.ReasoningTokens, calls+s.ModelCalls
 	}
 	want, reqs := model.Sum(rules...)
+	if !cacheCreation {
+		want.CacheCreationTokens = 0
+	}
 	if in != int64(want.InputTokens) || out != int64(want.OutputTokens) || cacheRead != int64(want.CacheReadTokens) ||
 		cacheCreate != int64(want.CacheCreationTokens) || reasoning != int64(want.ReasoningTokens) || calls != int64(reqs) {
 		t.Errorf("collector totals in %d out %d cache read %d creation %d reasoning %d calls %d; the scripted model answered %+v in %d requests (%v)",
@@ -142,5 +149,122 @@ func TestClaudeHostStory(t *testing.T) {
 		"HOST_HOME=" + home, "HOST_DIR=" + project, "GATE=" + gate, "WOKE=" + woke,
 	})
 	turn.checkWake(t, lines)
-	checkExact(t, col.Addrs.TracesFile, 1, model, "notification", "tool result", "launch", "plain")
+	checkExact(t, col.Addrs.TracesFile, 1, model, true, "notification", "tool result", "launch", "plain")
+}
+
+// TestOpenCodeHostStory is the story with the OpenCode SDK through
+// `agentledger opencode-proxy` in front of a real opencode serve. OpenCode's
+// background job here is a background subagent (its shells run in the
+// foreground): it ends when the host, having released the session, lets
+// its model call go; the turn its notification starts is the woken one.
+func TestOpenCodeHostStory(t *testing.T) {
+	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
+	dir := t.TempDir()
+	turn := &wokenTurn{woke: filepath.Join(dir, "woke")}
+	release, stop := make(chan struct{}), make(chan struct{})
+	arrived := make(chan struct{})
+	var arrivedOnce, releaseOnce sync.Once
+	wait := func(ch <-chan struct{}) {
+		select {
+		case <-ch:
+		case <-stop:
+		}
+	}
+	text := func(s string) func(scriptedmodel.Request) scriptedmodel.Step {
+		return func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: s} }
+	}
+	model := scriptedmodel.NewRouter(scriptedUsage,
+		scriptedmodel.Rule{Name: "child", Match: func(r scriptedmodel.Request) bool { return strings.Contains(chatTurnOf(r).firstUser, "CHILD") },
+			Hold: func(scriptedmodel.Request) {
+				arrivedOnce.Do(func() { close(arrived) })
+				wait(release)
+			}, Answer: text("child result")},
+		scriptedmodel.Rule{Name: "continuation", Match: func(r scriptedmodel.Request) bool { return strings.Contains(chatTurnOf(r).lastUser, "<task id=") },
+			Hold: turn.hold, Answer: text("The job is done.")},
+		scriptedmodel.Rule{Name: "after-launch", Match: func(r scriptedmodel.Request) bool {
+			c := chatTurnOf(r)
+			return strings.Contains(c.firstUser, "BG") && c.lastRole == "tool"
+		}, Hold: func(scriptedmodel.Request) { wait(arrived) }, Answer: text("launched")},
+		scriptedmodel.Rule{Name: "launch", Match: func(r scriptedmodel.Request) bool { return strings.Contains(chatTurnOf(r).lastUser, "BG") },
+			Answer: func(scriptedmodel.Request) scriptedmodel.Step {
+				return scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "task", Arguments: subagentTask}}}
+			}},
+		scriptedmodel.Rule{Name: "other", Answer: text("other")},
+	)
+	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
+	t.Cleanup(srv.Close)
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		releaseOnce.Do(func() { close(release) })
+	}))
+	t.Cleanup(gate.Close)
+	// The exporter's default schedule (5 s): only the export before the
+	// answer lets the host find the invocation when it asks.
+	stack := startOpenCodeStackExport(t, srv.URL(), nil, "OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1")
+	t.Cleanup(func() { close(stop) })
+
+	lines := runHost(t, "opencode_story.test.mjs", []string{
+		"PROXY_URL=" + stack.proxyURL, "STATUS_URL=http://" + stack.col.Addrs.Status,
+		"RELEASE_URL=" + gate.URL + "/release", "WOKE=" + turn.woke,
+	})
+	turn.checkWake(t, lines)
+	t.Logf("the scripted model answered %v", model.Labels())
+	checkExact(t, stack.col.Addrs.TracesFile, 1, model, false, "launch", "after-launch", "child", "continuation", "other")
+}
+
+// TestCodexHostStory is the story as far as the Codex SDK can tell it:
+// its only mode, `codex exec`, ends the process after the turn and kills
+// the commands it left running, so no turn is ever woken (a host that
+// needs wakes drives `codex app-server`). What remains is asked of the
+// drop-in: the turn.completed event names the turn's invocation
+// (turn_id); asked once right after it, with the exporter's default
+// schedule, the collector knows the invocation and owes its command (or,
+// once Codex has exited, has closed it); the invocation ends final,
+// exact, with the command's interruption named.
+func TestCodexHostStory(t *testing.T) {
+	cli := testbin.Require(t, "CODEX_BIN", "make codex", codexCLI)
+	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
+	col := testbin.StartLocalCollector(t)
+	model := codexModel()
+	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
+	t.Cleanup(srv.Close)
+	// Codex warns about its helper binaries under the system's temporary
+	// directory: its home goes under the repository's out/.
+	root, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(filepath.Join(root, "out"), "agentledger-codex-story-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin := testbin.BuildT(t, "cmd/agentledger")
+	link := filepath.Join(dir, "bin", "codex")
+	home, project := filepath.Join(dir, "home"), filepath.Join(dir, "project")
+	for _, d := range []string{filepath.Dir(link), home, project} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(bin, link); err != nil {
+		t.Fatal(err)
+	}
+	lines := runHost(t, "codex_story.test.mjs", []string{
+		"AGENTLEDGER_CODEX=" + link, "CODEX_CLI=" + cli, "MODEL_URL=" + srv.URL() + "/v1",
+		"OTLP_HTTP=http://" + col.Addrs.OTLPHTTP, "STATUS_URL=http://" + col.Addrs.Status,
+		"HOST_HOME=" + home, "HOST_DIR=" + project,
+	})
+	if len(lines) != 1 || lines[0].Kind != "story" {
+		t.Fatalf("the host reported %v", lines)
+	}
+	t.Logf("asked once right after turn.completed: owes_work %v (false only once Codex had exited and the turn closed)", lines[0].OwedAtResult)
+	t.Logf("the scripted model answered %v", model.Labels())
+	checkExact(t, col.Addrs.TracesFile, 1, model, false, "foreground", "after foreground", "launch", "after launch", "plain")
 }
