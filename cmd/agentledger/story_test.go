@@ -106,7 +106,8 @@ func checkExact(t *testing.T, tracesFile string, n int, model *scriptedmodel.Rou
 
 // TestClaudeHostStory is the story with the Claude Agent SDK and
 // `agentledger claude`; the prompt has no uuid: the drop-in gives it
-// one, which the result names.
+// one, which the result names. A string prompt then gets its id the same
+// way, known to the collector when its result comes.
 func TestClaudeHostStory(t *testing.T) {
 	cli := testbin.Require(t, "CLAUDE_BIN", "make claude", claudeCLI)
 	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
@@ -149,7 +150,7 @@ func TestClaudeHostStory(t *testing.T) {
 		"HOST_HOME=" + home, "HOST_DIR=" + project, "GATE=" + gate, "WOKE=" + woke,
 	})
 	turn.checkWake(t, lines)
-	checkExact(t, col.Addrs.TracesFile, 1, model, true, "notification", "tool result", "launch", "plain")
+	checkExact(t, col.Addrs.TracesFile, 2, model, true, "notification", "tool result", "launch", "plain")
 }
 
 // TestOpenCodeHostStory is the story with the OpenCode SDK through

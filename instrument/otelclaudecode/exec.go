@@ -153,6 +153,9 @@ func (p *Process) feed(ctx context.Context, in io.Reader, out io.WriteCloser) {
 				if uuid == "" {
 					line, uuid = namePrompt(line)
 					given = uuid != ""
+					if given {
+						p.given.add(uuid)
+					}
 				}
 				p.m.registerHost(ctx, uuid, text, given)
 			}

@@ -3,6 +3,7 @@ package otelclaudecode
 import (
 	"bytes"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/agentledger/agentledger/instrument/internal/flush"
@@ -57,3 +58,44 @@ func namePrompt(line []byte) ([]byte, string) {
 	}
 	return append(out, line[i+1:]...), id
 }
+
+// givenIDs are the uuids Exec gave prompts that had none. The CLI reports
+// the lifecycle of a prompt that has a uuid (command_lifecycle lines),
+// which it does not for one without: those lines are the drop-in's doing,
+// and are not passed to the host, whose messages stay as without the
+// drop-in.
+type givenIDs struct {
+	// mu guards ids and order.
+	mu    sync.Mutex
+	ids   map[string]struct{}
+	order []string
+}
+
+func (g *givenIDs) add(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ids == nil {
+		g.ids = make(map[string]struct{})
+	}
+	g.ids[id] = struct{}{}
+	g.order = append(g.order, id)
+	if len(g.order) > maxUsedIDs {
+		delete(g.ids, g.order[0])
+		g.order = g.order[1:]
+	}
+}
+
+// has reports whether id was given by Exec; the lifecycle's last state
+// (completed) forgets it.
+func (g *givenIDs) has(id, state string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.ids[id]
+	if ok && state == "completed" {
+		delete(g.ids, id)
+	}
+	return ok
+}
+
+// dropLine is the Gate edit that passes nothing on.
+func dropLine([]byte) []byte { return nil }

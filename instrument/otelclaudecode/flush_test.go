@@ -20,17 +20,24 @@ import (
 )
 
 // fakeResultCLI is a CLI that reads one prompt, saves it to dir/prompt,
-// and answers with a result whose line is longer than the Client's read
-// buffer, after a line too long to read.
+// reports its lifecycle (and another prompt's), and answers with a result
+// whose line is longer than the Client's read buffer, after a line too
+// long to read.
 func fakeResultCLI(t *testing.T) (bin, dir string) {
 	t.Helper()
 	dir = t.TempDir()
 	bin = filepath.Join(dir, "claude")
 	long := strings.Repeat("x", 200<<10)
+	lifecycle := func(uuid, state string) string {
+		return `printf '{"type":"command_lifecycle","command_uuid":"%s","state":"` + state + `","session_id":"s-1"}\n' "` + uuid + `"` + "\n"
+	}
 	script := "#!/bin/sh\nread -r line\nprintf '%s\\n' \"$line\" > " + filepath.Join(dir, "prompt") + "\n" +
+		`uuid=$(printf '%s' "$line" | sed -n 's/.*"uuid":"\([^"]*\)".*/\1/p')` + "\n" +
 		`printf '{"type":"system","subtype":"init","session_id":"s-1"}\n'` + "\n" +
+		lifecycle("$uuid", "queued") + lifecycle("$uuid", "started") + lifecycle("another", "queued") +
 		`printf '{"type":"system","subtype":"noise","text":"` + long + `"}\n'` + "\n" +
-		`printf '{"type":"result","subtype":"success","session_id":"s-1","is_error":false,"result":"` + long + `"}\n'` + "\n"
+		`printf '{"type":"result","subtype":"success","session_id":"s-1","is_error":false,"result":"` + long + `"}\n'` + "\n" +
+		lifecycle("$uuid", "completed")
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +121,10 @@ func TestExecResultAfterExport(t *testing.T) {
 	for sc.Scan() {
 		types = append(types, strings.SplitN(sc.Text(), `"`, 5)[3])
 	}
-	if strings.Join(types, ",") != "system,system,result" || host.buf.Len() < 400<<10 {
+	// The lifecycle of the prompt the drop-in named is the drop-in's
+	// doing: not passed on; another prompt's is.
+	if strings.Join(types, ",") != "system,command_lifecycle,system,result" || host.buf.Len() < 400<<10 ||
+		!strings.Contains(host.buf.String(), `"command_uuid":"another"`) {
 		t.Fatalf("the host read %d bytes, lines %q", host.buf.Len(), types)
 	}
 }

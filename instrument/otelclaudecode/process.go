@@ -42,9 +42,11 @@ type Process struct {
 	// group is set when the CLI leads a process group of its own (Kill
 	// then reaches its shells).
 	group bool
-	// tee, when set, gets every byte of the CLI's stdout as read, before
-	// it is decoded (Exec: the host's stdout).
+	// tee, when set, gets the CLI's stdout line by line once each line
+	// is handled (Exec: the host's stdout).
 	tee io.Writer
+	// given are the uuids Exec gave the host's prompts (namePrompt).
+	given givenIDs
 
 	interrupted atomic.Bool
 	exited      chan struct{}
@@ -69,6 +71,7 @@ func (p *Process) read(stdout io.Reader) {
 	r := bufio.NewReaderSize(in, 64<<10)
 	for stdout != nil {
 		line, err := readLine(r, p.c.cfg.maxLine)
+		var edit func([]byte) []byte
 		if len(line) > 0 || errors.Is(err, errLineTooLong) {
 			p.lines.Add(1)
 			p.c.lines.Add(context.Background(), 1)
@@ -84,10 +87,13 @@ func (p *Process) read(stdout io.Reader) {
 				if gate != nil && ev.Type == typeResult {
 					p.c.flushSpans()
 				}
+				if gate != nil && ev.Type == typeCommandLifecycle && p.given.has(ev.UUID, ev.Status) {
+					edit = dropLine
+				}
 			}
 		}
 		// The host stopped reading: as a failed write of the TeeReader.
-		released := gate == nil || gate.Release(r.Buffered(), nil) == nil
+		released := gate == nil || gate.Release(r.Buffered(), edit) == nil
 		p.sync.handled(r.Buffered())
 		if !released || err != nil && !errors.Is(err, errLineTooLong) {
 			break

@@ -68,3 +68,28 @@ test('result while a shell runs: owes work, release, wake, reattach, final', asy
   assert.equal(fin.continuations, 1);
   report({ kind: 'story', id, session, woke_at: at, model_calls: fin.model_calls });
 });
+
+test('a string prompt: its result names the id the collector knows it by', async () => {
+  const q = query({ prompt: 'say hi', options: {
+    pathToClaudeCodeExecutable: E.AGENTLEDGER_CLAUDE, cwd: E.HOST_DIR,
+    permissionMode: 'bypassPermissions', allowDangerouslySkipPermissions: true,
+    env: { PATH: E.PATH, HOME: E.HOST_HOME, ANTHROPIC_API_KEY: 'scripted', ANTHROPIC_BASE_URL: E.MODEL_URL,
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_AUTOUPDATER: '1', DISABLE_TELEMETRY: '1', IS_SANDBOX: '1',
+      AGENTLEDGER_CLAUDE_BIN: E.CLAUDE_CLI, OTEL_EXPORTER_OTLP_ENDPOINT: E.OTLP_HTTP } } });
+  let result;
+  for await (const m of q) {
+    if (m.type !== 'result') continue;
+    result = m;
+    const id = m.user_message_uuids?.[0] ?? m.user_message_uuid;
+    assert.ok(id, `the result names the prompt: ${JSON.stringify(m)}`);
+    // Known at once: exported before the result was passed on.
+    const inv = await getJSON(`/v1/invocations/${id}`);
+    assert.equal(inv.session, m.session_id);
+    result.id = id;
+  }
+  assert.equal(result.result, 'Hello from the scripted model.');
+  await watchUntil(result.session_id, s => s.closed_invocations.includes(result.id) && !s.owes_work);
+  const inv = await getJSON(`/v1/invocations/${result.id}`);
+  assert.equal(inv.status, 'final', JSON.stringify(inv.reasons));
+  report({ kind: 'string_prompt', id: result.id, session: result.session_id, model_calls: inv.model_calls });
+});

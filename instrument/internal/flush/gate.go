@@ -47,7 +47,8 @@ func (g *Gate) Write(b []byte) (int, error) {
 // Release passes on the line the reader handed out last: everything held
 // but the buffered bytes it has not handed out. edit, when not nil, may
 // change the line first (it gets the line with its newline, if any, and
-// must keep it); it is not called for a line whose start was passed on.
+// must keep it), or drop it by returning nothing; it is not called for a
+// line whose start was passed on.
 func (g *Gate) Release(buffered int, edit func([]byte) []byte) error {
 	n := len(g.held) - buffered
 	if n <= 0 {
