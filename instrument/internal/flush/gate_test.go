@@ -95,3 +95,67 @@ func TestGateBoundsALineTooLongToHold(t *testing.T) {
 		t.Fatalf("edited %v, host got %d bytes, want the %d of the line unchanged", edited, host.Len(), len(long))
 	}
 }
+
+// FuzzGate checks the Gate's invariant under any input, read size and
+// buffer size: the host gets every line, edited or dropped as the read
+// loop says, whole and in order, and nothing of a line before the
+// loop released the one before it.
+func FuzzGate(f *testing.F) {
+	f.Add([]byte("a\nb\n\nc"), uint8(3), uint16(16))
+	f.Add([]byte("drop me\nedit me\nkeep"), uint8(1), uint16(16))
+	f.Add([]byte(strings.Repeat("x", 5000)+"\nedit\n"), uint8(200), uint16(64))
+	f.Fuzz(func(t *testing.T, src []byte, readSize uint8, bufSize uint16) {
+		if readSize == 0 {
+			readSize = 1
+		}
+		size := int(bufSize)%4096 + 16
+		var host bytes.Buffer
+		g := NewGate(&host)
+		r := bufio.NewReaderSize(io.TeeReader(&chunkReader{b: src, n: int(readSize)}, g), size)
+		var want bytes.Buffer
+		for {
+			line, err := r.ReadBytes('\n')
+			if len(line) > 0 {
+				if !bytes.Equal(host.Bytes(), want.Bytes()) {
+					t.Fatalf("before line %q was released the host had %q, want %q", line, host.Bytes(), want.Bytes())
+				}
+				var edit func([]byte) []byte
+				switch {
+				case bytes.HasPrefix(line, []byte("drop")):
+					edit = func([]byte) []byte { return nil }
+				case bytes.HasPrefix(line, []byte("edit")):
+					edit = func(b []byte) []byte { return append([]byte("E"), b...) }
+					want.WriteString("E")
+					want.Write(line)
+				default:
+					want.Write(line)
+				}
+				if err := g.Release(r.Buffered(), edit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if !bytes.Equal(host.Bytes(), want.Bytes()) {
+			t.Fatalf("the host got %q, want %q", host.Bytes(), want.Bytes())
+		}
+	})
+}
+
+// chunkReader reads n bytes at a time.
+type chunkReader struct {
+	b []byte
+	n int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	n := min(c.n, len(p), len(c.b))
+	copy(p, c.b[:n])
+	c.b = c.b[n:]
+	return n, nil
+}
