@@ -70,6 +70,19 @@ const (
 	// the usage the model wire counted: AnomalyUsageMismatch. The counted
 	// usage stays the invocation's; finality is unchanged.
 	AttrUsageMismatch = "invocation.usage.mismatch"
+	// AttrSDKLimit (string, agentledger vNEXT SDK settings) is set by the
+	// instrumentation on a span whose invocation or session id the SDK's
+	// AttributeValueLengthLimit cut: the span is exported with the full
+	// id restored and this attribute naming the limit
+	// ("attribute_value_length"). Such an invocation is never final:
+	// ReasonSDKLimit.
+	AttrSDKLimit = "invocation.sdk_limit"
+	// AttrDoubleInstrumented (bool, agentledger vNEXT SDK settings) is set
+	// true by the instrumentation on a model call that started inside
+	// another model call of the same process (two instrumentations of one
+	// call): its usage would be counted twice. Such an invocation is
+	// never final: ReasonDoubleInstrumented.
+	AttrDoubleInstrumented = "invocation.double_instrumented"
 
 	// AttrTenant (string) names the tenant an invocation belongs to. The
 	// processor sets it on the summaries it emits when its tenant setting
@@ -293,6 +306,22 @@ const (
 	// announces has not ended yet: its parent span, the turn's, has not
 	// arrived ("running_turn:<wake span name>", agentledger vNEXT).
 	ReasonRunningTurn = "running_turn"
+	// ReasonSDKLimit: the OpenTelemetry SDK's span limits dropped
+	// attributes, links or link attributes of a span of the invocation, or
+	// cut an id ("sdk_limit:<attributes|links|link_attributes|
+	// attribute_value_length> on <span name>", agentledger vNEXT).
+	ReasonSDKLimit = "sdk_limit"
+	// ReasonExportLost: the in-process export pipeline lost spans of the
+	// invocation that the in-process ledger counted (a full batch queue, a
+	// failed export): the collector can never see them ("export_lost:
+	// <queue|failed>", in-process only, agentledger vNEXT).
+	ReasonExportLost = "export_lost"
+	// ReasonDoubleInstrumented: a model call of the invocation ran inside
+	// another model call of the invocation (two instrumentations of one
+	// call, e.g. an SDK's own gen_ai spans under or over a wrapper's), so
+	// its usage would be counted twice ("double_instrumented:<span name>",
+	// agentledger vNEXT).
+	ReasonDoubleInstrumented = "double_instrumented"
 
 	AnomalyExtraChildren   = "extra_children"
 	AnomalySpanLimit       = "span_limit"
@@ -316,4 +345,13 @@ const (
 	// flagged span's name; agentledger v0.8). It changes neither finality
 	// nor the totals.
 	AnomalyUsageMismatch = "usage_mismatch"
+	// AnomalyAnomaliesCut: the invocation had more distinct anomalies than
+	// a ledger keeps (64 besides AnomalyFollowupInterrupted and
+	// AnomalyUsageMismatch, which are always kept), so some are not
+	// listed. It does not change finality.
+	AnomalyAnomaliesCut = "anomalies_cut"
+	// ReasonReasonsCut: the invocation had more distinct unprovable counts
+	// or taints than a ledger keeps (64 of each), so some are not listed;
+	// the invocation was not final already.
+	ReasonReasonsCut = "reasons_cut"
 )
