@@ -47,7 +47,19 @@ type chart struct {
 	// summary's after-result usage when no span was cut.
 	AfterCalls        int
 	AfterIn, AfterOut int64
+	// Drawn holds the bar classes the chart draws (root, tool, model,
+	// after-result, ...): the legend lists only those.
+	Drawn map[string]bool
 }
+
+const (
+	// chartMinBar is the narrowest bar: a span of a few milliseconds on
+	// an axis of seconds stays visible.
+	chartMinBar = 5.0
+	// chartCharW estimates the width of one character of a note (12px
+	// system-ui), to keep notes off the result line.
+	chartCharW = 6.6
+)
 
 type chartTick struct {
 	X     float64
@@ -107,7 +119,7 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 	if v.Timeline != nil {
 		spans = v.Timeline.Spans
 	}
-	c := chart{Width: chartWidth, AxisX: chartLabelW, AxisW: chartWidth - chartLabelW - chartRight, Open: v.Open()}
+	c := chart{Width: chartWidth, AxisX: chartLabelW, AxisW: chartWidth - chartLabelW - chartRight, Open: v.Open(), Drawn: map[string]bool{}}
 
 	// The axis: every span, the result, and while open now and the
 	// settle deadline.
@@ -197,7 +209,12 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 				Label: cutLabel(s.Name), Span: s, Class: classOf(s),
 				X: x(s.Start), PastResult: v.ResultAt != nil && s.End.After(*v.ResultAt),
 			}
-			r.W = max(x(s.End)-r.X, 1.5)
+			r.W = max(x(s.End)-r.X, chartMinBar)
+			if c.HasResult && !r.PastResult && r.X < c.ResultX {
+				// A span that ended before the result keeps to its side
+				// of the line, however short.
+				r.W = max(min(r.W, c.ResultX-r.X), 1.5)
+			}
 			if s.Role == statusapi.RoleFollowupClosed || s.End.Equal(s.Start) && s.Role != "" {
 				r.Marker = true
 				cy := y + chartRowH/2
@@ -222,6 +239,16 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 			r.NoteX = max(r.X+r.W, r.WaitX) + 6
 			if r.Marker {
 				r.NoteX = r.X + 10
+			}
+			// A note that would run across the result line starts just
+			// after it instead, so that the line does not strike it out.
+			if text := r.Note + r.Wait; c.HasResult && text != "" && r.NoteX < c.ResultX &&
+				r.NoteX+float64(len([]rune(text)))*chartCharW > c.ResultX-2 {
+				r.NoteX = c.ResultX + 6
+			}
+			c.Drawn[r.Class] = true
+			if r.AfterResult {
+				c.Drawn["after-result"] = true
 			}
 			rowY[s.SpanID] = y + chartRowH/2
 			ends[s.SpanID] = r.X + r.W
