@@ -323,14 +323,14 @@ func waitSummaries(ctx context.Context, fromJaeger bool, tracesFile, jaegerQuery
 func report(w io.Writer, results []testbin.AgentInvocation, closed map[string]testbin.Summary) int {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "invocation\tscenario\tstatus\tinput\toutput\tafter-result in\tafter-result out\tcontinuations\ttime to final\tcheck\t")
+	fmt.Fprintln(tw, "invocation\tscenario\tstatus\tinput\toutput\tafter-result in\tafter-result out\tcontinuations\ttime to final\tanomalies\tcheck\t")
 	bad := 0
 	var problems []string
 	for _, r := range results {
 		s, ok := closed[r.InvocationID]
 		if !ok {
 			bad++
-			fmt.Fprintf(tw, "%s\t%s\tno summary\t\t\t\t\t\t\tMISSING\t\n", r.InvocationID, r.Scenario)
+			fmt.Fprintf(tw, "%s\t%s\tno summary\t\t\t\t\t\t\t\tMISSING\t\n", r.InvocationID, r.Scenario)
 			continue
 		}
 		check := "ok"
@@ -343,8 +343,14 @@ func report(w io.Writer, results []testbin.AgentInvocation, closed map[string]te
 		if s.HasTimeToFinal {
 			ttf = (time.Duration(s.TimeToFinalMS) * time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", r.InvocationID, r.Scenario, s.Status,
-			s.InputTokens, s.OutputTokens, s.AfterResultInputTokens, s.AfterResultOutputTokens, s.Continuations, ttf, check)
+		// Anomalies (followup_interrupted:<job>, ...) are the summary's
+		// notes on a count that is still exact; "-" when none.
+		anomalies := "-"
+		if len(s.Anomalies) > 0 {
+			anomalies = strings.Join(s.Anomalies, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.InvocationID, r.Scenario, s.Status,
+			s.InputTokens, s.OutputTokens, s.AfterResultInputTokens, s.AfterResultOutputTokens, s.Continuations, ttf, anomalies, check)
 	}
 	_ = tw.Flush()
 	for _, p := range problems {

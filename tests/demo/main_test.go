@@ -30,13 +30,13 @@ func TestReportCountsMissingAndDisagreeing(t *testing.T) {
 	}
 	closed := map[string]testbin.Summary{
 		"a": {InvocationID: "a", Status: contract.StatusFinal, InputTokens: 30, OutputTokens: 6, HasTimeToFinal: true},
-		"b": {InvocationID: "b", Status: contract.StatusFinal, InputTokens: 41, OutputTokens: 8},
+		"b": {InvocationID: "b", Status: contract.StatusFinal, InputTokens: 41, OutputTokens: 8, Anomalies: []string{"followup_interrupted:job-1"}},
 	}
 	var out bytes.Buffer
 	if bad := report(&out, results, closed); bad != 2 {
 		t.Errorf("report counted %d bad invocations, want 2 (b differs, c missing)\n%s", bad, out.String())
 	}
-	for _, want := range []string{"MISSING", "DIFFERS", "input_tokens: agent 40, summary 41"} {
+	for _, want := range []string{"MISSING", "DIFFERS", "input_tokens: agent 40, summary 41", "anomalies", "followup_interrupted:job-1"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report output lacks %q:\n%s", want, out.String())
 		}
