@@ -47,6 +47,9 @@ type chart struct {
 	// summary's after-result usage when no span was cut.
 	AfterCalls        int
 	AfterIn, AfterOut int64
+	// Stretched: the time before the result is drawn on a larger scale
+	// than the time after it (the scale changes at the result line).
+	Stretched bool
 	// Drawn holds the bar classes the chart draws (root, tool, model,
 	// after-result, ...): the legend lists only those.
 	Drawn map[string]bool
@@ -59,6 +62,9 @@ const (
 	// chartCharW estimates the width of one character of a note (12px
 	// system-ui), to keep notes off the result line.
 	chartCharW = 6.6
+	// chartPreResult is the least share of the axis the time before the
+	// result gets.
+	chartPreResult = 0.2
 )
 
 type chartTick struct {
@@ -149,9 +155,37 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 		f := float64(t.Sub(lo)) / float64(span)
 		return c.AxisX + min(1, max(0, f))*c.AxisW
 	}
-	for i := range 6 {
-		d := span * time.Duration(i) / 5
-		c.Ticks = append(c.Ticks, chartTick{X: x(lo.Add(d)), Label: "+" + roundAge(d)})
+	// When the result comes early on an axis that runs on long after it
+	// (a background job), the time before the result gets at least
+	// chartPreResult of the axis, so that the turn's own spans are
+	// readable; the scale then changes at the result line, and the ticks
+	// say so (one at the result, the rest spread after it).
+	stretched := false
+	if v.ResultAt != nil && v.ResultAt.After(lo) && hi.After(*v.ResultAt) &&
+		float64(v.ResultAt.Sub(lo))/float64(span) < chartPreResult {
+		stretched = true
+		res := *v.ResultAt
+		pre, post := res.Sub(lo), hi.Sub(res)
+		x = func(t time.Time) float64 {
+			if !t.After(res) {
+				f := float64(t.Sub(lo)) / float64(pre)
+				return c.AxisX + max(0, f)*chartPreResult*c.AxisW
+			}
+			f := float64(t.Sub(res)) / float64(post)
+			return c.AxisX + (chartPreResult+min(1, f)*(1-chartPreResult))*c.AxisW
+		}
+		c.Stretched = true
+		c.Ticks = append(c.Ticks, chartTick{X: x(lo), Label: "+0s"}, chartTick{X: x(res), Label: "+" + roundAge(pre)})
+		for i := 1; i <= 4; i++ {
+			d := pre + post*time.Duration(i)/4
+			c.Ticks = append(c.Ticks, chartTick{X: x(lo.Add(d)), Label: "+" + roundAge(d)})
+		}
+	}
+	if !stretched {
+		for i := range 6 {
+			d := span * time.Duration(i) / 5
+			c.Ticks = append(c.Ticks, chartTick{X: x(lo.Add(d)), Label: "+" + roundAge(d)})
+		}
 	}
 	if v.ResultAt != nil {
 		c.HasResult, c.ResultX = true, x(*v.ResultAt)

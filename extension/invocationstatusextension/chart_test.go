@@ -1,6 +1,7 @@
 package invocationstatusextension
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,20 @@ func TestChartShortPreResultSpans(t *testing.T) {
 			call = r
 		}
 	}
-	if call.W < 1.5 || call.X+call.W > c.ResultX {
+	// The result at 0.4 s of 60 s: the time before it gets a fifth of
+	// the axis, and the ticks name the result's offset.
+	if !c.Stretched || math.Abs(c.ResultX-(c.AxisX+chartPreResult*c.AxisW)) > 0.01 {
+		t.Errorf("result line at %.1f (stretched %v), want %.1f", c.ResultX, c.Stretched, c.AxisX+chartPreResult*c.AxisW)
+	}
+	if got := c.Ticks[1]; got.Label != "+400ms" || got.X != c.ResultX {
+		t.Errorf("second tick %+v, want +400ms at the result line", got)
+	}
+	for i := 1; i < len(c.Ticks); i++ {
+		if c.Ticks[i].X <= c.Ticks[i-1].X {
+			t.Errorf("ticks not in order: %+v", c.Ticks)
+		}
+	}
+	if call.W < chartMinBar || call.X+call.W > c.ResultX {
 		t.Errorf("the pre-result call's bar [%.1f, %.1f] is invisible or crosses the result line at %.1f", call.X, call.X+call.W, c.ResultX)
 	}
 	if call.W < min(chartMinBar, c.ResultX-call.X) {
