@@ -137,7 +137,8 @@ func (t *goTracker) status(now time.Time) string {
 	if t.linking {
 		return fmt.Sprintf("%s %s: %s compiled; now %s", t.name, el, t.count(), t.then)
 	}
-	if len(t.finished) == 0 && t.known && t.plan.toCompile == 0 {
+	if t.compiled == 0 && t.known && t.plan.toCompile == 0 {
+		// Nothing to compile: the trace only shows the cache being read.
 		return fmt.Sprintf("%s %s: all %d packages are in the build cache; now %s", t.name, el, t.plan.deps, t.then)
 	}
 	if len(t.finished) == 0 {

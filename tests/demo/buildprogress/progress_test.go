@@ -76,6 +76,10 @@ func TestGoTrackerWarmAndUnknown(t *testing.T) {
 	if got, want := tr.status(t0.Add(3*time.Second)), "jaeger 3s: all 2325 packages are in the build cache; now link"; got != want {
 		t.Errorf("warm:\n got %q\nwant %q", got, want)
 	}
+	tr.built([]string{"a", "b"}) // the trace of a warm build: still all cached
+	if got, want := tr.status(t0.Add(4*time.Second)), "jaeger 4s: all 2325 packages are in the build cache; now link"; got != want {
+		t.Errorf("warm, traced:\n got %q\nwant %q", got, want)
+	}
 	u := newGoTracker("x", "link", t0)
 	u.listed(plan{}, false)
 	u.line("example.com/a")
