@@ -103,7 +103,7 @@ func (t *Tracker) startRootIn(ctx context.Context, id, agent, session string, ex
 		attribute.String(contract.AttrConversationID, session),
 	))
 	opts = append(opts, extra...)
-	ctx, span := t.start(ctx, t.rootName(agent), opts...)
+	ctx, span := t.start(ctx, t.rootName(agent), &lifecycle{contract.RoleRoot, session}, opts...)
 	if !span.SpanContext().IsSampled() {
 		// Nothing of the invocation is observed: Ledger.Wait answers
 		// not_sampled at once instead of waiting for the open timeout.
