@@ -126,11 +126,20 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 	if parent == nil || span == nil || span.IsRecording() {
 		return
 	}
-	psc := trace.SpanContextFromContext(parent)
-	if psc.IsValid() && (!psc.IsSampled() || psc.IsRemote()) {
-		// Its nearest sampled ancestor declares the subtree, or it is
-		// another process's.
+	ps := trace.SpanFromContext(parent)
+	psc := ps.SpanContext()
+	switch {
+	case psc.IsRemote():
+		// Another process's span.
 		return
+	case psc.IsValid() && !psc.IsSampled() && ps.IsRecording():
+		// A span Sampler recorded without sampling: its nearest sampled
+		// ancestor declares it, and so its subtree.
+		return
+	case psc.IsValid() && !psc.IsSampled():
+		// A dropped span nobody declared (no Sampler): declared below
+		// as one without a parent.
+		psc = trace.SpanContext{}
 	}
 	id := baggageInvocationID(parent)
 	if id == "" {
