@@ -49,13 +49,15 @@ const UnattributedUnknown UnattributedReason = "unknown"
 // from the context are its members and their usage is summed as usual,
 // but the ledger closes it incomplete with
 // "unattributed_wakeup:<reason>", never final, and Ledger.Session says the
-// session owes work until End is called.
+// session owes work until End is called. Like StartContinuation it exports
+// the turn's wake span at once.
 func (t *Tracker) StartUnattributed(ctx context.Context, agent, session string, reason UnattributedReason) (context.Context, *Invocation) {
 	if reason == "" {
 		reason = UnattributedUnknown
 	}
-	return t.startRoot(ctx, agent, session, trace.WithNewRoot(),
+	ctx, inv := t.startRoot(ctx, agent, session, trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String(contract.AttrUnattributed, string(reason))))
+	return t.wake(ctx, agent, session), inv
 }
 
 // StartInvocationWithID starts an invocation as StartInvocation does, but

@@ -170,6 +170,7 @@ const (
 	RoleBackground
 	RoleContinuation
 	RoleFollowupClosed
+	RoleWake
 )
 
 // CountState says how a declared count reads.
@@ -340,6 +341,8 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 			f.Role = RoleContinuation
 		case contract.RoleFollowupClosed:
 			f.Role = RoleFollowupClosed
+		case contract.RoleWake:
+			f.Role = RoleWake
 		}
 	}
 	f.Children = r.count(KeyChildren, cfg)

@@ -21,12 +21,13 @@ import (
 // ErrCorrupt is wrapped by every decoding error.
 var ErrCorrupt = errors.New("corrupt stored ledger data")
 
-// maxValueDepth bounds the nesting of a stored attribute value; deeper
-// slices and maps are stored empty (no attribute the ledger reads nests).
-const maxValueDepth = 16
-
-// Encoder appends to a byte slice.
-type Encoder struct{ B []byte }
+// Encoder appends to a byte slice. A value it cannot store (depth.go:
+// nested deeper than MaxValueDepth) sets Err, which sticks; what it wrote
+// is then not to be stored.
+type Encoder struct {
+	B   []byte
+	Err error
+}
 
 func (e *Encoder) Byte1(v byte)       { e.B = append(e.B, v) }
 func (e *Encoder) Uvarint(v uint64)   { e.B = binary.AppendUvarint(e.B, v) }
@@ -235,7 +236,8 @@ func (e *Encoder) Value(v pcommon.Value, depth int) {
 		e.BytesLP(v.Bytes().AsRaw())
 	case pcommon.ValueTypeSlice:
 		e.Byte1(tagSlice)
-		if depth >= maxValueDepth {
+		if depth >= MaxValueDepth {
+			e.tooDeep()
 			e.Uvarint(0)
 			return
 		}
@@ -246,7 +248,8 @@ func (e *Encoder) Value(v pcommon.Value, depth int) {
 		}
 	case pcommon.ValueTypeMap:
 		e.Byte1(tagMap)
-		if depth >= maxValueDepth {
+		if depth >= MaxValueDepth {
+			e.tooDeep()
 			e.Uvarint(0)
 			return
 		}
@@ -278,8 +281,8 @@ func (d *Decoder) Value(v pcommon.Value, depth int) {
 	case tagBytes:
 		v.SetEmptyBytes().FromRaw(d.BytesLP())
 	case tagSlice:
-		if depth >= maxValueDepth {
-			d.Fail("value nested deeper than %d", maxValueDepth)
+		if depth >= MaxValueDepth {
+			d.Fail("value nested deeper than %d", MaxValueDepth)
 			return
 		}
 		n := d.Count(1)
@@ -289,8 +292,8 @@ func (d *Decoder) Value(v pcommon.Value, depth int) {
 			d.Value(sl.AppendEmpty(), depth+1)
 		}
 	case tagMap:
-		if depth >= maxValueDepth {
-			d.Fail("value nested deeper than %d", maxValueDepth)
+		if depth >= MaxValueDepth {
+			d.Fail("value nested deeper than %d", MaxValueDepth)
 			return
 		}
 		d.Attrs(v.SetEmptyMap(), depth+1)
@@ -387,8 +390,8 @@ func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
 		e.Uvarint(uint64(dropped.LinkAttributes))
 	}
 	e.Str(sp.Name())
-	e.Byte1(byte(sp.Kind()))
-	e.Byte1(byte(sp.Status().Code()))
+	e.enum(int32(sp.Kind()))
+	e.enum(int32(sp.Status().Code()))
 	e.Uvarint(uint64(sp.StartTimestamp()))
 	e.Uvarint(uint64(sp.EndTimestamp()))
 	e.Attrs(sp.Attributes(), keep, 0)
@@ -431,18 +434,8 @@ func (d *Decoder) Header() (h SpanHeader, ok bool) {
 		h.Dropped = Dropped{Attributes: d.count32(), Links: d.count32(), LinkAttributes: d.count32()}
 	}
 	h.Name = d.Str()
-	kind := d.Byte1()
-	if kind > byte(ptrace.SpanKindConsumer) {
-		d.Fail("bad span kind %d", kind)
-		return h, false
-	}
-	h.Kind = ptrace.SpanKind(kind)
-	code := d.Byte1()
-	if code > byte(ptrace.StatusCodeError) {
-		d.Fail("bad status code %d", code)
-		return h, false
-	}
-	h.Code = ptrace.StatusCode(code)
+	h.Kind = ptrace.SpanKind(d.enum())
+	h.Code = ptrace.StatusCode(d.enum())
 	h.Start, h.End = d.Uvarint(), d.Uvarint()
 	return h, d.Err == nil
 }
