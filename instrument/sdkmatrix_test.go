@@ -69,6 +69,11 @@ func randomSettings(r *rand.Rand) matrixSettings {
 	case 1:
 		m.ratio = []float64{0, 0.5, 1}[r.IntN(3)]
 	}
+	if r.IntN(3) == 0 {
+		// A third of the points keep the SDK's own limits, so that final
+		// (and its exact totals) is tried often.
+		m.attrCount, m.valueLen, m.linkCount, m.linkAttrs = -1, -1, -1, -1
+	}
 	return m
 }
 
