@@ -20,13 +20,17 @@ func TestWakeFlush(t *testing.T) {
 	_, job := tracker.StartBackground(ctx, "shell")
 	inv.End()
 	job.EndWithFollowup(nil)
+	start := time.Now()
 	_, cont, err := tracker.StartContinuation(context.Background(), "coder", "s1", job.Carrier())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := exp.WaitWake(t); w.Invocation != inv.ID() {
+	returned := time.Since(start)
+	w := exp.WaitWake(t)
+	if w.Invocation != inv.ID() {
 		t.Fatalf("wake of %q exported, want %q", w.Invocation, inv.ID())
 	}
+	t.Logf("StartContinuation returned after %s; its wake span was exported %s after the start (batch schedule: 1h)", returned, w.At.Sub(start))
 	cont.End()
 	_, un := tracker.StartUnattributed(context.Background(), "coder", "s2", "")
 	if w := exp.WaitWake(t); w.Invocation != un.ID() {
