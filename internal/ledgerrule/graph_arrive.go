@@ -54,6 +54,9 @@ type Span struct {
 	// 1); that link discharges nothing and is not in Links.
 	LinkMalformed bool
 	Links         Links
+	// Dropped is what the exporting SDK's limits took from the span
+	// (sdklimit.go): a span that lost any is never final.
+	Dropped Dropped
 }
 
 // Links are a span's links the rule reads (kinds LinkFollowup,
@@ -240,6 +243,9 @@ type graphRare struct {
 	detached []DetachedCount
 	// early holds the model calls that arrived before the root.
 	early []EarlyCall
+	// wakes holds the wake spans whose turn has not arrived
+	// (graph_wake.go).
+	wakes []pendingWake
 }
 
 // rareOf returns g.rare, allocating it on first use.
@@ -378,6 +384,7 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		}
 	}
 	st.arrive(s.Parent)
+	g.turnArrived(id, now)
 	st.Name = g.nameIndex(name)
 	res.NameIndex = st.Name
 	st.trace = traceIdx
@@ -452,6 +459,9 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		g.attachToParent(&a)
 	}
 	g.applyLinks(&a)
+	if s.Role == RoleWake {
+		g.arriveWake(s, nameIdx)
+	}
 	if g.HasRemote && g.underRemote(id) {
 		g.SettleFrom = now
 	}
@@ -484,6 +494,7 @@ func (g *Graph) taintsOf(s *Span) {
 	if s.LinkMalformed {
 		g.AddTaint(LinkMalformedReason(name))
 	}
+	g.sdkLimitTaints(s)
 	if s.Unrecorded.Declared() {
 		if n, ok := count(s.Unrecorded); !ok {
 			g.AddInvalid(ReasonInvalidCount + ":" + name)

@@ -89,6 +89,7 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 			obl = append(obl, contract.ReasonMissingDetached+":"+g.Name(d.Name))
 		}
 	}
+	obl = g.runningTurnReasons(obl)
 	sort.Strings(obl)
 	out = append(out, slices.Compact(obl)...)
 	problems := append(slices.Clone(g.Invalid), g.Taints...)

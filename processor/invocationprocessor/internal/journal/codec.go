@@ -342,7 +342,28 @@ func LinkAttr(k string) bool { return strings.HasPrefix(k, "invocation.") }
 // Span flags in a stored span.
 const (
 	spanHasParent = 1 << iota
+	// spanDropped: the SDK's limits dropped attributes, links or link
+	// attributes (three uvarints follow the parent). Records written
+	// before it never set it, so they decode as before.
+	spanDropped
 )
+
+// Dropped is what the SDK's limits dropped from a stored span: OTLP's
+// dropped_attributes_count and dropped_links_count, and the sum of its
+// links' dropped_attributes_count.
+type Dropped struct {
+	Attributes, Links, LinkAttributes uint32
+}
+
+// droppedOf reads a span's dropped counts.
+func droppedOf(sp ptrace.Span) Dropped {
+	d := Dropped{Attributes: sp.DroppedAttributesCount(), Links: sp.DroppedLinksCount()}
+	links := sp.Links()
+	for i := 0; i < links.Len(); i++ {
+		d.LinkAttributes = uint32(min(uint64(d.LinkAttributes)+uint64(links.At(i).DroppedAttributesCount()), 1<<31))
+	}
+	return d
+}
 
 // encodeSpan writes what the ledger reads from one Span: IDs, parent,
 // name, times, status code and kind, the attributes keep accepts (all when
@@ -355,9 +376,18 @@ func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
 	if !pid.IsEmpty() {
 		flags |= spanHasParent
 	}
+	dropped := droppedOf(sp)
+	if dropped != (Dropped{}) {
+		flags |= spanDropped
+	}
 	e.Byte1(flags)
 	if !pid.IsEmpty() {
 		e.SpanID(pid)
+	}
+	if flags&spanDropped != 0 {
+		e.Uvarint(uint64(dropped.Attributes))
+		e.Uvarint(uint64(dropped.Links))
+		e.Uvarint(uint64(dropped.LinkAttributes))
 	}
 	e.Str(sp.Name())
 	e.enum(int32(sp.Kind()))
@@ -384,6 +414,8 @@ type SpanHeader struct {
 	Kind       ptrace.SpanKind
 	Code       ptrace.StatusCode
 	Start, End uint64
+	// Dropped is what the SDK's limits dropped from the span.
+	Dropped Dropped
 }
 
 // Header decodes what precedes a stored span's attributes.
@@ -391,12 +423,15 @@ func (d *Decoder) Header() (h SpanHeader, ok bool) {
 	h.TraceID = d.TraceID()
 	h.SpanID = d.SpanID()
 	flags := d.Byte1()
-	if flags&^spanHasParent != 0 {
+	if flags&^(spanHasParent|spanDropped) != 0 {
 		d.Fail("bad span flags %#x", flags)
 		return h, false
 	}
 	if flags&spanHasParent != 0 {
 		h.Parent = d.SpanID()
+	}
+	if flags&spanDropped != 0 {
+		h.Dropped = Dropped{Attributes: d.count32(), Links: d.count32(), LinkAttributes: d.count32()}
 	}
 	h.Name = d.Str()
 	h.Kind = ptrace.SpanKind(d.enum())
@@ -421,6 +456,8 @@ func (d *Decoder) Span(sp ptrace.Span) {
 	sp.Status().SetCode(h.Code)
 	sp.SetStartTimestamp(pcommon.Timestamp(h.Start))
 	sp.SetEndTimestamp(pcommon.Timestamp(h.End))
+	sp.SetDroppedAttributesCount(h.Dropped.Attributes)
+	sp.SetDroppedLinksCount(h.Dropped.Links)
 	d.Attrs(sp.Attributes(), 0)
 	n := d.Count(25)
 	for i := 0; i < n && d.Err == nil; i++ {
@@ -428,5 +465,19 @@ func (d *Decoder) Span(sp ptrace.Span) {
 		l.SetTraceID(d.TraceID())
 		l.SetSpanID(d.SpanID())
 		d.Attrs(l.Attributes(), 0)
+		if i == 0 {
+			// The sum is stored: it goes on the first link.
+			l.SetDroppedAttributesCount(h.Dropped.LinkAttributes)
+		}
 	}
+}
+
+// count32 decodes a dropped count, which fits in a uint32.
+func (d *Decoder) count32() uint32 {
+	v := d.Uvarint()
+	if v > 1<<32-1 {
+		d.Fail("dropped count %d out of range", v)
+		return 0
+	}
+	return uint32(v)
 }
