@@ -221,6 +221,43 @@ const (
 	// caller closed the response (a stream, most often) before its end: the
 	// usage the provider reports at the end may be missing.
 	AttrResponseStreamClosedEarly = "invocation.response.stream_closed_early"
+	// AttrResponseEnding (string, one of the Ending* values) says how a
+	// model call ended (CONTRACT.md, "How a model call ended"). It is a
+	// diagnostic: what the ending means for the bill is already in the
+	// span (usage when known; status Error and no usage when not billed;
+	// neither when unknown, which rule 5 reads as usage_missing).
+	AttrResponseEnding = "invocation.response.ending"
+)
+
+// Values of AttrResponseEnding: how a model call ended, and so what the
+// provider billed for it (known, none, or unknown).
+const (
+	// EndingComplete: the response's terminal usage event (or its whole
+	// body) was read and carried usage. Billed: that usage.
+	EndingComplete = "complete"
+	// EndingErrorStatus: the provider answered with an error status (and
+	// the caller did not retry it). Not billed.
+	EndingErrorStatus = "error_status"
+	// EndingNotSent: the request never reached the provider (the
+	// connection could not be made). Not billed.
+	EndingNotSent = "not_sent"
+	// EndingNoResponse: the request was sent and the connection failed
+	// before a response. Unknown.
+	EndingNoResponse = "no_response"
+	// EndingTimeout: the caller's deadline passed after the request was
+	// sent. Unknown.
+	EndingTimeout = "timeout"
+	// EndingCut: the response began and broke off (or its stream ended)
+	// before its terminal usage event. Unknown.
+	EndingCut = "cut"
+	// EndingCallerClosed: the caller closed the response, or gave up
+	// waiting for it, before its terminal usage event. Unknown.
+	EndingCallerClosed = "caller_closed"
+	// EndingErrorEvent: a response with a success status carried an error
+	// (an error event or object) instead of its end. Unknown.
+	EndingErrorEvent = "error_event"
+	// EndingNoUsage: the response ended normally without usage. Unknown.
+	EndingNoUsage = "no_usage"
 )
 
 // DefaultUsageOperations are the operation names whose spans are model calls

@@ -125,6 +125,8 @@ func roleName(r ledgerrule.Role) string {
 		return contract.RoleContinuation
 	case ledgerrule.RoleFollowupClosed:
 		return contract.RoleFollowupClosed
+	case ledgerrule.RoleWake:
+		return contract.RoleWake
 	}
 	return ""
 }
