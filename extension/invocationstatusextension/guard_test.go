@@ -115,7 +115,7 @@ func TestPageTenantColumnAndLinks(t *testing.T) {
 		`href="v1/invocations/inv-1?tenant=team-b"`,
 		`href="v1/invocations/inv%2F2"`,
 		`data-tenant="team-b"`,
-		"<td>team a&amp;b</td>",
+		`<td class="cut" title="team a&amp;b">team a&amp;b</td>`,
 		"<th>tenant</th>",
 	} {
 		assert.Contains(t, page, want)

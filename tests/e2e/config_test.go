@@ -29,6 +29,7 @@ var (
 	overlayConfigs = map[string][]string{
 		"shared.yaml":               {"local.yaml", "jaeger.yaml"},
 		"shared-loadbalancing.yaml": {"loadbalancing.yaml"},
+		"view.yaml":                 {"jaeger.yaml"},
 	}
 	jaegerConfigs    = []string{"jaeger-v2.yaml"}
 	prometheusConfig = "prometheus.yml"
@@ -265,21 +266,9 @@ func TestBuilderManifestMatchesDistribution(t *testing.T) {
 			t.Errorf("%s: manifest pins %s, go.mod requires %q", path, version, got)
 		}
 	}
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, repoPath(t, "cmd", "otelcol-agentledger", "main.go"), nil, parser.ImportsOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var compiled []string
-	for _, spec := range f.Imports {
-		p, err := strconv.Unquote(spec.Path.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if isComponentImport(p) {
-			compiled = append(compiled, p)
-		}
-	}
+	// The full distribution is main.go with components_full.go (the
+	// build without -tags agentledger_local).
+	compiled := componentImports(t, "main.go", "components_full.go")
 	slices.Sort(imports)
 	slices.Sort(compiled)
 	for _, p := range compiled {
@@ -292,6 +281,46 @@ func TestBuilderManifestMatchesDistribution(t *testing.T) {
 			t.Errorf("the manifest lists %s; cmd/otelcol-agentledger does not import it", p)
 		}
 	}
+}
+
+// The local distribution (-tags agentledger_local, what make demo runs)
+// is a subset of the full one, so that the manifest and `make build` stay
+// the distribution of record, and it has what the demo's configs use.
+func TestLocalDistributionIsASubset(t *testing.T) {
+	full := componentImports(t, "main.go", "components_full.go")
+	local := componentImports(t, "main.go", "components_local.go")
+	for _, p := range local {
+		if !slices.Contains(full, p) {
+			t.Errorf("components_local.go imports %s, which the full distribution lacks", p)
+		}
+	}
+	if len(local) >= len(full) {
+		t.Errorf("the local distribution has %d components, the full one %d: nothing left out", len(local), len(full))
+	}
+}
+
+// componentImports returns the component and provider imports of the
+// named files of cmd/otelcol-agentledger.
+func componentImports(t *testing.T, files ...string) []string {
+	t.Helper()
+	var compiled []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, repoPath(t, "cmd", "otelcol-agentledger", name), nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, spec := range f.Imports {
+			p, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if isComponentImport(p) && !slices.Contains(compiled, p) {
+				compiled = append(compiled, p)
+			}
+		}
+	}
+	return compiled
 }
 
 // isComponentImport reports whether an import of main.go is a component or
