@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -431,19 +432,26 @@ func (rt *Runtime) ReapIdle(ctx context.Context) []string {
 	rt.mu.Unlock()
 	var reaped []string
 	for _, id := range idle {
+		askLedger := rt.collector == nil
 		if rt.collector != nil {
 			owes, err := rt.collector.owesWork(ctx, id)
-			if err != nil {
+			switch {
+			case errors.Is(err, statusapi.ErrNotFound):
+				// Unknown to the collector (it never saw a span of the
+				// session, or forgot it): not "owes nothing". The
+				// in-process ledger saw every span this process ended.
+				askLedger = true
+			case err != nil:
 				rt.log.Warn("cannot ask the collector whether the idle session owes work; kept", "session", id, "err", err)
 				continue
-			}
-			if owes {
+			case owes:
 				if sessions[id].firstKept() {
 					rt.log.Info("idle session owes work; kept", "session", id, "source", "collector")
 				}
 				continue
 			}
-		} else if st := rt.ledger.Session(id); st.OwesWork {
+		}
+		if st := rt.ledger.Session(id); askLedger && st.OwesWork {
 			if sessions[id].firstKept() {
 				rt.log.Info("idle session owes work; kept", "session", id, "source", "ledger",
 					"open_jobs", len(st.OpenJobs), "expected_followups", len(st.ExpectedFollowups))

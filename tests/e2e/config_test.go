@@ -83,6 +83,83 @@ func TestCollectorOverlaysValidate(t *testing.T) {
 	}
 }
 
+// boundSets are the bounds README.md's table documents, each set alone on
+// the command line to a value far from its default (issue 34: a single
+// --set of max_open_invocations made shared.yaml's fixed tenant quotas
+// exceed it). The tenant quotas themselves only where a config has a
+// tenant.
+var boundSets = []string{
+	"max_open_invocations=40",
+	"max_open_bytes=1048576",
+	"max_closed_invocations=10",
+	"max_spans_per_invocation=10",
+	"max_invocation_id_bytes=64",
+	"max_name_bytes=16",
+	"shed_heap_bytes=1048576",
+}
+
+var tenantBoundSets = []string{"tenant::max_open_invocations=5", "tenant::max_open_bytes=65536"}
+
+// TestShippedConfigsTakeASingleSetOfEachBound validates every shipped
+// collector config (and overlay) with each documented bound set alone.
+func TestShippedConfigsTakeASingleSetOfEachBound(t *testing.T) {
+	bin := collectorBin(t)
+	type combo struct {
+		name    string
+		files   []string
+		tenants bool
+	}
+	var combos []combo
+	for _, name := range collectorConfigs {
+		combos = append(combos, combo{name: name, files: []string{name}})
+	}
+	for overlay, bases := range overlayConfigs {
+		for _, base := range bases {
+			combos = append(combos, combo{name: base + "+" + overlay, files: []string{base, overlay}, tenants: overlay == "shared.yaml"})
+		}
+	}
+	for _, c := range combos {
+		if !hasInvocationProcessor(t, c.files) {
+			continue
+		}
+		sets := boundSets
+		if c.tenants {
+			sets = slices.Concat(boundSets, tenantBoundSets)
+		}
+		for _, set := range sets {
+			t.Run(c.name+"/"+set, func(t *testing.T) {
+				var args []string
+				for _, f := range c.files {
+					args = append(args, "--config", repoPath(t, "collector-config", f))
+				}
+				runValidate(t, bin, append([]string{"validate"}, append(args, "--set", "processors::invocation::"+set)...)...)
+			})
+		}
+	}
+}
+
+// hasInvocationProcessor reports whether any of the configs configures
+// the invocation processor.
+func hasInvocationProcessor(t *testing.T, files []string) bool {
+	t.Helper()
+	for _, f := range files {
+		raw, err := os.ReadFile(repoPath(t, "collector-config", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Processors map[string]any `yaml:"processors"`
+		}
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := doc.Processors["invocation"]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 func TestJaegerConfigValidates(t *testing.T) {
 	bin := jaegerBin(t)
 	for _, name := range jaegerConfigs {

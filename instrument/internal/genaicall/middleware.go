@@ -38,6 +38,7 @@ const (
 	attrFinishReasons      = string(semconv.GenAIResponseFinishReasonsKey)
 	attrResponseToolCalls  = contract.AttrResponseToolCalls
 	attrStreamClosedEarly  = contract.AttrResponseStreamClosedEarly
+	attrEnding             = contract.AttrResponseEnding
 	attrInputMessages      = string(semconv.GenAIInputMessagesKey)
 	attrOutputMessages     = string(semconv.GenAIOutputMessagesKey)
 	attrTokenType          = string(semconv.GenAITokenTypeKey)
@@ -87,6 +88,28 @@ type Request struct {
 	Body []byte
 	// Parser reads the response.
 	Parser Parser
+	// RetryHold, when positive, is how long an attempt answered with a
+	// retryable status (IsRetryable) or failed in transport is held open
+	// for a retry of the same request, whatever the caller did with the
+	// answer's body and its context; then the call ends as failed. A
+	// proxy sets it: it reads every body itself, and its caller's
+	// context ends with each request, before the caller's SDK retries.
+	RetryHold time.Duration
+	// OnEnd, when set, is called once the call this attempt belongs to
+	// has ended (its span too), with its ending and the usage its span
+	// carries: empty unless the ending's bill is known.
+	OnEnd func(Ending, Usage)
+}
+
+// IsRetryable reports whether an answer with status code is one the
+// providers' SDKs retry: 408, 409, 429, any 5xx (Anthropic's 529
+// overloaded among them).
+func IsRetryable(status int) bool {
+	switch {
+	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500 && status <= 599
 }
 
 // Parser reads a traced call's response into its Result. Its methods are
@@ -195,6 +218,9 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 	if c == nil {
 		c = m.start(req, info)
 	}
+	c.mu.Lock()
+	c.onEnd = info.OnEnd
+	c.mu.Unlock()
 
 	ctx := trace.ContextWithSpan(req.Context(), c.span)
 	req = req.WithContext(ctx)
@@ -203,37 +229,50 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 	res, err := next(req)
 	now := time.Now()
 	if err != nil {
-		c.attempt(resend, now, 0, errorType(err), err)
-		m.park(key, c, ctx)
+		c.attempt(resend, now, 0, errorType(err), err, transportEnding(err))
+		m.park(key, c, ctx, info.RetryHold)
 		return res, err
 	}
 	if res.StatusCode >= 400 {
 		typ := strconv.Itoa(res.StatusCode)
-		c.attempt(resend, now, res.StatusCode, typ, fmt.Errorf("HTTP %d", res.StatusCode))
+		c.attempt(resend, now, res.StatusCode, typ, fmt.Errorf("HTTP %d", res.StatusCode), EndingErrorStatus)
+		if info.RetryHold > 0 && IsRetryable(res.StatusCode) {
+			// A proxy's caller may retry whatever it read: the call
+			// waits for it.
+			m.park(key, c, ctx, info.RetryHold)
+			return res, nil
+		}
 		res.Body = newErrorBody(res.Body, func(read bool) {
 			if read {
-				c.end(time.Now(), nil, false)
+				c.mu.Lock()
+				err := c.err
+				c.mu.Unlock()
+				c.end(time.Now(), EndingErrorStatus, err)
 			} else {
-				m.park(key, c, ctx)
+				m.park(key, c, ctx, 0)
 			}
 		})
 		return res, nil
 	}
-	c.attempt(resend, now, res.StatusCode, "", nil)
+	c.attempt(resend, now, res.StatusCode, "", nil, "")
 	c.clearError()
 	p, capture := info.Parser, m.cfg.CaptureContent
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		res.Body = newSSEBody(res.Body, func(data []byte) (bool, bool) {
-			return p.ParseEvent(data, &c.res, capture)
+			keep, terminal := p.ParseEvent(data, &c.res, capture)
+			c.res.Done = c.res.Done || terminal
+			return keep, terminal
 		}, func(err error, early bool) {
-			c.end(time.Now(), err, early)
+			c.end(time.Now(), bodyEnding(&c.res, err, early), err)
 		})
 	} else {
 		res.Body = newPlainBody(res.Body, res.ContentLength, func(b []byte, complete bool, err error) {
 			if b != nil && (complete || err == nil) {
 				p.ParseResponse(b, &c.res, capture)
+				// A body that parsed is whole: JSON cut short does not.
+				c.res.Done = c.res.Parsed
 			}
-			c.end(time.Now(), err, !complete && err == nil && !c.res.Parsed)
+			c.end(time.Now(), bodyEnding(&c.res, err, !complete && err == nil), err)
 		})
 	}
 	return res, nil
@@ -393,8 +432,10 @@ const ContextGrace = time.Second
 
 // park keeps c waiting for the SDK's next attempt, ending it at its last
 // attempt's end if none comes: when the retry window passes, or shortly
-// after the attempt's context ends.
-func (m *Middleware) park(key callKey, c *call, ctx context.Context) {
+// after the attempt's context ends. With a positive hold (a proxy's
+// call, Request.RetryHold) it waits exactly hold, and the end of the
+// attempt's context means nothing.
+func (m *Middleware) park(key callKey, c *call, ctx context.Context, hold time.Duration) {
 	c.mu.Lock()
 	c.parkGen++
 	gen := c.parkGen
@@ -406,6 +447,13 @@ func (m *Middleware) park(key callKey, c *call, ctx context.Context) {
 		if m.remove(key, c, gen) {
 			c.endParked()
 		}
+	}
+	if hold > 0 {
+		timer := m.cfg.AfterFunc(hold, expire)
+		c.mu.Lock()
+		c.timers = append(c.timers, timer)
+		c.mu.Unlock()
+		return
 	}
 	timer := m.cfg.AfterFunc(m.cfg.RetryWindow, expire)
 	stopCtx := context.AfterFunc(ctx, func() {

@@ -19,12 +19,12 @@ func TestStaleTimerIgnored(t *testing.T) {
 	key := callKey{endpoint: 1}
 	_, span := m.tracer.Start(context.Background(), "chat m")
 	c := &call{m: m, span: span, operation: "chat"}
-	m.park(key, c, context.Background())
+	m.park(key, c, context.Background(), 0)
 	stale := timers.Scheduled(0)
 	if m.take(key) != c {
 		t.Fatal("take did not return the parked call")
 	}
-	m.park(key, c, context.Background())
+	m.park(key, c, context.Background(), 0)
 	stale()
 	if n := len(rec.Ended()); n != 0 {
 		t.Fatalf("stale timer ended the call")

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1247,51 +1248,146 @@ func (ft *fakeTimers) fire(d time.Duration) int {
 	return len(fs)
 }
 
-// TestFailedCallEndsAfterTheRuntime: a call whose upstream failed is
-// parked for a retry until shortly after the runtime's request ended
-// (genaicall.ContextGrace), not until the retry window's end, although
-// the Decision's context never ends.
-func TestFailedCallEndsAfterTheRuntime(t *testing.T) {
-	var ft fakeTimers
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	mw := genaicall.New(genaicall.Config{
+// retryRig is a Proxy whose upstream answers the first n requests with
+// 529 overloaded and then a streamed message, with genaicall's timers
+// fired by hand.
+type retryRig struct {
+	ft     fakeTimers
+	rec    *tracetest.SpanRecorder
+	mw     *genaicall.Middleware
+	proxy  *Proxy
+	client *http.Client
+}
+
+func newRetryRig(t *testing.T, overloaded int) *retryRig {
+	t.Helper()
+	r := &retryRig{rec: tracetest.NewSpanRecorder()}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	r.mw = genaicall.New(genaicall.Config{
 		TracerProvider: tp,
 		Propagators:    propagation.NewCompositeTextMapPropagator(),
-		AfterFunc:      ft.afterFunc,
+		AfterFunc:      r.ft.afterFunc,
 	}.WithDefaults(), genaicall.Scope{Name: "test", Version: "0", Provider: "anthropic"})
-	defer mw.EndParked()
+	t.Cleanup(r.mw.EndParked)
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "turn")
-	defer parent.End()
-	u, _ := url.Parse("http://" + closedAddr(t))
-	p, err := Start(Config{Upstream: u, Middleware: mw, Describe: describe,
+	t.Cleanup(func() { parent.End() })
+	model := scriptedmodel.New(scriptedmodel.Options{Steps: []scriptedmodel.Step{{Text: "ok", Usage: usage}}})
+	var mu sync.Mutex
+	n := 0
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		n++
+		fail := n <= overloaded
+		mu.Unlock()
+		if fail {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(529)
+			_, _ = io.WriteString(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+			return
+		}
+		model.Handler().ServeHTTP(w, req)
+	}))
+	u, _ := url.Parse(up.srv.URL)
+	var err error
+	r.proxy, err = Start(Config{Upstream: u, Middleware: r.mw, Describe: describe,
 		Attribute: func(*http.Request, []byte) Decision { return Decision{Ctx: ctx} }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = p.Close(context.Background()) }()
-	client := &http.Client{Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
-	res, err := client.Post(p.URL()+"/v1/messages", "application/json", bytes.NewReader(messages(false, "hi")))
+	t.Cleanup(func() { _ = r.proxy.Close(context.Background()) })
+	r.client = &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(r.client.CloseIdleConnections)
+	return r
+}
+
+// send posts the same streamed request as the runtime's attempt (its
+// x-stainless-retry-count, as the Stainless SDKs send it), reads the
+// answer to its end and returns its status.
+func (r *retryRig) send(t *testing.T, attempt int) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, r.proxy.URL()+"/v1/messages", bytes.NewReader(messages(true, "hi")))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Stainless-Retry-Count", strconv.Itoa(attempt))
+	res, err := r.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	_ = res.Body.Close()
-	if n := len(rec.Ended()); n != 0 {
-		t.Fatalf("%d spans ended before any timer", n)
-	}
-	// The handler has returned once the runtime read the answer; the
-	// grace timer is scheduled when its context is done.
-	deadline := time.Now().Add(10 * time.Second)
-	for ft.fire(genaicall.ContextGrace) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no grace timer after the runtime's request ended: the call waits for the retry window")
+	return res.StatusCode
+}
+
+// TestRetryIsTheSameCall: a 529 the runtime read to its end, and the
+// runtime's retries of the same request, are one model call: its span
+// ends once, with the retry's usage and the resend count, however long
+// after the first answer the retry comes within the hold, and although
+// the runtime's first request (its context) ended long before.
+func TestRetryIsTheSameCall(t *testing.T) {
+	r := newRetryRig(t, 2)
+	for i, want := range []int{529, 529, http.StatusOK} {
+		if got := r.send(t, i); got != want {
+			t.Fatalf("attempt %d: status %d, want %d", i, got, want)
 		}
+		if i < 2 {
+			if n := len(r.rec.Ended()); n != 0 {
+				t.Fatalf("attempt %d: %d spans ended while the call waits for its retry", i, n)
+			}
+		}
+	}
+	if n := r.ft.fire(genaicall.ContextGrace); n != 0 {
+		t.Errorf("%d grace timers: the proxy's call follows the runtime's request context", n)
+	}
+	deadline := time.Now().Add(bound)
+	for len(r.rec.Ended()) == 0 && time.Now().Before(deadline) {
 		runtime.Gosched()
 	}
-	if n := len(rec.Ended()); n != 1 {
-		t.Errorf("%d spans ended after the grace, want the call's", n)
+	// The holds of the two failed attempts were stopped when their retry
+	// came; firing them by hand changes nothing.
+	r.ft.fire(DefaultRetryHold)
+	ended := r.rec.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d model-call spans, want 1 for the call and its retries", len(ended))
+	}
+	s := ended[0]
+	if s.Status().Code == codes.Error {
+		t.Errorf("the call whose retry succeeded has status %v", s.Status())
+	}
+	checkSpanUsage(t, s, genai(usage))
+	if got := attrs(s)["http.request.resend_count"]; got.AsInt64() != 2 {
+		t.Errorf("resend_count = %v, want 2", got.Emit())
+	}
+}
+
+// TestRetryHoldEnds: a retryable answer no retry follows ends, when the
+// hold passes (and not before), as a failed call without usage.
+func TestRetryHoldEnds(t *testing.T) {
+	r := newRetryRig(t, 1)
+	if got := r.send(t, 0); got != 529 {
+		t.Fatalf("status %d, want 529", got)
+	}
+	if n := len(r.rec.Ended()); n != 0 {
+		t.Fatalf("%d spans ended before the hold passed", n)
+	}
+	if n := r.ft.fire(genaicall.ContextGrace); n != 0 {
+		t.Errorf("%d grace timers: the proxy's call follows the runtime's request context", n)
+	}
+	if n := r.ft.fire(genaicall.DefaultRetryWindow); n != 0 {
+		t.Errorf("%d retry-window timers, want only the hold", n)
+	}
+	if n := r.ft.fire(DefaultRetryHold); n != 1 {
+		t.Fatalf("%d hold timers, want 1", n)
+	}
+	ended := r.rec.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans after the hold, want the call's", len(ended))
+	}
+	if s := ended[0]; s.Status().Code != codes.Error {
+		t.Errorf("status %v, want error (529 is not billed)", s.Status())
+	}
+	for k := range attrs(ended[0]) {
+		if strings.HasPrefix(k, "gen_ai.usage.") {
+			t.Errorf("a failed call has usage %s", k)
+		}
 	}
 }
