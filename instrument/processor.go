@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/flush"
 	"github.com/agentledger/agentledger/instrument/internal/parked"
 )
 
@@ -273,9 +274,12 @@ func (p *SpanProcessor) Shutdown(ctx context.Context) error {
 
 // ForceFlush ends the model calls the client wrappers hold open for a
 // retry (a retry that comes later starts a new span), then flushes the
-// next processor.
+// next processor. An adapter's flush before a result
+// (instrument/internal/flush) keeps them open: the runtime goes on.
 func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
-	p.holders.EndParked()
+	if !flush.KeepsParked(ctx) {
+		p.holders.EndParked()
+	}
 	if p.next == nil {
 		return nil
 	}
