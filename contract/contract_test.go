@@ -12,7 +12,7 @@ func TestOwnNamesOutsideGenAI(t *testing.T) {
 		AttrInvocationID, AttrRole, AttrChildren, AttrFollowups, AttrRemote,
 		AttrLink, AttrFollowupReason, AttrFollowupConsumer, AttrLateChild,
 		AttrUnattributed, AttrUnrecorded, AttrDetached, AttrUsageMismatch, AttrTenant, AttrSummaryCollector,
-		AttrResponseToolCalls, AttrResponseStreamClosedEarly,
+		AttrResponseToolCalls, AttrResponseStreamClosedEarly, AttrResponseEnding,
 		AttrStatus, AttrIncompleteReasons, AttrAnomalies, AttrRevision,
 		AttrAfterResultInput, AttrAfterResultOutput, AttrModelCalls,
 		AttrBackgroundJobs, AttrContinuations, AttrSpans, AttrTraces,

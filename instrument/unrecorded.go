@@ -84,8 +84,15 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 		if baggageInvocationID(p.ParentContext) == "" {
 			return res
 		}
-	case !psc.IsSampled() || !parent.IsRecording():
+	case !psc.IsSampled() || psc.IsRemote():
 		return res
+	case !parent.IsRecording():
+		// An ended span of the invocation (its late children are counted
+		// by nobody): recorded, so that the SpanProcessor declares the
+		// span on an open turn of the invocation (drops.go).
+		if baggageInvocationID(p.ParentContext) == "" && endedInvocation(p.ParentContext) == "" {
+			return res
+		}
 	case baggageInvocationID(p.ParentContext) == "":
 		ro, ok := parent.(sdktrace.ReadOnlySpan)
 		if !ok || ledger.ReadStartAttrs(ro.Attributes()).ID == "" {
@@ -100,14 +107,16 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 func (s sampler) Description() string { return "agentledger.Sampler{" + s.inner.Description() + "}" }
 
 // NoteUnrecorded reports that span, started from parent under name, was
-// dropped by the sampler (it is not recording). When parent's span is a
-// recording, sampled span of an invocation that a SpanProcessor tracks,
-// that span counts it in its invocation.unrecorded (contract v0.6 rule 3)
-// and the SpanProcessor's Ledger makes the invocation incomplete with
-// not_sampled:<name>; when the parent's span has already ended, only the
-// Ledger that holds the invocation is told (the collector then cannot
-// tell). A recording span, or a parent outside any invocation, is
-// ignored.
+// dropped by the sampler (it is not recording). Only the SpanProcessor of
+// the provider that started span hears of it (each pipeline's Ledger
+// hears only of its own spans). When parent's span is a recording,
+// sampled span of an invocation that it tracks, that span counts it in its
+// invocation.unrecorded (contract v0.6 rule 3); when parent carries only
+// the invocation id (baggage), or its span has ended, an open turn (root
+// or continuation) of the invocation counts it. The SpanProcessor's Ledger
+// makes the invocation incomplete with not_sampled:<name>; with no turn
+// open, only the Ledger can tell (the collector then cannot). A
+// recording span, or a parent outside any invocation, is ignored.
 //
 // The client wrappers (otelopenai, otelanthropic, otelopencode,
 // otelclaudecode) call it for every model call they start, so that a
@@ -117,26 +126,32 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 	if parent == nil || span == nil || span.IsRecording() {
 		return
 	}
-	ps := trace.SpanFromContext(parent)
-	psc := ps.SpanContext()
-	if !psc.IsValid() || !psc.IsSampled() || psc.IsRemote() {
+	psc := trace.SpanContextFromContext(parent)
+	if psc.IsValid() && (!psc.IsSampled() || psc.IsRemote()) {
+		// Its nearest sampled ancestor declares the subtree, or it is
+		// another process's.
 		return
 	}
 	id := baggageInvocationID(parent)
-	live := processors.list()
-	for _, p := range live {
-		if p.noteUnrecorded(psc, id, name) {
-			return
-		}
-	}
 	if id == "" {
-		return
+		id = endedInvocation(parent)
 	}
-	for _, p := range live {
-		if p.ledger.l.Holds(id) {
-			p.ledger.l.UnrecordedSpan(id, name)
+	tp := span.TracerProvider()
+	for _, p := range processors.list() {
+		if !p.serves(tp) {
+			continue
+		}
+		if psc.IsValid() && p.noteUnrecorded(psc, id, name) {
 			return
 		}
+		if id == "" {
+			continue
+		}
+		p.mu.Lock()
+		p.declareOrphanDropLocked(id)
+		p.mu.Unlock()
+		p.tellLedgerDrop(id, name)
+		return
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -341,13 +342,29 @@ func testKilledDuringTurn(t *testing.T, h *harness) {
 	if len(roots) != 1 || roots[0].Status().Code != codes.Error {
 		t.Errorf("root %v", roots)
 	}
+	// The request had reached the model when the CLI hung up: what it
+	// billed is unknown, so its span has no usage and no error status
+	// (contract, "How a model call ended"), and the invocation closes
+	// incomplete with usage_missing, never final.
 	for _, s := range h.p.spans("", res.InvocationID) {
-		if strings.HasPrefix(s.Name(), "chat ") && s.Status().Code != codes.Error {
-			t.Errorf("the killed request's span %s did not fail", s.Name())
+		if !strings.HasPrefix(s.Name(), "chat ") {
+			continue
+		}
+		ending := ""
+		for _, kv := range s.Attributes() {
+			if string(kv.Key) == contract.AttrResponseEnding {
+				ending = kv.Value.AsString()
+			}
+			if strings.HasPrefix(string(kv.Key), "gen_ai.usage.") {
+				t.Errorf("the killed request's span %s has %s", s.Name(), kv.Key)
+			}
+		}
+		if ending != contract.EndingCallerClosed || s.Status().Code == codes.Error {
+			t.Errorf("the killed request's span %s ended %q, status %v; want %s, not an error (not billed)", s.Name(), ending, s.Status().Code, contract.EndingCallerClosed)
 		}
 	}
-	if sum.Status == contract.StatusPending {
-		t.Errorf("summary %+v", sum)
+	if sum.Status != contract.StatusIncomplete || !slices.ContainsFunc(sum.Reasons, func(r string) bool { return strings.HasPrefix(r, contract.ReasonUsageMissing) }) {
+		t.Errorf("summary %+v, want incomplete with usage_missing", sum)
 	}
 	if _, err := p.Prompt(testCtx(t), "after the end"); err == nil {
 		t.Error("a prompt to an exited CLI succeeded")

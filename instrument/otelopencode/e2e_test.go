@@ -911,6 +911,41 @@ func testNotificationDuringSecondPrompt(t *testing.T, s *server) {
 	}
 }
 
+// abortCutACall reports whether an abort cut a model call of sum's
+// invocation that had reached the model (through the wire proxy): what
+// that call billed is unknown (contract, "How a model call ended"), so
+// the invocation must be incomplete with usage_missing, and nothing else.
+// It fails t when sum says otherwise.
+func (s *server) abortCutACall(t *testing.T, sum instrument.Summary) bool {
+	t.Helper()
+	if !s.wire {
+		return false
+	}
+	cut := 0
+	for _, sp := range s.p.rec.Ended() {
+		if attr(sp, contract.AttrInvocationID).AsString() != sum.InvocationID {
+			continue
+		}
+		switch attr(sp, contract.AttrResponseEnding).AsString() {
+		case contract.EndingCallerClosed, contract.EndingCut, contract.EndingNoResponse:
+			cut++
+		}
+	}
+	if cut == 0 {
+		return false
+	}
+	if sum.Status != contract.StatusIncomplete || len(sum.Reasons) == 0 {
+		t.Fatalf("%d calls cut by the abort, summary %+v: want incomplete, usage_missing", cut, sum)
+	}
+	for _, r := range sum.Reasons {
+		if !strings.HasPrefix(r, contract.ReasonUsageMissing+":") {
+			t.Errorf("reason %q beside the cut calls' usage_missing", r)
+		}
+	}
+	t.Logf("the abort cut %d model calls in flight: %s %v", cut, sum.Status, sum.Reasons)
+	return true
+}
+
 func spanOf(p *pipeline, name, invocation string) sdktrace.ReadOnlySpan {
 	for _, sp := range spansNamed(p, name) {
 		if attr(sp, contract.AttrInvocationID).AsString() == invocation {
@@ -1020,6 +1055,9 @@ func testAbortRacingCompletion(t *testing.T, s *server, abortFirst bool) {
 		}
 	}
 	sum := s.wait(t, res.InvocationID)
+	if s.abortCutACall(t, sum) {
+		return
+	}
 	if sum.Status != contract.StatusFinal {
 		t.Fatalf("status %q: %+v", sum.Status, sum)
 	}
@@ -1091,6 +1129,9 @@ func testAbortDuringContinuation(t *testing.T, s *server) {
 	}
 	close(cont.open)
 	sum := s.wait(t, res.InvocationID)
+	if s.abortCutACall(t, sum) {
+		return
+	}
 	if sum.Status != contract.StatusFinal || sum.Usage.Continuations != 1 {
 		t.Fatalf("summary %+v", sum)
 	}

@@ -38,6 +38,12 @@ type call struct {
 	timers   []Stopper
 	stopCtx  []func() bool
 	res      Result
+	// last is the ending of the last attempt that failed (transport or
+	// error status); unknown the first attempt ending whose bill is
+	// unknown, which decides the call's (worse).
+	last, unknown Ending
+	// onEnd is the current attempt's Request.OnEnd.
+	onEnd func(Ending, Usage)
 }
 
 // Result is what the response told about a call. A wrapper's Parser fills
@@ -45,6 +51,10 @@ type call struct {
 type Result struct {
 	// Parsed is set once any of the response could be read.
 	Parsed bool
+	// Done is set by the middleware when the parser read a stream's
+	// terminal event, or a plain body whole: the response is all there,
+	// and its usage, if any, is the bill (unless it carried an error).
+	Done bool
 	// ID and Model are gen_ai.response.id and gen_ai.response.model.
 	ID, Model string
 	// Finish holds the gen_ai.response.finish_reasons, each once.
@@ -96,12 +106,18 @@ func (r *Result) AddToolCall(name, id string) {
 	r.ToolCalls = append(r.ToolCalls, name+":"+id)
 }
 
-// attempt records the end of one attempt.
-func (c *call) attempt(resend int, end time.Time, status int, errType string, err error) {
+// attempt records the end of one attempt; ending is set for a failed one.
+func (c *call) attempt(resend int, end time.Time, status int, errType string, err error, ending Ending) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.attempts++
 	c.lastEnd = end
+	if ending != "" {
+		c.last = ending
+		if c.unknown == "" && ending.Bill() == BillUnknown {
+			c.unknown = ending
+		}
+	}
 	attrs := []attribute.KeyValue{attribute.Int(attrResendCount, resend)}
 	if status != 0 {
 		attrs = append(attrs, attribute.Int(attrHTTPStatusCode, status))
@@ -138,13 +154,14 @@ func (c *call) unpark() {
 func (c *call) endParked() {
 	c.unpark()
 	c.mu.Lock()
-	end := c.lastEnd
+	end, last, err := c.lastEnd, c.last, c.err
 	c.mu.Unlock()
-	c.end(end, nil, false)
+	c.end(end, last, err)
 }
 
-// end ends the call's span once, with what the response told.
-func (c *call) end(at time.Time, err error, early bool) {
+// end ends the call's span once, with what ending means for its bill
+// (Ending.Bill); err is the error that ended the last attempt, if any.
+func (c *call) end(at time.Time, ending Ending, err error) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
@@ -152,14 +169,9 @@ func (c *call) end(at time.Time, err error, early bool) {
 	}
 	c.ended = true
 	r := &c.res
+	ending = worse(c.unknown, ending)
 	errType, callErr := c.errType, c.err
-	if r.ErrType != "" {
-		errType, callErr = r.ErrType, errors.New(r.ErrMsg)
-	}
-	if err != nil {
-		errType, callErr = errTypeStreamClosed, err
-	}
-	attempts := c.attempts
+	attempts, onEnd := c.attempts, c.onEnd
 	c.mu.Unlock()
 
 	attrs := make([]attribute.KeyValue, 0, 16)
@@ -175,15 +187,28 @@ func (c *call) end(at time.Time, err error, early bool) {
 	if len(r.ToolCalls) > 0 {
 		attrs = append(attrs, attribute.StringSlice(attrResponseToolCalls, r.ToolCalls))
 	}
-	u := r.Usage.valid()
-	if err != nil && r.Parsed {
-		// The response began and broke off: what the provider billed is
-		// unknown. No usage and no error status (contract rule 5: a call
-		// with status Error and no usage was not billed): the invocation
-		// closes incomplete (usage_missing), never final with a partial
-		// count or without it. The error stays on the span as an event.
-		c.span.RecordError(err, trace.WithTimestamp(at))
-		u, errType, callErr, early = Usage{}, "", nil, true
+	attrs = append(attrs, attribute.String(attrEnding, string(ending)))
+	var u Usage
+	switch ending.Bill() {
+	case BillKnown:
+		u = r.Usage.valid()
+		errType, callErr = "", nil
+	case BillNone:
+		if errType == "" {
+			errType = string(ending)
+		}
+	default:
+		// What the provider billed is unknown: no usage and no error
+		// status (contract rule 5: a call with status Error and no usage
+		// was not billed), so that the invocation closes incomplete
+		// (usage_missing), never final with a partial count or without
+		// it. The error stays on the span as an event.
+		if r.ErrType != "" {
+			c.span.RecordError(errors.New(r.ErrType+": "+r.ErrMsg), trace.WithTimestamp(at))
+		} else if err != nil {
+			c.span.RecordError(err, trace.WithTimestamp(at))
+		}
+		errType, callErr = "", nil
 	}
 	for _, f := range []struct {
 		key string
@@ -202,7 +227,7 @@ func (c *call) end(at time.Time, err error, early bool) {
 	if attempts > 1 {
 		attrs = append(attrs, attribute.Int(attrResendCount, attempts-1))
 	}
-	if early {
+	if ending == EndingCallerClosed || ending == EndingCut {
 		attrs = append(attrs, attribute.Bool(attrStreamClosedEarly, true))
 	}
 	if c.m.cfg.CaptureContent && r.Text.Len() > 0 {
@@ -223,6 +248,9 @@ func (c *call) end(at time.Time, err error, early bool) {
 	c.span.SetAttributes(attrs...)
 	c.span.End(trace.WithTimestamp(at))
 	c.record(at, errType, u)
+	if onEnd != nil {
+		onEnd(ending, u)
+	}
 }
 
 // record adds the call to the GenAI client metrics.

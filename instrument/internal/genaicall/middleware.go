@@ -38,6 +38,7 @@ const (
 	attrFinishReasons      = string(semconv.GenAIResponseFinishReasonsKey)
 	attrResponseToolCalls  = contract.AttrResponseToolCalls
 	attrStreamClosedEarly  = contract.AttrResponseStreamClosedEarly
+	attrEnding             = contract.AttrResponseEnding
 	attrInputMessages      = string(semconv.GenAIInputMessagesKey)
 	attrOutputMessages     = string(semconv.GenAIOutputMessagesKey)
 	attrTokenType          = string(semconv.GenAITokenTypeKey)
@@ -94,6 +95,10 @@ type Request struct {
 	// proxy sets it: it reads every body itself, and its caller's
 	// context ends with each request, before the caller's SDK retries.
 	RetryHold time.Duration
+	// OnEnd, when set, is called once the call this attempt belongs to
+	// has ended (its span too), with its ending and the usage its span
+	// carries: empty unless the ending's bill is known.
+	OnEnd func(Ending, Usage)
 }
 
 // IsRetryable reports whether an answer with status code is one the
@@ -217,6 +222,9 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 	if c == nil {
 		c = m.start(req, info)
 	}
+	c.mu.Lock()
+	c.onEnd = info.OnEnd
+	c.mu.Unlock()
 
 	ctx := trace.ContextWithSpan(req.Context(), c.span)
 	req = req.WithContext(ctx)
@@ -225,13 +233,13 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 	res, err := next(req)
 	now := time.Now()
 	if err != nil {
-		c.attempt(resend, now, 0, errorType(err), err)
+		c.attempt(resend, now, 0, errorType(err), err, transportEnding(err))
 		m.park(key, c, ctx, info.RetryHold)
 		return res, err
 	}
 	if res.StatusCode >= 400 {
 		typ := strconv.Itoa(res.StatusCode)
-		c.attempt(resend, now, res.StatusCode, typ, fmt.Errorf("HTTP %d", res.StatusCode))
+		c.attempt(resend, now, res.StatusCode, typ, fmt.Errorf("HTTP %d", res.StatusCode), EndingErrorStatus)
 		if info.RetryHold > 0 && IsRetryable(res.StatusCode) {
 			// A proxy's caller may retry whatever it read: the call
 			// waits for it.
@@ -240,28 +248,35 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 		}
 		res.Body = newErrorBody(res.Body, func(read bool) {
 			if read {
-				c.end(time.Now(), nil, false)
+				c.mu.Lock()
+				err := c.err
+				c.mu.Unlock()
+				c.end(time.Now(), EndingErrorStatus, err)
 			} else {
 				m.park(key, c, ctx, 0)
 			}
 		})
 		return res, nil
 	}
-	c.attempt(resend, now, res.StatusCode, "", nil)
+	c.attempt(resend, now, res.StatusCode, "", nil, "")
 	c.clearError()
 	p, capture := info.Parser, m.cfg.CaptureContent
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		res.Body = newSSEBody(res.Body, func(data []byte) (bool, bool) {
-			return p.ParseEvent(data, &c.res, capture)
+			keep, terminal := p.ParseEvent(data, &c.res, capture)
+			c.res.Done = c.res.Done || terminal
+			return keep, terminal
 		}, func(err error, early bool) {
-			c.end(time.Now(), err, early)
+			c.end(time.Now(), bodyEnding(&c.res, err, early), err)
 		})
 	} else {
 		res.Body = newPlainBody(res.Body, res.ContentLength, func(b []byte, complete bool, err error) {
 			if b != nil && (complete || err == nil) {
 				p.ParseResponse(b, &c.res, capture)
+				// A body that parsed is whole: JSON cut short does not.
+				c.res.Done = c.res.Parsed
 			}
-			c.end(time.Now(), err, !complete && err == nil && !c.res.Parsed)
+			c.end(time.Now(), bodyEnding(&c.res, err, !complete && err == nil), err)
 		})
 	}
 	return res, nil

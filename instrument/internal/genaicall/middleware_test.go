@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -212,7 +213,8 @@ func TestHandlePlainClosedEarly(t *testing.T) {
 // transport error; another caller's identical request is not tied to it.
 func TestHandleFirstAttemptEndsParked(t *testing.T) {
 	h := newHarness(false)
-	boom := errors.New("connection refused")
+	// A dial error: the request never left, so the call is not billed.
+	boom := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	tracer := sdktrace.NewTracerProvider().Tracer("caller")
 	ctx, parent := tracer.Start(context.Background(), "turn")
 	defer parent.End()
@@ -233,6 +235,7 @@ func TestHandleFirstAttemptEndsParked(t *testing.T) {
 		t.Fatalf("ended %d, started %d", len(ended), len(h.rec.Started()))
 	}
 	genaitest.WantStr(t, genaitest.Attrs(ended[0]), "error.type", fmt.Sprintf("%T", boom))
+	genaitest.WantStr(t, genaitest.Attrs(ended[0]), "invocation.response.ending", "not_sent")
 	h.timers.FireAll()
 	if n := len(h.rec.Ended()); n != 3 || h.m.Parked() != 0 {
 		t.Fatalf("after the windows: ended %d, parked %d", n, h.m.Parked())

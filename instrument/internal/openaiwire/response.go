@@ -147,7 +147,7 @@ func fromResponses(r *genaicall.Result, resp *responsesObject, capture bool) {
 		// response.completed with id and usage) keeps the tool calls and
 		// text its output_item events gave.
 		resp.Usage.into(&r.Usage)
-		resp.Error.into(r)
+		failed(r, resp)
 		return
 	}
 	r.ToolCalls = r.ToolCalls[:0]
@@ -165,7 +165,17 @@ func fromResponses(r *genaicall.Result, resp *responsesObject, capture bool) {
 		}
 	}
 	resp.Usage.into(&r.Usage)
+	failed(r, resp)
+}
+
+// failed records the error of a failed response; one without an error
+// object is an error still (genaicall reads an error in a 200 response
+// as a call whose bill is unknown).
+func failed(r *genaicall.Result, resp *responsesObject) {
 	resp.Error.into(r)
+	if r.ErrType == "" && resp.Status == "failed" {
+		r.ErrType = "response_failed"
+	}
 }
 
 // hasToolCall reports whether r already holds the tool call id.

@@ -49,10 +49,12 @@ type Decision struct {
 	// the request that returns the tool's result finds its owner.
 	OnTool func(id string)
 	// Done, when set, is called once, when the runtime is done with the
-	// response (its span has ended then), with the usage the response
-	// reported (GenAI sense; nil counts absent), or with an empty Usage
-	// when the request failed (no response, or one cut off before its
-	// end: its span has no usage either) or was not traced.
+	// response, with the usage the call's span ended with (GenAI sense;
+	// nil counts absent): an empty Usage when the request failed (its
+	// span has no usage either), when what the provider billed is unknown
+	// (genaicall.Ending), when the call is held for the runtime's retry
+	// (its span is still open: the retry's Done tells its usage), or when
+	// it was not traced.
 	Done func(genaicall.Usage)
 }
 
@@ -242,6 +244,7 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	w := &watch{Parser: info.Parser, onTool: d.OnTool}
 	info.Parser = w
 	info.RetryHold = p.cfg.RetryHold
+	info.OnEnd = w.ended
 	inbound := req.Context()
 	// The call's context has d.Ctx's span and values. A failed attempt is
 	// held for the runtime's retry for RetryHold (genaicall parks it),
@@ -256,11 +259,7 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Close cuts it, and at the latest when the handler returns, never
 		// because d.Ctx is done (a caller that stopped waiting for its
 		// prompt does not cancel the runtime's request).
-		res, err := next(r.WithContext(inbound))
-		if err == nil {
-			res.Body = &upstreamBody{ReadCloser: res.Body, w: w}
-		}
-		return res, err
+		return next(r.WithContext(inbound))
 	}
 	res, err := p.cfg.Middleware.Handle(req, send, func([]byte) genaicall.Request { return info })
 	if d.Done != nil {
@@ -274,32 +273,35 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // watch tells onTool of the tool uses a response asks for, as the wrapped
-// parser reads them.
+// parser reads them, and keeps the usage the call's span ended with.
 type watch struct {
 	genaicall.Parser
 	onTool func(id string)
 
-	// mu guards seen, last, terminal and broke: the parser runs under the
-	// body watcher's lock, the upstream body is read outside it, usage is
-	// read when the body is closed.
+	// mu guards seen and billed: the parser runs under the body
+	// watcher's lock, the call ends under none, usage is read when the
+	// body is closed.
 	mu   sync.Mutex
 	seen int
-	last genaicall.Usage
-	// terminal is set once the stream's terminal event was read; broke
-	// once reading the upstream body failed.
-	terminal, broke bool
+	// billed is the usage the call's span ended with: empty until it
+	// ended, and unless its ending's bill was known (genaicall.Ending).
+	billed genaicall.Usage
 }
 
-// usage returns the usage the span was ended with: none when the body
-// broke off before its terminal event (the middleware records a cut
-// stream that broke off without usage), the last read otherwise.
+// ended is the Request's OnEnd.
+func (w *watch) ended(_ genaicall.Ending, u genaicall.Usage) {
+	w.mu.Lock()
+	w.billed = u
+	w.mu.Unlock()
+}
+
+// usage returns the usage the span was ended with: none when the call
+// has not ended (an attempt held for the runtime's retry) or when what
+// it billed is unknown.
 func (w *watch) usage() genaicall.Usage {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.broke && !w.terminal {
-		return genaicall.Usage{}
-	}
-	return w.last
+	return w.billed
 }
 
 func (w *watch) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
@@ -310,35 +312,12 @@ func (w *watch) ParseResponse(b []byte, r *genaicall.Result, capture bool) {
 func (w *watch) ParseEvent(data []byte, r *genaicall.Result, capture bool) (bool, bool) {
 	keep, terminal := w.Parser.ParseEvent(data, r, capture)
 	w.tell(r)
-	if terminal {
-		w.mu.Lock()
-		w.terminal = true
-		w.mu.Unlock()
-	}
 	return keep, terminal
-}
-
-// upstreamBody is the upstream's response body as the middleware reads
-// it: it tells w when reading fails.
-type upstreamBody struct {
-	io.ReadCloser
-	w *watch
-}
-
-func (b *upstreamBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) {
-		b.w.mu.Lock()
-		b.w.broke = true
-		b.w.mu.Unlock()
-	}
-	return n, err
 }
 
 func (w *watch) tell(r *genaicall.Result) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.last = r.Usage
 	for ; w.seen < len(r.ToolCalls); w.seen++ {
 		if w.onTool == nil {
 			continue
