@@ -9,6 +9,11 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(abspath .bin)
 COLLECTOR_BIN := $(BIN)/otelcol-agentledger
+# The local distribution (-tags agentledger_local): only the components the
+# demo's configs use (local.yaml, jaeger.yaml, view.yaml); see
+# cmd/otelcol-agentledger/components_local.go.
+LOCAL_COLLECTOR_BIN := $(BIN)/otelcol-agentledger-local
+AGENTLEDGER_BIN := $(BIN)/agentledger
 JAEGER_BIN := $(BIN)/jaeger
 PROMETHEUS_BIN ?= $(or $(shell command -v prometheus 2>/dev/null),/usr/bin/prometheus)
 CHROMIUM_BIN ?= $(or $(shell command -v chromium 2>/dev/null),/usr/bin/chromium)
@@ -59,13 +64,16 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 # Go build cache.
 MODULES := $(shell find . -name go.mod -not -path './tools/*' -not -path './.*/*' -printf '%h\n' | sort)
 
-.PHONY: help build jaeger prometheus chromium opencode claude codex sdk-hosts test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
+.PHONY: help build build-local agentledger jaeger prometheus chromium opencode claude codex sdk-hosts test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
 
 help:
 	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
-	@echo "make demo VIEW=1   also start Jaeger and Prometheus (left running) to browse the traces and metrics"
+	@echo "make demo VIEW=1   also start Prometheus and leave it and the collector running (status page, timeline, metrics)"
+	@echo "make demo VIEW=1 JAEGER=1  also build and start Jaeger (API only: a source build has no UI; see the README)"
 	@echo "make test          build what the tests need, check every go.mod is tidy, the consumer and OCB checks, then go test -race ./... in every module"
-	@echo "make build         the collector distribution into .bin/otelcol-agentledger"
+	@echo "make build         the full collector distribution into .bin/otelcol-agentledger (what the tests and the shared and scale-out configs use)"
+	@echo "make build-local   the demo's distribution (local.yaml's components and the metrics) into .bin/otelcol-agentledger-local"
+	@echo "make agentledger   the drop-ins for the TypeScript and Python SDKs into .bin/agentledger (link it as agentledger-claude, -codex)"
 	@echo "make jaeger        Jaeger v1.76.0 into .bin/jaeger (skipped when present)"
 	@echo "make prometheus    apt-get install prometheus when missing (needs root)"
 	@echo "make chromium      apt-get install chromium when missing (headless, for the status page test; needs root)"
@@ -93,6 +101,24 @@ build: $(PROGRESS)
 	@echo ">> building $(COLLECTOR_BIN) (the first build takes several minutes)"
 	@cd cmd/otelcol-agentledger && CGO_ENABLED=0 $(PROGRESS) -name collector -log $(LOGS)/collector-build.log -- \
 		$(GO) build -trimpath -v -o $(COLLECTOR_BIN) .
+
+# The same main package with -tags agentledger_local: the components of
+# local.yaml, jaeger.yaml and view.yaml only (no load balancing, auth or
+# pprof, hence no Kubernetes client), a cold build about half the full
+# one's (figures in the README). make demo runs it.
+build-local: $(PROGRESS)
+	@mkdir -p $(BIN)
+	@echo ">> building $(LOCAL_COLLECTOR_BIN), the demo's distribution (the first build takes a few minutes)"
+	@cd cmd/otelcol-agentledger && CGO_ENABLED=0 $(PROGRESS) -name collector -log $(LOGS)/collector-local-build.log -- \
+		$(GO) build -trimpath -tags agentledger_local -v -o $(LOCAL_COLLECTOR_BIN) .
+
+# The drop-ins (cmd/agentledger). Called through a link named claude,
+# agentledger-claude, codex or agentledger-codex, it is that subcommand:
+#   ln -s $(AGENTLEDGER_BIN) /usr/local/bin/agentledger-claude
+agentledger: $(PROGRESS)
+	@mkdir -p $(BIN)
+	@cd cmd/agentledger && $(PROGRESS) -name agentledger -log $(LOGS)/agentledger-build.log -- \
+		$(GO) build -v -o $(AGENTLEDGER_BIN) .
 
 # Jaeger's module has replace directives, so `go install ...@v1.76.0` cannot
 # build it; tools/jaeger pins it as a Go tool instead.
@@ -191,17 +217,22 @@ ocb-check: build
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
-# VIEW=1 also starts Jaeger and Prometheus and leaves them running.
+# VIEW=1 also starts Prometheus (collector-config/view.yaml over
+# jaeger.yaml: metrics, and the spans to a file) and leaves it and the
+# collector running; JAEGER=1 with it builds and starts Jaeger too
+# (jaeger.yaml as is).
 VIEW ?=
+JAEGER ?=
 view := $(filter 1 true yes,$(VIEW))
-# The demo and the reference agent are built like the collector (progress
-# shown, go build -v output in out/logs/), then the demo runs from .bin/.
-demo: build $(PROGRESS) $(if $(view),jaeger prometheus)
+jaegerview := $(if $(view),$(filter 1 true yes,$(JAEGER)))
+# The demo runs the local distribution; the demo and the reference agent
+# are built like the collector (progress shown, go build -v output in
+# out/logs/), then the demo runs from .bin/.
+demo: build-local $(PROGRESS) $(if $(view),prometheus) $(if $(jaegerview),jaeger)
 	@cd tests && $(PROGRESS) -name demo -log $(LOGS)/demo-build.log -- $(GO) build -v -o $(BIN)/demo ./demo
 	@cd examples && $(PROGRESS) -name shellagent -log $(LOGS)/shellagent-build.log -- \
 		$(GO) build -v -o $(BIN)/shellagent ./shellagent
-	$(BIN)/demo -collector $(COLLECTOR_BIN) -agent $(BIN)/shellagent \
-		$(if $(view),-view -jaeger $(JAEGER_BIN) -prometheus $(PROMETHEUS_BIN))
+	$(BIN)/demo -collector $(LOCAL_COLLECTOR_BIN) -agent $(BIN)/shellagent$(if $(view), -view -prometheus $(PROMETHEUS_BIN))$(if $(jaegerview), -jaeger $(JAEGER_BIN))
 
 dashboards:
 	$(GO) -C dashboards generate ./...
@@ -245,4 +276,4 @@ bench:
 	$(GO) -C tools/benchstat tool benchstat -filter '-/mode:/./' $(CURDIR)/out/bench.txt
 
 clean:
-	rm -rf $(BIN)/otelcol-agentledger $(BIN)/buildprogress $(BIN)/demo $(BIN)/shellagent out
+	rm -rf $(BIN)/otelcol-agentledger $(LOCAL_COLLECTOR_BIN) $(AGENTLEDGER_BIN) $(BIN)/buildprogress $(BIN)/demo $(BIN)/shellagent out

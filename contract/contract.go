@@ -26,7 +26,7 @@ const (
 	// span at start from the W3C baggage member of the same name.
 	AttrInvocationID = "invocation.id"
 	// AttrRole marks lifecycle spans: RoleRoot, RoleBackground,
-	// RoleContinuation, RoleFollowupClosed.
+	// RoleContinuation, RoleFollowupClosed, RoleWake.
 	AttrRole = "invocation.role"
 	// AttrChildren is the number of direct child spans started in the same
 	// process before the span ended (int).
@@ -70,6 +70,19 @@ const (
 	// the usage the model wire counted: AnomalyUsageMismatch. The counted
 	// usage stays the invocation's; finality is unchanged.
 	AttrUsageMismatch = "invocation.usage.mismatch"
+	// AttrSDKLimit (string, agentledger vNEXT SDK settings) is set by the
+	// instrumentation on a span whose invocation or session id the SDK's
+	// AttributeValueLengthLimit cut: the span is exported with the full
+	// id restored and this attribute naming the limit
+	// ("attribute_value_length"). Such an invocation is never final:
+	// ReasonSDKLimit.
+	AttrSDKLimit = "invocation.sdk_limit"
+	// AttrDoubleInstrumented (bool, agentledger vNEXT SDK settings) is set
+	// true by the instrumentation on a model call that started inside
+	// another model call of the same process (two instrumentations of one
+	// call): its usage would be counted twice. Such an invocation is
+	// never final: ReasonDoubleInstrumented.
+	AttrDoubleInstrumented = "invocation.double_instrumented"
 
 	// AttrTenant (string) names the tenant an invocation belongs to. The
 	// processor sets it on the summaries it emits when its tenant setting
@@ -88,6 +101,13 @@ const (
 	RoleBackground     = "background"
 	RoleContinuation   = "continuation"
 	RoleFollowupClosed = "followup_closed"
+	// RoleWake (agentledger vNEXT) marks a wake span: a zero-length child
+	// of a turn the runtime started by itself (a continuation, an
+	// unattributed root, a turn that read a job's notification), exported
+	// when that turn starts, so the collector learns of the turn before it
+	// ends. Its parent is the turn's span, which the invocation owes until
+	// it arrives (ReasonRunningTurn).
+	RoleWake = "wake"
 )
 
 // Values of AttrLink.
@@ -123,7 +143,9 @@ const (
 	SpanNameBackgroundPrefix   = "background"
 	SpanNameContinuationPrefix = "continue_agent"
 	SpanNameFollowupClosed     = "followup_closed"
-	SpanNameSummary            = "invocation.summary"
+	// SpanNameWakePrefix names wake spans: "wake_agent {agent}".
+	SpanNameWakePrefix = "wake_agent"
+	SpanNameSummary    = "invocation.summary"
 )
 
 // The summary marker: a summary span is one only when its instrumentation
@@ -317,6 +339,26 @@ const (
 	// spans than have arrived linking to it ("missing_detached:<span
 	// name>", agentledger v0.6).
 	ReasonMissingDetached = "missing_detached"
+	// ReasonRunningTurn: a wake span (RoleWake) arrived and the turn it
+	// announces has not ended yet: its parent span, the turn's, has not
+	// arrived ("running_turn:<wake span name>", agentledger vNEXT).
+	ReasonRunningTurn = "running_turn"
+	// ReasonSDKLimit: the OpenTelemetry SDK's span limits dropped
+	// attributes, links or link attributes of a span of the invocation, or
+	// cut an id ("sdk_limit:<attributes|links|link_attributes|
+	// attribute_value_length> on <span name>", agentledger vNEXT).
+	ReasonSDKLimit = "sdk_limit"
+	// ReasonExportLost: the in-process export pipeline lost spans of the
+	// invocation that the in-process ledger counted (a full batch queue, a
+	// failed export): the collector can never see them ("export_lost:
+	// <queue|failed>", in-process only, agentledger vNEXT).
+	ReasonExportLost = "export_lost"
+	// ReasonDoubleInstrumented: a model call of the invocation ran inside
+	// another model call of the invocation (two instrumentations of one
+	// call, e.g. an SDK's own gen_ai spans under or over a wrapper's), so
+	// its usage would be counted twice ("double_instrumented:<span name>",
+	// agentledger vNEXT).
+	ReasonDoubleInstrumented = "double_instrumented"
 
 	AnomalyExtraChildren   = "extra_children"
 	AnomalySpanLimit       = "span_limit"
@@ -340,4 +382,13 @@ const (
 	// flagged span's name; agentledger v0.8). It changes neither finality
 	// nor the totals.
 	AnomalyUsageMismatch = "usage_mismatch"
+	// AnomalyAnomaliesCut: the invocation had more distinct anomalies than
+	// a ledger keeps (64 besides AnomalyFollowupInterrupted and
+	// AnomalyUsageMismatch, which are always kept), so some are not
+	// listed. It does not change finality.
+	AnomalyAnomaliesCut = "anomalies_cut"
+	// ReasonReasonsCut: the invocation had more distinct unprovable counts
+	// or taints than a ledger keeps (64 of each), so some are not listed;
+	// the invocation was not final already.
+	ReasonReasonsCut = "reasons_cut"
 )

@@ -53,6 +53,7 @@ type config struct {
 	maxSpans           int
 	closedRecords      int
 	maxOpenSpans       int
+	reporter           *ExportReporter
 }
 
 // newTrackerConfig is the configuration of a Tracker (or ContextFromEnv).

@@ -34,7 +34,9 @@ type Continuation struct {
 // notifications whose carriers are given: a span "continue_agent {agent}"
 // that is the root of a new trace, with a followup link to each job's
 // span, and the jobs' invocation id in the returned context. All carriers
-// must name the same invocation.
+// must name the same invocation. It exports the turn's wake span at once
+// (a child "wake_agent {agent}", CONTRACT.md vNEXT): call it when the
+// turn starts, before its first model request.
 func (t *Tracker) StartContinuation(ctx context.Context, agent, session string, carriers ...Carrier) (context.Context, *Continuation, error) {
 	if len(carriers) == 0 {
 		return ctx, nil, ErrNoCarriers
@@ -57,7 +59,7 @@ func (t *Tracker) StartContinuation(ctx context.Context, agent, session string, 
 	if err != nil {
 		return ctx, nil, err
 	}
-	ctx, span := t.start(ctx, contract.SpanNameContinuationPrefix+" "+agent,
+	ctx, span := t.start(ctx, contract.SpanNameContinuationPrefix+" "+agent, &lifecycle{contract.RoleContinuation, session},
 		trace.WithNewRoot(),
 		spanKindInternal,
 		trace.WithLinks(links...),
@@ -68,6 +70,11 @@ func (t *Tracker) StartContinuation(ctx context.Context, agent, session string, 
 			attribute.String(contract.AttrAgentName, agent),
 			attribute.String(contract.AttrConversationID, session),
 		))
+	continues := make([]trace.SpanContext, len(links))
+	for i, l := range links {
+		continues[i] = l.SpanContext
+	}
+	ctx = t.wake(ctx, agent, session, continues...)
 	return ctx, &Continuation{id: id, span: span}, nil
 }
 
@@ -149,7 +156,7 @@ func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason Fol
 		attrs = append(attrs, attribute.String(contract.AttrFollowupConsumer, consumer))
 	}
 	now := time.Now()
-	_, span := t.start(ctx, contract.SpanNameFollowupClosed,
+	_, span := t.start(ctx, contract.SpanNameFollowupClosed, &lifecycle{role: contract.RoleFollowupClosed},
 		trace.WithNewRoot(),
 		trace.WithTimestamp(now),
 		spanKindInternal,
@@ -165,7 +172,9 @@ func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason Fol
 // the followup itself. Otherwise the turn's span gets a plain link with
 // invocation.link=consumed and a followup_closed span with reason
 // consumed_by names the turn's invocation as consumer; the turn's usage
-// stays with its own invocation.
+// stays with its own invocation. Unless the turn exported a wake span
+// already (a continuation's, an unattributed turn's), it exports one as a
+// child of the span in ctx, linked to the job's span.
 func (t *Tracker) ConsumeFollowup(ctx context.Context, carrier Carrier) error {
 	ref, err := ParseCarrier(carrier)
 	if err != nil {
@@ -173,6 +182,9 @@ func (t *Tracker) ConsumeFollowup(ctx context.Context, carrier Carrier) error {
 	}
 	span := trace.SpanFromContext(ctx)
 	consumer := InvocationIDFromContext(ctx)
+	// The turn that read the notification woke for it, unless it
+	// announced itself already (a continuation, an unattributed turn).
+	t.wake(ctx, "", "", ref.SpanContext)
 	if consumer == ref.InvocationID {
 		span.AddLink(followupLink(ref.SpanContext, contract.LinkFollowup))
 		return nil

@@ -2,6 +2,7 @@ package instrument
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +65,8 @@ func sdkProducible(c fixtures.Case) string {
 		switch {
 		case s.Withheld:
 			return "a withheld span would be an open span the ledger waits for"
+		case s.DroppedAttributes != 0 || s.DroppedLinks != 0 || slices.ContainsFunc(s.Links, func(l fixtures.Link) bool { return l.DroppedAttributes != 0 }):
+			return "dropped counts are what the SDK's limits make, not what a replay sets"
 		case s.Attributes[contract.AttrLateChild].Bool():
 			return "late children and orphan jobs are what the SpanProcessor and Tracker mark, not what a replay sets"
 		case !s.Parent.IsZero() && (s.Parent == s.SpanID || ids[s.Parent].TraceID != s.TraceID):

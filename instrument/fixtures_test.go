@@ -116,6 +116,9 @@ func fixtureStub(s fixtures.Span) tracetest.SpanStub {
 		StartTime:   stubBase.Add(time.Duration(s.StartNS)),
 		EndTime:     stubBase.Add(time.Duration(s.EndNS)),
 		Attributes:  fixtureAttrs(s.Attributes),
+
+		DroppedAttributes: s.DroppedAttributes,
+		DroppedLinks:      s.DroppedLinks,
 	}
 	if !s.Parent.IsZero() {
 		// A parent is a span ID; OTLP and the SDK give it the child's trace.
@@ -128,7 +131,8 @@ func fixtureStub(s fixtures.Span) tracetest.SpanStub {
 		stub.Status.Code = codes.Error
 	}
 	for _, l := range s.Links {
-		stub.Links = append(stub.Links, sdktrace.Link{SpanContext: sc(l.TraceID, l.SpanID), Attributes: fixtureAttrs(l.Attributes)})
+		stub.Links = append(stub.Links, sdktrace.Link{SpanContext: sc(l.TraceID, l.SpanID), Attributes: fixtureAttrs(l.Attributes),
+			DroppedAttributeCount: l.DroppedAttributes})
 	}
 	return stub
 }

@@ -49,13 +49,15 @@ const UnattributedUnknown UnattributedReason = "unknown"
 // from the context are its members and their usage is summed as usual,
 // but the ledger closes it incomplete with
 // "unattributed_wakeup:<reason>", never final, and Ledger.Session says the
-// session owes work until End is called.
+// session owes work until End is called. Like StartContinuation it exports
+// the turn's wake span at once.
 func (t *Tracker) StartUnattributed(ctx context.Context, agent, session string, reason UnattributedReason) (context.Context, *Invocation) {
 	if reason == "" {
 		reason = UnattributedUnknown
 	}
-	return t.startRoot(ctx, agent, session, trace.WithNewRoot(),
+	ctx, inv := t.startRoot(ctx, agent, session, trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String(contract.AttrUnattributed, string(reason))))
+	return t.wake(ctx, agent, session), inv
 }
 
 // StartInvocationWithID starts an invocation as StartInvocation does, but
@@ -101,7 +103,7 @@ func (t *Tracker) startRootIn(ctx context.Context, id, agent, session string, ex
 		attribute.String(contract.AttrConversationID, session),
 	))
 	opts = append(opts, extra...)
-	ctx, span := t.start(ctx, t.rootName(agent), opts...)
+	ctx, span := t.start(ctx, t.rootName(agent), &lifecycle{contract.RoleRoot, session}, opts...)
 	if !span.SpanContext().IsSampled() {
 		// Nothing of the invocation is observed: Ledger.Wait answers
 		// not_sampled at once instead of waiting for the open timeout.

@@ -116,8 +116,9 @@ func TestJobFromEndedContinuationTool(t *testing.T) {
 	_, second := p.tracker.StartBackground(tctx, "shell")
 	cont.End()
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusPending)
-	if got := spanByID(t, p, cont.Span().SpanContext().SpanID()); intAttr(t, got, contract.AttrChildren) != 2 {
-		t.Errorf("continuation invocation.children = %d, want 2", intAttr(t, got, contract.AttrChildren))
+	// The tool, the job and the continuation's wake span.
+	if got := spanByID(t, p, cont.Span().SpanContext().SpanID()); intAttr(t, got, contract.AttrChildren) != 3 {
+		t.Errorf("continuation invocation.children = %d, want 3", intAttr(t, got, contract.AttrChildren))
 	}
 	second.EndWithoutFollowup(nil)
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusFinal)

@@ -84,7 +84,19 @@ func (l *Ledger) Session(session string) SessionState {
 		ExpectedFollowups:    jobsOf(st.ExpectedFollowups),
 		RunningContinuations: st.RunningContinuations,
 		UnattributedTurns:    st.UnattributedTurns,
+		Owed:                 owedOf(st.Owed),
 	}
+}
+
+func owedOf(items []ledger.OwedInfo) []Owed {
+	if len(items) == 0 {
+		return nil
+	}
+	out := make([]Owed, len(items))
+	for i, o := range items {
+		out[i] = Owed{InvocationID: o.InvocationID, Reason: o.Reason, Waits: o.Waits}
+	}
+	return out
 }
 
 // ErrUnknownInvocation is returned by Wait for an invocation the ledger

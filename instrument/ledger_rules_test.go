@@ -276,8 +276,8 @@ func TestSecondRootIsAnAnomaly(t *testing.T) {
 }
 
 // TestAnomaliesAndFailuresBounded: distinct anomaly and failure entries
-// per invocation are bounded as in the collector; the invocation stays
-// unprovable.
+// per invocation are bounded as in the collector, and a cut list says so
+// (anomalies_cut, reasons_cut); the invocation stays unprovable.
 func TestAnomaliesAndFailuresBounded(t *testing.T) {
 	sl := newStubLedger(t)
 	root := spanCtx(1, 1)
@@ -290,8 +290,11 @@ func TestAnomaliesAndFailuresBounded(t *testing.T) {
 		sl.feed(call)
 	}
 	s := sl.summary("inv")
-	if len(s.Anomalies) > ledgerrule.MaxAnomalies || len(s.Reasons) > ledgerrule.MaxAnomalies+1 || s.Status == contract.StatusFinal {
+	if len(s.Anomalies) > ledgerrule.MaxAnomalies+1 || len(s.Reasons) > ledgerrule.MaxAnomalies+2 || s.Status == contract.StatusFinal {
 		t.Errorf("%d anomalies, %d reasons, status %s", len(s.Anomalies), len(s.Reasons), s.Status)
+	}
+	if !slices.Contains(s.Anomalies, contract.AnomalyAnomaliesCut) || !slices.Contains(s.Reasons, contract.ReasonReasonsCut) {
+		t.Errorf("cut lists do not say so: %v, %v", s.Anomalies, s.Reasons)
 	}
 }
 

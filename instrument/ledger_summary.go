@@ -92,9 +92,10 @@ type JobInfo struct {
 
 // SessionState says whether a session still owes work to its invocations.
 type SessionState struct {
-	// OwesWork is true while a job runs, a followup is expected, a
-	// continuation runs, or an unattributed turn runs: a runtime must not
-	// unload the session then.
+	// OwesWork is true while a job runs, a continuation or unattributed
+	// turn runs, or anything is Owed: a runtime must not unload the
+	// session then. Eviction, the open timeout and the retention never
+	// make it false while a job of the session runs.
 	OwesWork bool
 	// OpenJobs are background spans started and not yet ended.
 	OpenJobs []JobInfo
@@ -107,6 +108,24 @@ type SessionState struct {
 	// UnattributedTurns counts turns started with
 	// Tracker.StartUnattributed and not yet ended.
 	UnattributedTurns int
+	// Owed lists what the session's invocations are owed, as the
+	// collector's status API lists it (CONTRACT.md vNEXT, "Owed means
+	// everything owed"): declared children, followups, detached spans,
+	// remote subtrees settling, turns a wake span announced, and
+	// owing_forgotten:<invocation id> for an invocation the ledger had to
+	// forget while it held work (WithMaxOpenInvocations bounds those it
+	// keeps). What its open timeout wrote off is not listed.
+	Owed []Owed
+}
+
+// Owed is one item of work an invocation is owed.
+type Owed struct {
+	// InvocationID is the invocation that is owed it.
+	InvocationID string
+	// Reason is "kind:span name" (or owing_forgotten:<invocation id>).
+	Reason string
+	// Waits says what it waits for.
+	Waits string
 }
 
 // ErrLedgerShutdown is returned by Wait after the SpanProcessor shut down

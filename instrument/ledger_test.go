@@ -253,8 +253,9 @@ func TestLedgerConsumedByOwnTurn(t *testing.T) {
 	}
 	inv.End()
 	wantStatus(t, p.summary(t, inv.ID()), contract.StatusFinal)
-	if n := len(p.exp.GetSpans()); n != 2 {
-		t.Errorf("exported %d spans, want 2 (no followup_closed)", n)
+	// The root, the job and the turn's wake span: no followup_closed.
+	if n := len(p.exp.GetSpans()); n != 3 {
+		t.Errorf("exported %d spans, want 3 (no followup_closed)", n)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/instrument/internal/flush"
 	"github.com/agentledger/agentledger/instrument/internal/parked"
 )
 
@@ -43,6 +44,10 @@ type SpanProcessor struct {
 	lateChildren metric.Int64Counter
 	untracked    metric.Int64Counter
 
+	// reporter, when set, learns of every span of an invocation handed to
+	// next (exportreport.go).
+	reporter *ExportReporter
+
 	// holders end the model calls the client wrappers hold open for a
 	// retry, before a flush or shutdown.
 	holders parked.Holders
@@ -63,6 +68,20 @@ type SpanProcessor struct {
 	// free holds released records for reuse, so that a span costs no
 	// allocation of its own here; at most as many as were open at once.
 	free []*spanRecord
+	// limits is what the stamps showed of each provider's value length
+	// limit (spanids.go).
+	limits []valueLimit
+	// marks holds, for the open spans flagged recordMarked, the ids to
+	// restore and the marks to export (spanids.go).
+	marks map[*spanRecord]*ledger.Restored
+	// turnsByID indexes the open turns by invocation (the latest of
+	// each), where a dropped span no parent declares is counted
+	// (drops.go).
+	turnsByID map[string]*spanRecord
+	// providers are the providers whose spans this processor saw start,
+	// lastProvider the latest (drops.go).
+	providers    []trace.TracerProvider
+	lastProvider trace.TracerProvider
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -83,6 +102,11 @@ func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...SpanProcessorOption) 
 		max:    cfg.maxOpenSpans,
 		open:   make(map[trace.SpanID]*spanRecord),
 		turns:  make(map[turnKey]*spanRecord),
+
+		reporter: cfg.reporter,
+	}
+	if p.reporter != nil {
+		p.reporter.attach(p.ledger.l, meter)
 	}
 	// Errors from instrument creation leave a usable no-op instrument.
 	p.lateChildren, _ = meter.Int64Counter("agentledger.instrument.late_children",
@@ -116,9 +140,13 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		// parent's record.
 		st.id = baggageInvocationID(parent)
 	}
+	// The ids the SDK may have cut are read whole from the baggage and
+	// the Tracker (spanids.go) before anything is keyed by them.
+	restoreIDs(parent, s, &st)
 	// Only lifecycle spans (which carry a role) and model calls need to
 	// know whether the Tracker started them.
 	client := s.SpanKind() == trace.SpanKindClient
+	st.modelCall = p.ledger.l.IsModelCall(st.attrs.Operation)
 	ours := (st.attrs.Role != "" || client) && s.InstrumentationScope().Name == ScopeName
 	st.ledgered = st.id != "" && st.sc.IsSampled()
 
@@ -139,10 +167,27 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		// (rule 4). Lifecycle spans are declared otherwise.
 		st.detachedFrom, st.late, st.dropped = p.detachedStart(parent, st.id, st.sc)
 	}
+	p.noteProviderLocked(s.TracerProvider())
+	// A span the sampler did not sample that no parent or context span
+	// counts (drops.go): an open turn of its invocation declares it.
+	orphanDrop := !st.sc.IsSampled() && st.id != "" && !st.dropped
+	if orphanDrop && p.declareOrphanDropLocked(st.id) {
+		orphanDrop = false
+	}
 	rec := p.trackLocked(s, &st, ours)
 	p.mu.Unlock()
+	if orphanDrop {
+		p.tellLedgerDrop(st.id, s.Name())
+	}
 	p.noteOwner(parent, ours, client)
 	p.stamp(parent, s, rec, &st)
+	if rec != nil && st.id != "" {
+		if p.checkStamp(s, &st); st.cut != nil {
+			p.mu.Lock()
+			p.markLocked(rec, st.cut)
+			p.mu.Unlock()
+		}
+	}
 	// A span with a local parent that counts it and no role costs the
 	// ledger nothing at its start (ledger.Ledger.Started).
 	if st.local && st.ledgered && (st.attrs.Role != "" || !st.counted) {
@@ -164,13 +209,19 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	var unrecorded, detached int
 	var dropped bool
 	var known *ledger.Invocation
+	var cut *ledger.Restored
 	p.mu.Lock()
 	if rec := p.removeOpen(sc.TraceID(), sc.SpanID()); rec != nil {
 		if rec.turn {
 			delete(p.turns, turnKey{sc.TraceID(), rec.invocation})
+			p.unindexTurnLocked(rec)
 		}
 		children, known = rec.children, rec.inv
-		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.dropped
+		unrecorded, detached, dropped = int(rec.unrecorded), int(rec.detached), rec.has(recordDropped)
+		if rec.has(recordMarked) {
+			cut = p.marks[rec]
+			delete(p.marks, rec)
+		}
 		p.release(rec)
 	}
 	p.mu.Unlock()
@@ -178,6 +229,9 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	// Rules 3 and 4: the counts are the SpanProcessor's, as children. The
 	// ledger reads the span as it is exported, as the collector does.
 	counts := ledger.CountsOf(s, children, unrecorded, detached)
+	if cut != nil {
+		counts = counts.Restore(cut)
+	}
 	out := counts.Span(s)
 	var f ledger.Facts
 	p.ledger.l.Read(&f, s, counts)
@@ -190,6 +244,9 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	// Ledger.Wait returns final, every span of the invocation has already
 	// been handed to the exporting pipeline (a ForceFlush then exports it).
 	if p.next != nil {
+		if p.reporter != nil && sc.IsSampled() && f.Invocation() != "" {
+			p.reporter.handed(sc, f.Invocation())
+		}
 		p.next.OnEnd(out)
 	}
 	if sc.IsSampled() {
@@ -203,6 +260,11 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 // open invocations become incomplete with reason shutdown.
 func (p *SpanProcessor) Shutdown(ctx context.Context) error {
 	p.holders.EndParked()
+	if p.reporter != nil && p.next != nil {
+		// The spans the queue dropped are known once it is flushed, and
+		// reported before the ledger closes.
+		p.flushAndSweep(ctx)
+	}
 	p.ledger.l.Shutdown()
 	if p.next != nil {
 		return p.next.Shutdown(ctx)
@@ -212,11 +274,29 @@ func (p *SpanProcessor) Shutdown(ctx context.Context) error {
 
 // ForceFlush ends the model calls the client wrappers hold open for a
 // retry (a retry that comes later starts a new span), then flushes the
-// next processor.
+// next processor. An adapter's flush before a result
+// (instrument/internal/flush) keeps them open: the runtime goes on.
 func (p *SpanProcessor) ForceFlush(ctx context.Context) error {
-	p.holders.EndParked()
-	if p.next != nil {
-		return p.next.ForceFlush(ctx)
+	if !flush.KeepsParked(ctx) {
+		p.holders.EndParked()
 	}
+	if p.next == nil {
+		return nil
+	}
+	if p.reporter != nil {
+		return p.flushAndSweep(ctx)
+	}
+	return p.next.ForceFlush(ctx)
+}
+
+// flushAndSweep flushes the next processor and, when the flush succeeded,
+// reports the spans handed on before it that were never exported: the
+// queue dropped them (exportreport.go).
+func (p *SpanProcessor) flushAndSweep(ctx context.Context) error {
+	mark := p.reporter.mark()
+	if err := p.next.ForceFlush(ctx); err != nil {
+		return err
+	}
+	p.reporter.sweep(mark)
 	return nil
 }

@@ -43,10 +43,8 @@ type spanRecord struct {
 	bagID  string
 	// turn: the span is registered in turns.
 	turn bool
-	// dropped: the span is not sampled and its parent (or context span)
-	// counts it in invocation.unrecorded; OnEnd tells the ledger when it
-	// is a model call.
-	dropped bool
+	// flags: recordDropped, recordInCall, recordMarked.
+	flags recordFlags
 	// unrecorded and detached count the span's direct children of its
 	// invocation that were not sampled, and the spans started from its
 	// context as roots of new traces (contract v0.6 rules 3 and 4); OnEnd
@@ -64,6 +62,33 @@ type spanRecord struct {
 	// provisional invocation.children of 0), so that SetAttributes needs
 	// no slice of its own; the SDK copies them.
 	stamp [2]attribute.KeyValue
+}
+
+// recordFlags are a record's flags, in one byte so that a record stays in
+// its size class.
+type recordFlags uint8
+
+const (
+	// recordDropped: the span is not sampled and its parent (or context
+	// span) counts it in invocation.unrecorded; OnEnd tells the ledger
+	// when it is a model call.
+	recordDropped recordFlags = 1 << iota
+	// recordInCall: the span is a model call, or inside one (a model call
+	// below it is double instrumentation).
+	recordInCall
+	// recordMarked: the SpanProcessor's marks holds what OnEnd exports
+	// restored or marked on the span (spanids.go).
+	recordMarked
+)
+
+// has reports whether flag f is set.
+func (rec *spanRecord) has(f recordFlags) bool { return rec.flags&f != 0 }
+
+// set sets flag f when on.
+func (rec *spanRecord) set(f recordFlags, on bool) {
+	if on {
+		rec.flags |= f
+	}
 }
 
 // newRecord returns a cleared record. p.mu must be held.
@@ -91,7 +116,9 @@ func (p *SpanProcessor) lookupOpen(tid trace.TraceID, sid trace.SpanID) *spanRec
 // replaces the record of a span with the same IDs (which then ends
 // unrecorded). p.mu must be held.
 func (p *SpanProcessor) addOpen(sid trace.SpanID, rec *spanRecord) {
-	p.removeOpen(rec.trace, sid)
+	if old := p.removeOpen(rec.trace, sid); old != nil && old.has(recordMarked) {
+		delete(p.marks, old)
+	}
 	rec.sameID = p.open[sid]
 	p.open[sid] = rec
 	p.openCount++
@@ -150,6 +177,9 @@ func (rec *spanRecord) noteUnrecorded() {
 
 // release clears rec and keeps it for reuse. p.mu must be held.
 func (p *SpanProcessor) release(rec *spanRecord) {
+	if rec.has(recordMarked) {
+		delete(p.marks, rec)
+	}
 	*rec = spanRecord{}
 	p.free = append(p.free, rec)
 }

@@ -34,6 +34,12 @@ type spanStart struct {
 	detachedFrom trace.SpanContext
 	// inv is the ledger's state of the invocation, when known.
 	inv *ledger.Invocation
+	// cut holds the ids the SDK's value length limit cut, and the
+	// double-instrumentation mark, or nil (spanids.go).
+	cut *ledger.Restored
+	// modelCall: the span is a model call by its start attributes;
+	// inCall: its local parent is a model call or inside one.
+	modelCall, inCall bool
 }
 
 // fromParentLocked reads the span's invocation from its local parent and
@@ -44,6 +50,19 @@ type spanStart struct {
 func (p *SpanProcessor) fromParentLocked(parent context.Context, st *spanStart) {
 	sampled := st.sc.IsSampled()
 	if prec := p.lookupOpen(st.psc.TraceID(), st.psc.SpanID()); prec != nil {
+		st.inCall = prec.has(recordInCall)
+		if st.modelCall && st.inCall {
+			// Two instrumentations of one call (an SDK's own gen_ai span
+			// and a wrapper's, or two wrappers): its usage would count
+			// twice. The span is exported marked (never final).
+			st.restored().Double = true
+		}
+		if st.id != "" && st.cut == nil && isCut(st.id, prec.invocation) {
+			// The span's own invocation.id was cut; its parent's record
+			// holds it whole.
+			st.id = prec.invocation
+			st.cut = &ledger.Restored{ID: st.id}
+		}
 		if st.id == "" {
 			st.id = prec.baggageID(parent)
 			st.ledgered = st.id != "" && sampled
@@ -87,13 +106,16 @@ func (p *SpanProcessor) trackLocked(s sdktrace.ReadWriteSpan, st *spanStart, our
 	}
 	rec := p.newRecord()
 	rec.invocation, rec.span, rec.inv, rec.trace = st.id, s, st.inv, st.sc.TraceID()
-	rec.dropped = st.dropped
+	rec.set(recordDropped, st.dropped)
+	rec.set(recordInCall, st.inCall || st.modelCall)
+	p.markLocked(rec, st.cut)
 	if st.local {
 		rec.parent = st.psc.SpanID()
 	}
 	if ours && st.id != "" && (st.attrs.Role == contract.RoleRoot || st.attrs.Role == contract.RoleContinuation) {
 		rec.turn = true
 		p.turns[turnKey{st.sc.TraceID(), st.id}] = rec
+		p.indexTurnLocked(rec)
 	}
 	p.addOpen(st.sc.SpanID(), rec)
 	return rec

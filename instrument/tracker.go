@@ -82,12 +82,23 @@ type probeKey struct{}
 // checks that a SpanProcessor saw it (the provider's pipeline does not
 // lose it afterwards). The returned context is ctx with the span; the
 // probe does not stay in it.
-func (t *Tracker) start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+//
+// lc is the role and session the span's attributes set, which OnStart
+// reads whole when the SDK's value length limit cut the attributes
+// (spanids.go); the returned context does not hold it either.
+func (t *Tracker) start(ctx context.Context, name string, lc *lifecycle, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	startCtx := context.WithValue(ctx, lifecycleKey{}, lc)
 	if t.processor.Load() != nil {
-		return t.tracer.Start(ctx, name, opts...)
+		_, span := t.tracer.Start(startCtx, name, opts...)
+		// A lifecycle span the sampler dropped is declared as a model
+		// call is (drops.go): nothing else would count a dropped job or
+		// continuation.
+		NoteUnrecorded(ctx, span, name)
+		return trace.ContextWithSpan(ctx, span), span
 	}
 	probe := &startProbe{}
-	_, span := t.tracer.Start(context.WithValue(ctx, probeKey{}, probe), name, opts...)
+	_, span := t.tracer.Start(context.WithValue(startCtx, probeKey{}, probe), name, opts...)
+	NoteUnrecorded(ctx, span, name)
 	if span.IsRecording() {
 		if probe.processor != nil {
 			t.processor.Store(probe.processor)

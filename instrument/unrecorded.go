@@ -34,13 +34,16 @@ func init() { unrecorded.Install(NoteUnrecorded) }
 // Sampler returns a sampler that decides as inner does, except that a
 // span of an invocation that inner drops is recorded without being
 // sampled (sdktrace.RecordOnly) when its parent is a recording, sampled
-// span (of the invocation named by the baggage member invocation.id, or
-// by the parent's invocation.id), or when it has no parent and the
+// span or an ended, sampled span (of the invocation named by the baggage
+// member invocation.id, or by the parent's invocation.id), or when it has
+// no parent and the
 // baggage names an invocation (a root, or a span started with
 // trace.WithNewRoot, whose context span the SDK hides from samplers). It
 // is still not exported, but the SpanProcessor sees it start and counts it
 // in its parent's (or context span's) invocation.unrecorded (contract
-// v0.6 rule 3), so that neither the Ledger nor the collector says final
+// v0.6 rule 3), or, when no open span counts it (baggage only, ended
+// parent or context span), on an open turn of its invocation (drops.go),
+// so that neither the Ledger nor the collector says final
 // for an invocation with a span missing. A root recorded so is not
 // sampled, as before: Ledger.Wait answers not_sampled. A nil inner is
 // the SDK's default, ParentBased(AlwaysSample()).
@@ -84,8 +87,15 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 		if baggageInvocationID(p.ParentContext) == "" {
 			return res
 		}
-	case !psc.IsSampled() || !parent.IsRecording():
+	case !psc.IsSampled() || psc.IsRemote():
 		return res
+	case !parent.IsRecording():
+		// An ended span of the invocation (its late children are counted
+		// by nobody): recorded, so that the SpanProcessor declares the
+		// span on an open turn of the invocation (drops.go).
+		if baggageInvocationID(p.ParentContext) == "" && endedInvocation(p.ParentContext) == "" {
+			return res
+		}
 	case baggageInvocationID(p.ParentContext) == "":
 		ro, ok := parent.(sdktrace.ReadOnlySpan)
 		if !ok || ledger.ReadStartAttrs(ro.Attributes()).ID == "" {
@@ -100,14 +110,16 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 func (s sampler) Description() string { return "agentledger.Sampler{" + s.inner.Description() + "}" }
 
 // NoteUnrecorded reports that span, started from parent under name, was
-// dropped by the sampler (it is not recording). When parent's span is a
-// recording, sampled span of an invocation that a SpanProcessor tracks,
-// that span counts it in its invocation.unrecorded (contract v0.6 rule 3)
-// and the SpanProcessor's Ledger makes the invocation incomplete with
-// not_sampled:<name>; when the parent's span has already ended, only the
-// Ledger that holds the invocation is told (the collector then cannot
-// tell). A recording span, or a parent outside any invocation, is
-// ignored.
+// dropped by the sampler (it is not recording). Only the SpanProcessor of
+// the provider that started span hears of it (each pipeline's Ledger
+// hears only of its own spans). When parent's span is a recording,
+// sampled span of an invocation that it tracks, that span counts it in its
+// invocation.unrecorded (contract v0.6 rule 3); when parent carries only
+// the invocation id (baggage), or its span has ended, an open turn (root
+// or continuation) of the invocation counts it. The SpanProcessor's Ledger
+// makes the invocation incomplete with not_sampled:<name>; with no turn
+// open, only the Ledger can tell (the collector then cannot). A
+// recording span, or a parent outside any invocation, is ignored.
 //
 // The client wrappers (otelopenai, otelanthropic, otelopencode,
 // otelclaudecode) call it for every model call they start, so that a
@@ -119,24 +131,39 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 	}
 	ps := trace.SpanFromContext(parent)
 	psc := ps.SpanContext()
-	if !psc.IsValid() || !psc.IsSampled() || psc.IsRemote() {
+	switch {
+	case psc.IsRemote():
+		// Another process's span.
 		return
+	case psc.IsValid() && !psc.IsSampled() && ps.IsRecording():
+		// A span Sampler recorded without sampling: its nearest sampled
+		// ancestor declares it, and so its subtree.
+		return
+	case psc.IsValid() && !psc.IsSampled():
+		// A dropped span nobody declared (no Sampler): declared below
+		// as one without a parent.
+		psc = trace.SpanContext{}
 	}
 	id := baggageInvocationID(parent)
-	live := processors.list()
-	for _, p := range live {
-		if p.noteUnrecorded(psc, id, name) {
-			return
-		}
-	}
 	if id == "" {
-		return
+		id = endedInvocation(parent)
 	}
-	for _, p := range live {
-		if p.ledger.l.Holds(id) {
-			p.ledger.l.UnrecordedSpan(id, name)
+	tp := span.TracerProvider()
+	for _, p := range processors.list() {
+		if !p.serves(tp) {
+			continue
+		}
+		if psc.IsValid() && p.noteUnrecorded(psc, id, name) {
 			return
 		}
+		if id == "" {
+			continue
+		}
+		p.mu.Lock()
+		p.declareOrphanDropLocked(id)
+		p.mu.Unlock()
+		p.tellLedgerDrop(id, name)
+		return
 	}
 }
 

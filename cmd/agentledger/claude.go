@@ -42,7 +42,7 @@ func runClaude(ctx context.Context, env environ, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "agentledger claude: %v\n", err)
 		return 2
 	}
-	client, err := otelclaudecode.New(bin, otelclaudecode.WithTracerProvider(tp))
+	client, err := otelclaudecode.New(bin, otelclaudecode.WithTracerProvider(tp), otelclaudecode.WithFlushTimeout(cfg.flush))
 	if err != nil {
 		shutdownPipeline(tp, cfg, io.err)
 		fmt.Fprintf(io.err, "agentledger claude: %v\n", err)

@@ -33,7 +33,7 @@ func runCodex(ctx context.Context, env environ, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "agentledger codex: %v\n", err)
 		return 2
 	}
-	client, err := otelcodex.New(bin, otelcodex.WithTracerProvider(tp))
+	client, err := otelcodex.New(bin, otelcodex.WithTracerProvider(tp), otelcodex.WithFlushTimeout(cfg.flush))
 	if err != nil {
 		shutdownPipeline(tp, cfg, io.err)
 		fmt.Fprintf(io.err, "agentledger codex: %v\n", err)

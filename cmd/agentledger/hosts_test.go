@@ -73,6 +73,10 @@ type hostLine struct {
 	Plain      float64
 	DropIn     float64 `json:"drop_in"`
 	ModelCalls int64   `json:"model_calls"`
+	// WokeAt is when a story's host saw the wake (Unix milliseconds).
+	WokeAt float64 `json:"woke_at"`
+	// OwedAtResult is what a story's host heard when it asked once.
+	OwedAtResult bool `json:"owed_at_result"`
 }
 
 // runHost runs `node --test file` from hosttest, in a directory of its
@@ -88,7 +92,7 @@ func runHost(t *testing.T, file string, env []string) []hostLine {
 	}
 	modules := requireModules(t, hostSDKs[file])
 	dir := t.TempDir()
-	for _, f := range []string{file, "status.mjs"} {
+	for _, f := range []string{file, "status.mjs", "story.mjs"} {
 		b, err := os.ReadFile(filepath.Join("hosttest", f))
 		if err != nil {
 			t.Fatal(err)
@@ -135,6 +139,10 @@ var hostSDKs = map[string]string{
 	"claude.test.mjs":   "@anthropic-ai/claude-agent-sdk",
 	"codex.test.mjs":    "@openai/codex-sdk",
 	"opencode.test.mjs": "@opencode-ai/sdk",
+	// The release and reattach stories (story_test.go).
+	"claude_story.test.mjs":   "@anthropic-ai/claude-agent-sdk",
+	"opencode_story.test.mjs": "@opencode-ai/sdk",
+	"codex_story.test.mjs":    "@openai/codex-sdk",
 }
 
 // requireModules returns the installed SDKs' node_modules

@@ -54,15 +54,13 @@ func main() {
 }
 
 // run dispatches on the subcommand, or on the name the binary was called
-// by: installed (or linked) as "claude" or "codex", agentledger is
-// `agentledger claude` or `agentledger codex`.
+// by (see calledAs): installed or linked as claude, agentledger-claude,
+// codex, agentledger-codex or agentledger-opencode-proxy, agentledger is
+// that subcommand.
 func run(ctx context.Context, env environ, argv []string, io stdio) int {
 	if len(argv) > 0 {
-		switch strings.TrimSuffix(filepath.Base(argv[0]), ".exe") {
-		case "claude":
-			return runClaude(ctx, env, argv[1:], io)
-		case "codex":
-			return runCodex(ctx, env, argv[1:], io)
+		if sc, ok := calledAs(argv[0]); ok {
+			return sc.run(ctx, env, argv[1:], io)
 		}
 	}
 	if len(argv) < 2 || slices.Contains([]string{"-h", "-help", "--help", "help"}, argv[1]) {
@@ -82,10 +80,28 @@ func run(ctx context.Context, env environ, argv []string, io stdio) int {
 	return 2
 }
 
+// calledAs returns the subcommand a binary named like argv0 stands for:
+// "agentledger-<subcommand>" (a link next to the real runtime, as the
+// READMEs install it), or the runtime's own name for the executables a
+// host runs by path (claude, codex).
+func calledAs(argv0 string) (subcommand, bool) {
+	name := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	for _, sc := range subcommands {
+		if name == "agentledger-"+sc.name {
+			return sc, true
+		}
+		if name == sc.name && (sc.name == "claude" || sc.name == "codex") {
+			return sc, true
+		}
+	}
+	return subcommand{}, false
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage:")
 	for _, sc := range subcommands {
 		fmt.Fprintln(w, "  "+sc.usage)
 	}
+	fmt.Fprintln(w, "Called through a link named agentledger-<subcommand> (or claude, codex), agentledger is that subcommand.")
 	fmt.Fprintln(w, "OTLP export: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf or grpc), OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME, ...; OTEL_TRACES_EXPORTER=none exports nothing.")
 }

@@ -98,6 +98,26 @@ func TestDispatch(t *testing.T) {
 		t.Errorf("as codex: %d %q", code, errs.String())
 	}
 	errs.Reset()
+	// Linked as agentledger-claude and agentledger-codex (the READMEs'
+	// names), likewise: the link's name is the subcommand, and the
+	// arguments all go to the CLI (not read as a subcommand).
+	for _, c := range []struct{ argv0, bin string }{
+		{"/usr/local/bin/agentledger-claude", "AGENTLEDGER_CLAUDE_BIN"},
+		{"agentledger-codex", "AGENTLEDGER_CODEX_BIN"},
+	} {
+		if code := run(context.Background(), envOf("PATH="+t.TempDir()), []string{c.argv0, "--version"}, io); code != 127 || !strings.Contains(errs.String(), c.bin) {
+			t.Errorf("as %s: %d %q", c.argv0, code, errs.String())
+		}
+		errs.Reset()
+	}
+	if sc, ok := calledAs("/x/agentledger-opencode-proxy"); !ok || sc.name != "opencode-proxy" {
+		t.Errorf("agentledger-opencode-proxy dispatches to %q, %v", sc.name, ok)
+	}
+	for _, name := range []string{"agentledger", "opencode-proxy", "opencode", "agentledger-gemini"} {
+		if sc, ok := calledAs(name); ok {
+			t.Errorf("%s dispatches to %q; want the subcommand from the arguments", name, sc.name)
+		}
+	}
 	if code := run(context.Background(), envOf("OTEL_TRACES_EXPORTER=jaeger", "AGENTLEDGER_CLAUDE_BIN=/bin/true"), []string{"agentledger", "claude"}, io); code != 2 || !strings.Contains(errs.String(), "OTEL_TRACES_EXPORTER") {
 		t.Errorf("bad export config: %d %q", code, errs.String())
 	}

@@ -101,7 +101,7 @@ func runOpencodeProxy(ctx context.Context, env environ, args []string, io stdio)
 		return 2
 	}
 	defer shutdownPipeline(tp, cfg, io.err)
-	opts := []otelopencode.Option{otelopencode.WithTracerProvider(tp), otelopencode.WithMessageInvocationIDs()}
+	opts := []otelopencode.Option{otelopencode.WithTracerProvider(tp), otelopencode.WithMessageInvocationIDs(), otelopencode.WithFlushTimeout(cfg.flush)}
 	if c.modelUpstream != "" {
 		opts = append(opts, otelopencode.WithModelProxy(c.modelUpstream))
 		if c.modelListen != "" {

@@ -114,6 +114,13 @@ type openCodeStack struct {
 // TestOpenCodeSDKBackgroundSubagent share it.
 func startOpenCodeStack(t *testing.T, modelURL string, extraEnv ...string) openCodeStack {
 	t.Helper()
+	return startOpenCodeStackExport(t, modelURL, []string{"OTEL_BSP_SCHEDULE_DELAY=50"}, extraEnv...)
+}
+
+// startOpenCodeStackExport is startOpenCodeStack with the proxy's export
+// settings given (proxyEnv, for example the exporter's default schedule).
+func startOpenCodeStackExport(t *testing.T, modelURL string, proxyEnv []string, extraEnv ...string) openCodeStack {
+	t.Helper()
 	oc := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
 	col := testbin.StartLocalCollector(t)
 	addrs, err := testbin.FreeAddrs(3)
@@ -171,9 +178,9 @@ func startOpenCodeStack(t *testing.T, modelURL string, extraEnv ...string) openC
 		t.Fatal(err)
 	}
 	bin := testbin.BuildT(t, "cmd/agentledger")
-	proxy := testbin.StartT(t, "agentledger-opencode-proxy", []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.Addrs.OTLPHTTP, "OTEL_BSP_SCHEDULE_DELAY=50",
-	}, bin, "opencode-proxy", "--listen", proxyAddr, "--upstream", "http://"+serveAddr,
+	proxy := testbin.StartT(t, "agentledger-opencode-proxy", append([]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.Addrs.OTLPHTTP,
+	}, proxyEnv...), bin, "opencode-proxy", "--listen", proxyAddr, "--upstream", "http://"+serveAddr,
 		"--model-upstream", modelURL+"/v1", "--model-listen", modelAddr)
 	if err := testbin.WaitReady(ctx, proxy, "http://"+proxyAddr+"/global/health"); err != nil {
 		t.Fatal(err)

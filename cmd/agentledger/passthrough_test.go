@@ -51,8 +51,9 @@ func dropIn(t *testing.T) func(mode string, args ...string) *exec.Cmd {
 
 // TestPassthrough checks that stdin reaches the CLI and its stdout the
 // host byte for byte (a host's stream-json prompts, a partial last line,
-// bytes that are no JSON), that the arguments arrive unchanged and
-// nothing is added, and that the exit code is the CLI's.
+// bytes that are no JSON) but for the uuid given to a prompt without one,
+// that the arguments arrive unchanged and nothing is added, and that the
+// exit code is the CLI's.
 func TestPassthrough(t *testing.T) {
 	run := dropIn(t)
 	input := []byte(`{"type":"control_request","request_id":"r1","request":{"subtype":"initialize"}}` + "\n" +
@@ -71,8 +72,11 @@ func TestPassthrough(t *testing.T) {
 		case code == 0 && err != nil, code != 0 && (!errors.As(err, &exit) || exit.ExitCode() != code):
 			t.Fatalf("exit: %v, want %d; stderr %s", err, code, stderr.String())
 		}
-		if !bytes.Equal(stdout.Bytes(), input) {
-			t.Errorf("stdout differs from stdin: %d bytes, want %d", stdout.Len(), len(input))
+		// The fake CLI echoes what it read: the prompt without a uuid
+		// has one now, first.
+		named := regexp.MustCompile(`\{"uuid":"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",("type":"user","message":\{"role":"user","content":"no uuid"\}\})`)
+		if got := named.ReplaceAll(stdout.Bytes(), []byte("{$1")); !bytes.Equal(got, input) || bytes.Equal(stdout.Bytes(), input) {
+			t.Errorf("stdout differs from stdin but for the uuid given: %d bytes, want %d", stdout.Len(), len(input)+46)
 		}
 		if got, want := stderr.String(), "--output-format|stream-json|--verbose|--input-format|stream-json|a b|"; got != want {
 			t.Errorf("args %q, want %q", got, want)

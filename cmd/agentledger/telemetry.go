@@ -33,6 +33,10 @@ type exportConfig struct {
 	// shutdown bounds the export of what is left at exit
 	// (AGENTLEDGER_SHUTDOWN_TIMEOUT, default 5s).
 	shutdown time.Duration
+	// flush bounds the export before each result
+	// (AGENTLEDGER_FLUSH_TIMEOUT, default 2s): the adapters'
+	// WithFlushTimeout, negative for none.
+	flush time.Duration
 }
 
 // defaultShutdown is how long the last spans may take to export at exit.
@@ -62,6 +66,11 @@ func readExportConfig(env environ) (exportConfig, error) {
 		}
 		c.shutdown = d
 	}
+	d, err := readFlushTimeout(env)
+	if err != nil {
+		return c, err
+	}
+	c.flush = d
 	return c, nil
 }
 
@@ -74,6 +83,7 @@ func newPipeline(ctx context.Context, c exportConfig, service string, errs io.Wr
 		fmt.Fprintf(errs, "agentledger: %v\n", err)
 	}))
 	var next sdktrace.SpanProcessor
+	var wake *wakeFlusher
 	if c.exporter == "otlp" {
 		var exp sdktrace.SpanExporter
 		var err error
@@ -86,6 +96,9 @@ func newPipeline(ctx context.Context, c exportConfig, service string, errs io.Wr
 			return nil, fmt.Errorf("OTLP exporter (%s): %w", c.protocol, err)
 		}
 		next = sdktrace.NewBatchSpanProcessor(exp)
+		if c.flush > 0 {
+			wake = newWakeFlusher(next, c.flush)
+		}
 	}
 	// Later detectors win: OTEL_SERVICE_NAME over the default name.
 	res, err := resource.New(ctx,
@@ -95,13 +108,18 @@ func newPipeline(ctx context.Context, c exportConfig, service string, errs io.Wr
 	if err != nil {
 		return nil, fmt.Errorf("resource (OTEL_RESOURCE_ATTRIBUTES): %w", err)
 	}
-	return sdktrace.NewTracerProvider(
+	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithSpanProcessor(instrument.NewSpanProcessor(next)),
 		// A span the sampler drops inside an invocation is declared, so
 		// that nothing says final without it.
 		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.AlwaysSample()))),
 		sdktrace.WithResource(res),
-	), nil
+	}
+	if wake != nil {
+		// After the batch processor: the wake is queued when it is told.
+		opts = append(opts, sdktrace.WithSpanProcessor(wake))
+	}
+	return sdktrace.NewTracerProvider(opts...), nil
 }
 
 // shutdownPipeline exports what is left, for at most c.shutdown.

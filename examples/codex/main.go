@@ -56,11 +56,14 @@ type config struct {
 
 func main() {
 	var cfg config
-	flag.StringVar(&cfg.cli, "codex", defaultCLI, "path of the codex CLI")
+	flag.StringVar(&cfg.cli, "codex", "", "path of the codex CLI (default: "+defaultCLI+" in this directory or the nearest one above that has it, where `make codex` installs it)")
 	flag.StringVar(&cfg.scenario, "scenario", "run", "run: one `codex exec` with a foreground command; session: a warm app-server session with a background command and its continuation")
 	flag.StringVar(&cfg.otlp, "otlp", "", "OTLP/gRPC endpoint host:port (insecure); none: in-process ledger only")
 	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "longest the whole run may take")
 	flag.Parse()
+	if cfg.cli == "" {
+		cfg.cli = findUp(defaultCLI)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(context.Background(), cfg, os.Stdout, log); err != nil {
 		log.Error("codex example failed", "err", err)
@@ -278,4 +281,26 @@ func run(ctx context.Context, cfg config, stdout io.Writer, log *slog.Logger) (e
 		}
 	}
 	return nil
+}
+
+// findUp returns rel under the working directory or the nearest of its
+// parents that has it, so that the default works from the repository's
+// root and from examples/ (go -C examples run ./codex); rel itself when none
+// has it (the error then names it).
+func findUp(rel string) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return rel
+	}
+	for {
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return rel
+		}
+		dir = parent
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -70,7 +71,10 @@ type Session struct {
 	jobs       map[string]*backgroundJob
 	nextJob    int
 	lastActive time.Time
-	closed     bool
+	// keptSince is the lastActive of the idle spell the reaper last said
+	// it keeps the session for: it says so once a spell, not every pass.
+	keptSince time.Time
+	closed    bool
 }
 
 // notification is the synthetic message a runtime posts into a session
@@ -416,7 +420,9 @@ func (rt *Runtime) ReapIdle(ctx context.Context) []string {
 	now := rt.idle.Now()
 	rt.mu.Lock()
 	var idle []string
+	sessions := map[string]*Session{}
 	for id, s := range rt.sessions {
+		sessions[id] = s
 		s.mu.Lock()
 		if s.running == "" && len(s.inbox) == 0 && now.Sub(s.lastActive) >= rt.idleTimeout {
 			idle = append(idle, id)
@@ -426,25 +432,48 @@ func (rt *Runtime) ReapIdle(ctx context.Context) []string {
 	rt.mu.Unlock()
 	var reaped []string
 	for _, id := range idle {
+		askLedger := rt.collector == nil
 		if rt.collector != nil {
 			owes, err := rt.collector.owesWork(ctx, id)
-			if err != nil {
+			switch {
+			case errors.Is(err, statusapi.ErrNotFound):
+				// Unknown to the collector (it never saw a span of the
+				// session, or forgot it): not "owes nothing". The
+				// in-process ledger saw every span this process ended.
+				askLedger = true
+			case err != nil:
 				rt.log.Warn("cannot ask the collector whether the idle session owes work; kept", "session", id, "err", err)
 				continue
-			}
-			if owes {
-				rt.log.Info("idle session owes work; kept", "session", id, "source", "collector")
+			case owes:
+				if sessions[id].firstKept() {
+					rt.log.Info("idle session owes work; kept", "session", id, "source", "collector")
+				}
 				continue
 			}
-		} else if st := rt.ledger.Session(id); st.OwesWork {
-			rt.log.Info("idle session owes work; kept", "session", id, "source", "ledger",
-				"open_jobs", len(st.OpenJobs), "expected_followups", len(st.ExpectedFollowups))
+		}
+		if st := rt.ledger.Session(id); askLedger && st.OwesWork {
+			if sessions[id].firstKept() {
+				rt.log.Info("idle session owes work; kept", "session", id, "source", "ledger",
+					"open_jobs", len(st.OpenJobs), "expected_followups", len(st.ExpectedFollowups))
+			}
 			continue
 		}
 		rt.CloseSession(ctx, id)
 		reaped = append(reaped, id)
 	}
 	return reaped
+}
+
+// firstKept reports whether this is the first time the reaper keeps the
+// session in its current idle spell, and remembers that it was kept.
+func (s *Session) firstKept() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keptSince.Equal(s.lastActive) {
+		return false
+	}
+	s.keptSince = s.lastActive
+	return true
 }
 
 // collectorView asks the collector's invocation_status API, as an
@@ -461,6 +490,34 @@ func (c *collectorView) owesWork(ctx context.Context, session string) (bool, err
 		return false, fmt.Errorf("flush spans: %w", err)
 	}
 	return c.client.OwesWork(ctx, session)
+}
+
+// collectorSettled waits, on the collector's session watch, until the
+// collector also owes nothing for session: the in-process ledger can be
+// final while the collector still settles a remote subtree
+// (remote_settle), which is owed work there. Without a collector it
+// returns at once; a collector that never settles fails with ctx.
+func (rt *Runtime) collectorSettled(ctx context.Context, session string) error {
+	if rt.collector == nil {
+		return nil
+	}
+	if err := rt.collector.flush(ctx); err != nil {
+		return fmt.Errorf("flush spans: %w", err)
+	}
+	token := ""
+	// Each round waits for a change; the session's changes are bounded
+	// (its invocations close once), so few rounds pass before ctx ends.
+	for round := 0; round < 64; round++ {
+		st, next, err := rt.collector.client.Watch(ctx, session, token, statusapi.MaxWatchWait)
+		if err != nil {
+			return fmt.Errorf("watch session %s: %w", session, err)
+		}
+		if !st.OwesWork && st.Version != 0 {
+			return nil
+		}
+		token = next
+	}
+	return fmt.Errorf("session %s: the collector still owes work after 64 changes", session)
 }
 
 // Wait waits for background jobs and continuations to finish, or ctx to

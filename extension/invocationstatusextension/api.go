@@ -237,11 +237,34 @@ wait:
 // checkSession refuses a session name longer than the ledger keeps: its
 // invocations are listed under the cut name, so no answer about it would
 // be true ("owes no work" least of all).
+//
+// A name that looks cut is refused too: the ledger cuts a long name to at
+// most max_name_bytes ending in "...", so a session whose name has that
+// shape may share its entry with a longer one, and the answer could be
+// another session's state. Names are matched exactly or refused.
 func (e *statusExtension) checkSession(session string) error {
-	if limit := e.nameLimit.Load(); limit > 0 && int64(len(session)) > limit {
+	limit := e.nameLimit.Load()
+	if limit <= 0 {
+		return nil
+	}
+	if int64(len(session)) > limit {
 		return fmt.Errorf("session name of %d bytes: the ledger keeps at most %d bytes of a session name (max_name_bytes), so it cannot say what this session owes", len(session), limit)
 	}
+	if looksCut(session, limit) {
+		return fmt.Errorf("session name %q looks cut: the ledger cuts names longer than %d bytes (max_name_bytes) to this shape, so it cannot tell this session from a longer one; use a name that does not end in %q at that length", session, limit, cutMark)
+	}
 	return nil
+}
+
+// cutMark ends every name the ledger cut (the processor's capName).
+const cutMark = "..."
+
+// looksCut reports whether a name of at most limit bytes could be one the
+// ledger cut from a longer name: it ends in cutMark and is at least limit
+// minus cutMark and one partial UTF-8 rune long (the cut backs up to a
+// rune start).
+func looksCut(name string, limit int64) bool {
+	return strings.HasSuffix(name, cutMark) && int64(len(name)) >= limit-int64(len(cutMark))-3
 }
 
 func ofTenant(tenant string) string {
@@ -262,12 +285,14 @@ func sessionOf(session string, views []*statusapi.Invocation, version uint64, no
 		ClosedInvocations: []string{},
 	}
 	for _, v := range views {
+		p := present(v, now)
 		if !v.Open() {
 			out.ClosedInvocations = append(out.ClosedInvocations, v.ID)
-			continue
+		} else {
+			out.OpenInvocations = append(out.OpenInvocations, p)
 		}
-		p := present(v, now)
-		out.OpenInvocations = append(out.OpenInvocations, p)
+		// A closed invocation owes too when a job arrived after its close
+		// (a revision re-opened a followup) or a turn woke it.
 		if p.Waiting.OwesWork() {
 			out.OwesWork = true
 		}

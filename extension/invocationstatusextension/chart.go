@@ -47,7 +47,25 @@ type chart struct {
 	// summary's after-result usage when no span was cut.
 	AfterCalls        int
 	AfterIn, AfterOut int64
+	// Stretched: the time before the result is drawn on a larger scale
+	// than the time after it (the scale changes at the result line).
+	Stretched bool
+	// Drawn holds the bar classes the chart draws (root, tool, model,
+	// after-result, ...): the legend lists only those.
+	Drawn map[string]bool
 }
+
+const (
+	// chartMinBar is the narrowest bar: a span of a few milliseconds on
+	// an axis of seconds stays visible.
+	chartMinBar = 5.0
+	// chartCharW estimates the width of one character of a note (12px
+	// system-ui), to keep notes off the result line.
+	chartCharW = 6.6
+	// chartPreResult is the least share of the axis the time before the
+	// result gets.
+	chartPreResult = 0.2
+)
 
 type chartTick struct {
 	X     float64
@@ -107,7 +125,7 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 	if v.Timeline != nil {
 		spans = v.Timeline.Spans
 	}
-	c := chart{Width: chartWidth, AxisX: chartLabelW, AxisW: chartWidth - chartLabelW - chartRight, Open: v.Open()}
+	c := chart{Width: chartWidth, AxisX: chartLabelW, AxisW: chartWidth - chartLabelW - chartRight, Open: v.Open(), Drawn: map[string]bool{}}
 
 	// The axis: every span, the result, and while open now and the
 	// settle deadline.
@@ -137,9 +155,37 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 		f := float64(t.Sub(lo)) / float64(span)
 		return c.AxisX + min(1, max(0, f))*c.AxisW
 	}
-	for i := range 6 {
-		d := span * time.Duration(i) / 5
-		c.Ticks = append(c.Ticks, chartTick{X: x(lo.Add(d)), Label: "+" + roundAge(d)})
+	// When the result comes early on an axis that runs on long after it
+	// (a background job), the time before the result gets at least
+	// chartPreResult of the axis, so that the turn's own spans are
+	// readable; the scale then changes at the result line, and the ticks
+	// say so (one at the result, the rest spread after it).
+	stretched := false
+	if v.ResultAt != nil && v.ResultAt.After(lo) && hi.After(*v.ResultAt) &&
+		float64(v.ResultAt.Sub(lo))/float64(span) < chartPreResult {
+		stretched = true
+		res := *v.ResultAt
+		pre, post := res.Sub(lo), hi.Sub(res)
+		x = func(t time.Time) float64 {
+			if !t.After(res) {
+				f := float64(t.Sub(lo)) / float64(pre)
+				return c.AxisX + max(0, f)*chartPreResult*c.AxisW
+			}
+			f := float64(t.Sub(res)) / float64(post)
+			return c.AxisX + (chartPreResult+min(1, f)*(1-chartPreResult))*c.AxisW
+		}
+		c.Stretched = true
+		c.Ticks = append(c.Ticks, chartTick{X: x(lo), Label: "+0s"}, chartTick{X: x(res), Label: "+" + roundAge(pre)})
+		for i := 1; i <= 4; i++ {
+			d := pre + post*time.Duration(i)/4
+			c.Ticks = append(c.Ticks, chartTick{X: x(lo.Add(d)), Label: "+" + roundAge(d)})
+		}
+	}
+	if !stretched {
+		for i := range 6 {
+			d := span * time.Duration(i) / 5
+			c.Ticks = append(c.Ticks, chartTick{X: x(lo.Add(d)), Label: "+" + roundAge(d)})
+		}
 	}
 	if v.ResultAt != nil {
 		c.HasResult, c.ResultX = true, x(*v.ResultAt)
@@ -197,7 +243,12 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 				Label: cutLabel(s.Name), Span: s, Class: classOf(s),
 				X: x(s.Start), PastResult: v.ResultAt != nil && s.End.After(*v.ResultAt),
 			}
-			r.W = max(x(s.End)-r.X, 1.5)
+			r.W = max(x(s.End)-r.X, chartMinBar)
+			if c.HasResult && !r.PastResult && r.X < c.ResultX {
+				// A span that ended before the result keeps to its side
+				// of the line, however short.
+				r.W = max(min(r.W, c.ResultX-r.X), 1.5)
+			}
 			if s.Role == statusapi.RoleFollowupClosed || s.End.Equal(s.Start) && s.Role != "" {
 				r.Marker = true
 				cy := y + chartRowH/2
@@ -222,6 +273,16 @@ func layoutChart(v *statusapi.Invocation, now time.Time) chart {
 			r.NoteX = max(r.X+r.W, r.WaitX) + 6
 			if r.Marker {
 				r.NoteX = r.X + 10
+			}
+			// A note that would run across the result line starts just
+			// after it instead, so that the line does not strike it out.
+			if text := r.Note + r.Wait; c.HasResult && text != "" && r.NoteX < c.ResultX &&
+				r.NoteX+float64(len([]rune(text)))*chartCharW > c.ResultX-2 {
+				r.NoteX = c.ResultX + 6
+			}
+			c.Drawn[r.Class] = true
+			if r.AfterResult {
+				c.Drawn["after-result"] = true
 			}
 			rowY[s.SpanID] = y + chartRowH/2
 			ends[s.SpanID] = r.X + r.W

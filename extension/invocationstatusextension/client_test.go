@@ -90,8 +90,8 @@ func TestClientFansOutOverBackends(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, owes, "only closed invocations")
 	owes, err = c.OwesWork(ctx, "never-seen")
-	require.NoError(t, err)
-	assert.False(t, owes, "a session no backend knows owes nothing")
+	require.ErrorIs(t, err, statusapi.ErrNotFound)
+	assert.True(t, owes, "a session no backend knows is unknown: it fails closed")
 
 	// Backend 1's job reply arrives; backend 2's turn finishes exporting.
 	b1.PublishInvocations([]statusapi.Invocation{closedView("inv-job", "s1", statusapi.StatusFinal, 1, 9*time.Minute)})

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestPageTenantColumnAndLinks(t *testing.T) {
 		`href="v1/invocations/inv-1?tenant=team-b"`,
 		`href="v1/invocations/inv%2F2"`,
 		`data-tenant="team-b"`,
-		"<td>team a&amp;b</td>",
+		`<td class="cut" title="team a&amp;b">team a&amp;b</td>`,
 		"<th>tenant</th>",
 	} {
 		assert.Contains(t, page, want)
@@ -162,10 +163,42 @@ func TestSessionLongerThanTheLedgerKeeps(t *testing.T) {
 
 	c, err := statusapi.NewClient([]string{srv.URL})
 	require.NoError(t, err)
-	_, err = c.OwesWork(context.Background(), long)
+	owes, err := c.OwesWork(context.Background(), long)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, statusapi.ErrNotFound)
-	owes, err := c.OwesWork(context.Background(), strings.Repeat("s", 256))
+	assert.True(t, owes, "an error fails closed")
+	owes, err = c.OwesWork(context.Background(), strings.Repeat("s", 256))
+	require.ErrorIs(t, err, statusapi.ErrNotFound)
+	assert.True(t, owes, "unknown fails closed")
+}
+
+// TestSessionNamesAreExact: a session named like another session's cut
+// name (issue 33, observation 6) is refused, never answered with the
+// longer session's state; a name of that length that does not end in the
+// cut mark, or a shorter one that does, is answered as itself.
+func TestSessionNamesAreExact(t *testing.T) {
+	e := newTestExtension(t, nil)
+	e.LimitNames(32)
+	srv := serve(t, e)
+	// What the processor keeps of a 40-byte session: 29 bytes and "...".
+	cut := strings.Repeat("a", 29) + "..."
+	e.PublishInvocations([]statusapi.Invocation{openView("inv-long", cut, time.Minute, jobWaiting("background shell", t0))})
+	for _, name := range []string{cut, strings.Repeat("a", 28) + "...", strings.Repeat("a", 26) + "é..."} {
+		code, body := get(t, srv, "/v1/sessions/"+url.PathEscape(name))
+		assert.Equal(t, http.StatusBadRequest, code, "%s: %s", name, body)
+		assert.Contains(t, string(body), "looks cut")
+		code, _ = get(t, srv, "/v1/invocations?session="+url.QueryEscape(name))
+		assert.Equal(t, http.StatusBadRequest, code)
+	}
+	c, err := statusapi.NewClient([]string{srv.URL})
 	require.NoError(t, err)
-	assert.False(t, owes)
+	owes, err := c.OwesWork(context.Background(), cut)
+	require.Error(t, err)
+	assert.True(t, owes)
+	// Exact names are answered.
+	e.PublishInvocations([]statusapi.Invocation{openView("inv-short", "b...", time.Minute, statusapi.Waiting{})})
+	code, body := get(t, srv, "/v1/sessions/b...")
+	assert.Equal(t, http.StatusOK, code, string(body))
+	code, _ = get(t, srv, "/v1/sessions/"+strings.Repeat("a", 32))
+	assert.Equal(t, http.StatusNotFound, code)
 }

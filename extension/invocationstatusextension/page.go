@@ -30,6 +30,7 @@ type pageRenderer struct {
 func newPageRenderer(cfg *Config) (*pageRenderer, error) {
 	tmpl, err := template.New("page").Funcs(template.FuncMap{
 		"tokens": func(n int64) string { return groupDigits(n) },
+		"join":   strings.Join,
 	}).Parse(pageTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("invocation_status: page template: %w", err)
@@ -56,6 +57,9 @@ type pageData struct {
 	ClosedTotal int
 	Rows        int
 	Jaeger      bool
+	// OpenTable and ClosedTable are Open and Closed with what their
+	// tables show.
+	OpenTable, ClosedTable pageTable
 	// Filter is set when the page shows one session's or tenant's rows.
 	Filter *pageFilter
 }
@@ -63,6 +67,24 @@ type pageData struct {
 // pageFilter is what a filtered page shows.
 type pageFilter struct {
 	Session, Tenant string
+}
+
+// pageTable is one table's rows and its optional columns: tenant when a
+// row has one (a collector without tenants has none), traces when a row
+// links to Jaeger (a jaeger_url is configured).
+type pageTable struct {
+	Rows    []pageRow
+	Tenants bool
+	Links   bool
+}
+
+func tableOf(rows []pageRow) pageTable {
+	t := pageTable{Rows: rows}
+	for _, r := range rows {
+		t.Tenants = t.Tenants || r.Tenant != ""
+		t.Links = t.Links || len(r.Links) > 0
+	}
+	return t
 }
 
 type pageRow struct {
@@ -151,6 +173,11 @@ func (p *pageRenderer) data(s *store, now time.Time, only filter) pageData {
 	for _, v := range closed {
 		d.Closed = append(d.Closed, p.row(*v, now))
 	}
+	d.OpenTable, d.ClosedTable = tableOf(d.Open), tableOf(d.Closed)
+	// Both tables show the tenant column when either has a tenant, so
+	// that their columns line up.
+	tenants := d.OpenTable.Tenants || d.ClosedTable.Tenants
+	d.OpenTable.Tenants, d.ClosedTable.Tenants = tenants, tenants
 	return d
 }
 

@@ -54,6 +54,8 @@ func TestPageRendersRowsAndLinks(t *testing.T) {
 	} {
 		assert.Contains(t, page, want)
 	}
+	assert.Contains(t, page, "<th>traces</th>", "a Jaeger UI: the traces column")
+	assert.NotContains(t, page, "<th>tenant</th>", "no tenants: no tenant column")
 	assert.NotContains(t, page, "<script>alert(1)</script>", "ids are escaped")
 	assert.NotContains(t, page, "inv-young", "only page_rows rows per table, oldest first")
 	assert.Less(t, strings.Index(page, `data-invocation-id="inv-inc"`), strings.Index(page, `data-invocation-id="inv-final"`),
@@ -77,4 +79,8 @@ func TestPageWithoutJaegerHasNoLinks(t *testing.T) {
 	assert.Contains(t, string(body), `data-invocation-id="inv-final"`)
 	assert.NotContains(t, string(body), "/trace/")
 	assert.Contains(t, string(body), "No open invocation.")
+	// A collector without tenants and without a Jaeger UI shows neither
+	// column (the page fits 1400 px).
+	assert.NotContains(t, string(body), "<th>tenant</th>")
+	assert.NotContains(t, string(body), "<th>traces</th>")
 }

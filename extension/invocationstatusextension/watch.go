@@ -15,6 +15,8 @@ import (
 //   - the session appears (its first view) or vanishes (its last view is
 //     evicted);
 //   - owes_work changes;
+//   - a turn the runtime started by itself begins: a running_turn owed
+//     item (a wake span arrived) appears in one of its views;
 //   - the session wakes by itself: an unattributed invocation
 //     (unattributed_wakeup) joins it;
 //   - one of its invocations turns final or incomplete, or is revised.
@@ -78,8 +80,30 @@ func (w *watchState) bump(sw *sessionWatch) {
 	sw.changed = make(chan struct{})
 }
 
+// owes reports whether the view owes work: an open invocation waiting on
+// work, or a closed one that a late job or a wake made owe again.
 func owes(v *statusapi.Invocation) bool {
-	return v != nil && v.Open() && v.Waiting.OwesWork()
+	return v != nil && v.Waiting.OwesWork()
+}
+
+// newTurn reports whether v shows a running turn (a wake span arrived)
+// that old did not: the session woke, so its watchers look again even
+// when it owed work already.
+func newTurn(old, v *statusapi.Invocation) bool {
+	if v == nil || v.Waiting == nil {
+		return false
+	}
+	for _, o := range v.Waiting.Owed {
+		if !o.RunningTurn() {
+			continue
+		}
+		if old == nil || old.Waiting == nil || !slices.ContainsFunc(old.Waiting.Owed, func(p statusapi.Owed) bool {
+			return p.RunningTurn() && p.SpanID == o.SpanID
+		}) {
+			return true
+		}
+	}
+	return false
 }
 
 // unattributed reports whether v is a turn nobody could own: its reasons
@@ -125,6 +149,9 @@ func (s *store) watched(old, v *statusapi.Invocation) {
 	}
 	if v.Open() && unattributed(v) && (joined || !unattributed(old)) {
 		changed = true // it woke by itself
+	}
+	if newTurn(old, v) {
+		changed = true // a turn the runtime started by itself began
 	}
 	if !v.Open() && (joined || old.Open() || old.Revision != v.Revision || old.Status != v.Status) {
 		changed = true // final, incomplete, or revised

@@ -332,3 +332,38 @@ func TestWatchParams(t *testing.T) {
 	}
 	assert.Empty(t, h.timers.waits)
 }
+
+// TestWatchWakesOnATurnStart: a wake span (an owed running_turn appears)
+// answers the watch although the session owed work already (issue 33,
+// observation 2); the same turn again does not; a closed invocation that
+// owes again (a late job) keeps the session owing.
+func TestWatchWakesOnATurnStart(t *testing.T) {
+	h := newWatchHarness(t, nil)
+	job := jobWaiting("background shell", t0)
+	h.e.PublishInvocations([]statusapi.Invocation{openView("inv-1", "s1", time.Minute, job)})
+	v := h.version(t, "s1")
+	ch := h.waitingWatch(t, fmt.Sprintf("/v1/sessions/s1?wait=30s&after=%d", v))
+	woken := job
+	woken.Owed = []statusapi.Owed{
+		{Reason: "open_followup:background shell", Waits: "a followup", SpanID: "0000000000000004", Missing: 1},
+		{Reason: "running_turn:wake_agent coder", Waits: "the turn", SpanID: "000000000000000b", Missing: 1},
+	}
+	h.e.PublishInvocations([]statusapi.Invocation{openView("inv-1", "s1", time.Minute, woken)})
+	a := recv(t, ch)
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	assert.True(t, a.session.OwesWork)
+	assert.Greater(t, a.session.Version, v)
+	v = a.session.Version
+	// The same running turn again is no change.
+	h.e.PublishInvocations([]statusapi.Invocation{openView("inv-1", "s1", time.Minute, woken)})
+	assert.Equal(t, v, h.version(t, "s1"))
+
+	// Closed, but a late job re-opened a followup: still owing.
+	late := closedView("inv-1", "s1", statusapi.StatusIncomplete, 2, time.Minute)
+	late.Waiting = &statusapi.Waiting{Owed: []statusapi.Owed{{Reason: "open_followup:background shell", SpanID: "0000000000000009", Missing: 1}}}
+	h.e.PublishInvocations([]statusapi.Invocation{late})
+	var s statusapi.Session
+	getJSON(t, h.srv, "/v1/sessions/s1", &s)
+	assert.True(t, s.OwesWork, "a closed invocation that owes again")
+	assert.Equal(t, []string{"inv-1"}, s.ClosedInvocations)
+}

@@ -51,6 +51,8 @@ type config struct {
 	// DefaultUpstream); remote marks one-shot roots invocation.remote.
 	upstream string
 	remote   *bool
+	// flushTimeout bounds the flush before a result (WithFlushTimeout).
+	flushTimeout time.Duration
 }
 
 func newConfig(opts []Option) config {

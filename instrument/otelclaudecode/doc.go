@@ -47,6 +47,9 @@
 //   - a request holding the text of one of the Client's prompts (its first
 //     request, or a running turn's request the CLI folded the prompt into)
 //     is that prompt's: the newest such prompt's;
+//   - a compaction request (the CLI's compaction instruction in its last
+//     user turn, after the tool results it repeats) is the running turn's:
+//     the /compact prompt's, or the turn compacting automatically;
 //   - a request returning tool results is the owner's of the request
 //     whose response asked for those tools (the proxy saw it);
 //   - a request delivering only task notifications is a continuation
@@ -79,6 +82,12 @@
 //     subagent" for local_agent) per task the CLI runs in the background
 //     (system/task_started with is_backgrounded), a child of the tool use
 //     that launched it, ending when the task ends;
+//   - a continuation and a new "background subagent" job when the CLI
+//     runs a background subagent again under its task id (a new run id)
+//     to read the notifications of the jobs its earlier run launched (its
+//     own background shell): the notifications that woke it name the
+//     invocation, the rerun's requests carry the task id, and the session
+//     reads the rerun's own notification later;
 //   - when the process exits, what is open ends, and followups nobody will
 //     answer are closed: interrupted when the process was stopped
 //     (Interrupt, Kill, its context done), session_closed otherwise.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentledger/agentledger/contract"
@@ -62,13 +63,26 @@ func testRetried(t *testing.T, h *harness) {
 // runs a foreground tool is read by that turn (one result answers both).
 // The requests after it answer the second prompt and are its usage; the
 // first keeps the request that asked for the tool.
-func testPromptDuringTurn(t *testing.T, h *harness) {
+//
+// With sameTextBefore, a prompt of the same text as the folded one was
+// answered earlier in the session (issue 32): the text names only the
+// prompt still waiting for its result, so each is exact and final.
+func testPromptDuringTurn(t *testing.T, h *harness, sameTextBefore bool) {
 	g := newGate(t, "mid")
 	h.router.SetRules(
+		rule("earlier", asks("PLAIN-M2"), says("answered the earlier one")),
 		rule("fg", asks("FG-M1"), calls(scriptedmodel.BashCall(g.command("mid", 0), "Wait in the foreground", false))),
 		rule("after", func(r scriptedmodel.Request) bool { return len(r.ToolResults()) > 0 }, says("answered both")),
 	)
-	p := h.start(t, h.client(t, "prompt_during_turn"))
+	name, queued := "prompt_during_turn", 2
+	if sameTextBefore {
+		name, queued = "prompt_during_turn_same_text", 3
+	}
+	p := h.start(t, h.client(t, name))
+	var earlier Result
+	if sameTextBefore {
+		earlier = h.prompt(t, p, "PLAIN-M2: and another thing")
+	}
 	type answer struct {
 		res Result
 		err error
@@ -91,7 +105,7 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 	h.mu.Unlock()
 	waitUntil(t, "the CLI to queue the second prompt", func() bool {
 		data, err := os.ReadFile(transcript)
-		return err == nil && strings.Count(string(data), `"state":"queued"`) == 2
+		return err == nil && strings.Count(string(data), `"state":"queued"`) == queued
 	})
 	g.open(t)
 	a1, a2 := recv(t, "first result", first), recv(t, "second result", second)
@@ -103,6 +117,12 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 		t.Errorf("results %+v %+v", a1.res, a2.res)
 	}
 	answered := h.router.Answered()
+	if sameTextBefore {
+		answered = answered[1:]
+		se := h.waitID(t, p, earlier.InvocationID)
+		wantStatus(t, "earlier", se, contract.StatusFinal)
+		checkUsage(t, "earlier", se, h.want([]string{"earlier"}, nil))
+	}
 	if len(answered) != 2 || !strings.Contains(answered[1].Text, "PLAIN-M2") {
 		t.Fatalf("the running turn did not read the second prompt: %v", h.router.Labels())
 	}
@@ -113,5 +133,41 @@ func testPromptDuringTurn(t *testing.T, h *harness) {
 	wantStatus(t, "second", sum2, contract.StatusFinal)
 	checkUsage(t, "second", sum2, h.want([]string{"after"}, nil))
 	closeSession(t, p)
+	h.balance(t, p.SessionID())
+}
+
+// testRetried529: the request of A's notification turn is answered 529
+// (overloaded) once and retried by the CLI (issue 32, observation 4). The
+// failed attempt and its retry are one model call: A is final with three
+// calls, the retry's usage and none of the error's.
+func testRetried529(t *testing.T, h *harness) {
+	g := newGate(t, "overloaded")
+	var mu sync.Mutex
+	failed := false
+	overloadedOnce := func(r scriptedmodel.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed || !hasNotification(r) {
+			return false
+		}
+		failed = true
+		return true
+	}
+	h.router.SetRules(append([]scriptedmodel.Rule{
+		{Name: "overloaded", Match: overloadedOnce, Answer: func(scriptedmodel.Request) scriptedmodel.Step {
+			return scriptedmodel.Step{Status: 529}
+		}},
+	}, bgRules("BG-529", g.command("finished", 0))...)...)
+	p := h.start(t, h.client(t, "retried_529"))
+	a := h.prompt(t, p, "BG-529: start the job")
+	g.open(t)
+	sa := h.waitID(t, p, a.InvocationID)
+	if _, n := h.router.Sum("overloaded"); n != 1 {
+		t.Fatalf("no 529 answered: %v", h.router.Labels())
+	}
+	wantStatus(t, "A", sa, contract.StatusFinal)
+	checkUsage(t, "A", sa, h.want([]string{"launch-BG-529", "after-launch-BG-529", "continuation"}, []string{"continuation"}))
+	closeSession(t, p)
+	checkDischargedOnce(t, h.p)
 	h.balance(t, p.SessionID())
 }

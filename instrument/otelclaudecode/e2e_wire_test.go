@@ -151,3 +151,113 @@ func testCompact(t *testing.T, h *harness) {
 	closeSession(t, p)
 	h.balance(t, p.SessionID())
 }
+
+// testCompactWhileShellRuns (issue 32, observation 1): prompt A starts a
+// background shell; while it runs, /compact, then prompt C; then the
+// shell ends. The compaction request repeats A's last tool result next
+// to the compaction instruction: it is still the /compact prompt's (the
+// turn that asked for it), not A's by its tool result. C's request is C's,
+// A's notification's turn A's continuation.
+func testCompactWhileShellRuns(t *testing.T, h *harness) {
+	g := newGate(t, "compact-shell")
+	h.router.SetRules(
+		rule("compaction", compacts, says("<summary>A started job A; it runs in the background.</summary>")),
+		rule("launch-A", asks("CMPSH-A"), calls(scriptedmodel.BashCall(g.command("alpha", 0), "Job A", true))),
+		rule("after-launch-A", func(r scriptedmodel.Request) bool {
+			return hasToolResult(r) && strings.Contains(r.NewText(), "running in background")
+		}, says("launched")),
+		rule("C", asks("CMPSH-C"), says("C answered")),
+		rule("cont-A", hasNotification, says("A noted")),
+	)
+	p := h.start(t, h.client(t, "compact_while_shell_runs"))
+	a := h.prompt(t, p, "CMPSH-A: start job A")
+	compact := h.prompt(t, p, "/compact")
+	c := h.prompt(t, p, "CMPSH-C: just answer")
+	sc := h.waitID(t, p, c.InvocationID)
+	wantStatus(t, "C", sc, contract.StatusFinal)
+	checkUsage(t, "C", sc, h.want([]string{"C"}, nil))
+	sComp := h.waitID(t, p, compact.InvocationID)
+	if _, n := h.router.Sum("compaction"); n == 0 {
+		t.Fatalf("no compaction request: %v", h.router.Labels())
+	}
+	wantStatus(t, "/compact", sComp, contract.StatusFinal)
+	checkUsage(t, "/compact", sComp, h.want([]string{"compaction"}, nil))
+	g.open(t)
+	sa := h.waitID(t, p, a.InvocationID)
+	wantStatus(t, "A", sa, contract.StatusFinal)
+	checkUsage(t, "A", sa, h.want([]string{"launch-A", "after-launch-A", "cont-A"}, []string{"cont-A"}))
+	closeSession(t, p)
+	checkDischargedOnce(t, h.p)
+	h.balance(t, p.SessionID())
+}
+
+// compacts matches Claude Code's compaction request (manual or
+// automatic): its instruction asks for a text-only summary.
+func compacts(r scriptedmodel.Request) bool {
+	return strings.Contains(r.NewText(), "Respond with TEXT ONLY")
+}
+
+// testAutoCompaction: with a small auto-compaction window
+// (CLAUDE_CODE_AUTO_COMPACT_WINDOW, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE) the
+// CLI compacts by itself before a model request of a running turn. Each
+// compaction is the turn's whose request follows it: by construction, a
+// compaction answered between two requests of A's turn is A's, one after
+// A's last request is B's (its query compacts before asking).
+func testAutoCompaction(t *testing.T, h *harness) {
+	h.router.SetRules(
+		rule("compaction", compacts, says("<summary>A ran a command; B asked a question.</summary>")),
+		rule("A-tool", asks("AUTO-A"), calls(scriptedmodel.BashCall("echo alpha", "say alpha", false))),
+		rule("A-after", func(r scriptedmodel.Request) bool {
+			return hasToolResult(r) && strings.Contains(r.NewText(), "alpha")
+		}, says("A done")),
+		rule("B", asks("AUTO-B"), says("B done")),
+	)
+	p := h.start(t, h.client(t, "auto_compaction", "CLAUDE_CODE_AUTO_COMPACT_WINDOW=20000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=1"))
+	a := h.prompt(t, p, "AUTO-A: run a command")
+	b := h.prompt(t, p, "AUTO-B: just answer")
+	sa := h.waitID(t, p, a.InvocationID)
+	sb := h.waitID(t, p, b.InvocationID)
+	closeSession(t, p)
+	answered := h.router.Answered()
+	t.Logf("requests %v", h.router.Labels())
+	// owners[i] is the index of the turn (0 A, 1 B) whose request follows
+	// compaction i: B's once A's last request was answered.
+	want := []instrument.Usage{h.want([]string{"A-tool", "A-after"}, nil), h.want([]string{"B"}, nil)}
+	compactions := 0
+	for _, x := range answered {
+		if x.Rule != "compaction" {
+			continue
+		}
+		compactions++
+		owner := 0
+		if aDone(answered, x.Seq) {
+			owner = 1
+		}
+		want[owner].InputTokens += int64(x.Usage.InputTokens)
+		want[owner].OutputTokens += int64(x.Usage.OutputTokens)
+		want[owner].CacheReadInputTokens += int64(x.Usage.CacheReadTokens)
+		want[owner].CacheCreationInputTokens += int64(x.Usage.CacheCreationTokens)
+		want[owner].ReasoningOutputTokens += int64(x.Usage.ReasoningTokens)
+		want[owner].ModelCalls++
+	}
+	if compactions == 0 {
+		t.Fatalf("the CLI did not compact by itself: %v", h.router.Labels())
+	}
+	for i, sum := range []instrument.Summary{sa, sb} {
+		name := []string{"A", "B"}[i]
+		wantStatus(t, name, sum, contract.StatusFinal)
+		checkUsage(t, name, sum, want[i])
+	}
+	h.balance(t, p.SessionID())
+}
+
+// aDone reports whether A's turn had answered its last request ("A-after")
+// before the request seq.
+func aDone(answered []scriptedmodel.Answered, seq int) bool {
+	for _, x := range answered {
+		if x.Rule == "A-after" && x.Seq < seq {
+			return true
+		}
+	}
+	return false
+}

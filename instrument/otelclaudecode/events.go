@@ -72,7 +72,10 @@ type event struct {
 
 type task struct {
 	ID, RunID, ToolUseID string
-	Type                 string
+	// ParentTaskID is the task whose subagent launched this one (a
+	// subagent's own background shell), "" for the session's own.
+	ParentTaskID string
+	Type         string
 	// Backgrounded is set on task_started, and on task_updated when the
 	// patch moves the task to the background.
 	Backgrounded bool
@@ -131,6 +134,7 @@ type envelope struct {
 	UserUUIDs       json.RawMessage `json:"user_message_uuids"`
 	UserUUID        json.RawMessage `json:"user_message_uuid"`
 	TaskID          json.RawMessage `json:"task_id"`
+	ParentTaskID    json.RawMessage `json:"parent_task_id"`
 	RunID           json.RawMessage `json:"run_id"`
 	ToolUseID       json.RawMessage `json:"tool_use_id"`
 	TaskType        json.RawMessage `json:"task_type"`
@@ -172,7 +176,7 @@ func decodeEvent(line []byte) (event, error) {
 		ev.Status = str(env.Status)
 		ev.UserMessageUUIDs = strs(env.UserUUIDs)
 		ev.Task = task{
-			ID: str(env.TaskID), RunID: str(env.RunID), ToolUseID: str(env.ToolUseID),
+			ID: str(env.TaskID), RunID: str(env.RunID), ToolUseID: str(env.ToolUseID), ParentTaskID: str(env.ParentTaskID),
 			Type: str(env.TaskType), Backgrounded: boolean(env.IsBackgrounded), Summary: str(env.Summary),
 		}
 		switch ev.Subtype {

@@ -149,7 +149,15 @@ func (p *Process) feed(ctx context.Context, in io.Reader, out io.WriteCloser) {
 		}
 		if !tooLong && len(line) > 0 {
 			if uuid, text, ok := decodeInput(line); ok {
-				p.m.registerHost(ctx, uuid, text)
+				given := false
+				if uuid == "" {
+					line, uuid = namePrompt(line)
+					given = uuid != ""
+					if given {
+						p.given.add(uuid)
+					}
+				}
+				p.m.registerHost(ctx, uuid, text, given)
 			}
 			if _, werr := out.Write(line); werr != nil {
 				return
@@ -228,8 +236,10 @@ const maxUsedIDs = 4096
 
 // registerHost starts the invocation of a prompt the host is about to
 // write (Exec): with the message's uuid as its invocation id when it has
-// one not used before, else a fresh id.
-func (m *mapper) registerHost(ctx context.Context, uuid, text string) {
+// one not used before, else a fresh id. A uuid the drop-in gave
+// (namePrompt) names the prompt, but the prompt is still answered in
+// order as an unnamed one should a result not name it.
+func (m *mapper) registerHost(ctx context.Context, uuid, text string, given bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.exited {
@@ -252,6 +262,7 @@ func (m *mapper) registerHost(ctx context.Context, uuid, text string) {
 	if uuid == "" {
 		p.uuid, p.unnamed = fmt.Sprintf("#%d", m.seq), true
 	}
+	p.unnamed = p.unnamed || given
 	m.prompts[p.uuid] = p
 }
 

@@ -3,6 +3,7 @@ package otelclaudecode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -30,8 +31,26 @@ func FuzzFeed(f *testing.F) {
 		p := &Process{c: c, m: pl.mapper("")}
 		var out nopWriteCloser
 		p.feed(context.Background(), bytes.NewReader(input), &out)
-		if !bytes.Equal(out.Bytes(), input) {
+		// Byte for byte, but for the uuid given to a prompt without one.
+		named := map[string]bool{}
+		ins, outs := strings.SplitAfter(string(input), "\n"), strings.SplitAfter(out.String(), "\n")
+		if len(ins) != len(outs) {
 			t.Fatalf("passed on %q, want %q", out.Bytes(), input)
+		}
+		for i, in := range ins {
+			if outs[i] == in {
+				continue
+			}
+			id, rest, ok := cutGivenUUID(outs[i])
+			if !ok || rest != in {
+				t.Fatalf("passed on %q for %q", outs[i], in)
+			}
+			var keys map[string]json.RawMessage
+			_, _, isPrompt := decodeInput([]byte(in))
+			if err := json.Unmarshal([]byte(in), &keys); !isPrompt || err != nil || keys["uuid"] != nil {
+				t.Fatalf("named %q, which is no prompt without a uuid", in)
+			}
+			named[id] = true
 		}
 		want := map[string]bool{}
 		unnamed := 0
@@ -51,6 +70,11 @@ func FuzzFeed(f *testing.F) {
 		defer p.m.mu.Unlock()
 		if got := len(p.m.prompts); got > len(want)+unnamed {
 			t.Fatalf("%d prompts registered, want at most %d", got, len(want)+unnamed)
+		}
+		for uuid := range named {
+			if pr, ok := p.m.prompts[uuid]; !ok || pr.inv.ID() != uuid {
+				t.Fatalf("named prompt %q: registered %v", uuid, ok)
+			}
 		}
 		for uuid := range want {
 			pr, ok := p.m.prompts[uuid]
@@ -86,3 +110,18 @@ func FuzzDecodeInput(f *testing.F) {
 }
 
 var _ io.Writer = (*nopWriteCloser)(nil)
+
+// cutGivenUUID undoes namePrompt: the line without the "uuid" key it put
+// after the first '{', and that uuid.
+func cutGivenUUID(line string) (id, rest string, ok bool) {
+	i := strings.IndexByte(line, '{')
+	if i < 0 || !strings.HasPrefix(line[i+1:], `"uuid":"`) {
+		return "", "", false
+	}
+	after := line[i+1+len(`"uuid":"`):]
+	if len(after) < 37 || after[36] != '"' {
+		return "", "", false
+	}
+	id, after = after[:36], strings.TrimPrefix(after[37:], ",")
+	return id, line[:i+1] + after, true
+}

@@ -16,6 +16,9 @@ import (
 // task's end, whose notification the CLI posts into the session.
 type job struct {
 	taskID, runID string
+	// parentTask is the task id of the subagent that launched the job,
+	// "" for a job of the session's own turns.
+	parentTask string
 	// j is nil for a notification of a task this mapper never saw start;
 	// ctx is the context of its background span (a subagent's model calls
 	// start in it).
@@ -36,10 +39,94 @@ func (m *mapper) taskStarted(t task) {
 	}
 	if !t.Backgrounded {
 		m.foreground[t.ID] = t
-	} else {
+	} else if !m.rerun(t) {
 		m.startJob(t)
 	}
 	m.seenLate(t.ID)
+}
+
+// rerun handles a background subagent the CLI runs again under the same
+// task id (a new run id) to read the notifications of the jobs its earlier
+// run launched (Claude Code 2.1.328: its own background shell ended after
+// the subagent's run did). The notifications that woke it are the
+// evidence: the rerun is a continuation of their jobs' invocation, which
+// discharges their followups, and in it a new background job for the run,
+// whose own notification the session reads later. It reports false when
+// t is no rerun or nothing of ours woke it (startJob then decides).
+func (m *mapper) rerun(t task) bool {
+	if old, ok := m.jobs[t.ID]; ok && (!old.ended || old.runID == t.RunID) {
+		return false
+	}
+	var woke []*job
+	for _, j := range m.pending {
+		if j.parentTask == t.ID && j.j != nil && !j.settled {
+			woke = append(woke, j)
+		}
+	}
+	if len(woke) == 0 {
+		return false
+	}
+	inv := woke[0].j.InvocationID()
+	var carriers []instrument.Carrier
+	for _, j := range woke {
+		if j.j.InvocationID() == inv {
+			carriers = append(carriers, j.carrier)
+		}
+	}
+	ctx, cont, err := m.tracker.StartContinuation(context.Background(), m.agent, m.session, carriers...)
+	if err != nil {
+		return false
+	}
+	cont.Span().SetAttributes(providerAttr)
+	for _, j := range woke {
+		m.dropPending(j)
+		j.settled = true
+		if j.j.InvocationID() != inv {
+			_ = m.tracker.ConsumeFollowup(ctx, j.carrier)
+		}
+	}
+	jctx, j := m.tracker.StartBackground(ctx, jobKind(t.Type), trace.WithAttributes(
+		attribute.String(AttrTaskID, t.ID),
+		attribute.String(AttrTaskRunID, t.RunID),
+		attribute.String(contract.AttrToolCallID, t.ToolUseID),
+	))
+	m.addJob(&job{taskID: t.ID, runID: t.RunID, parentTask: t.ParentTaskID, j: j, ctx: jctx, carrier: j.Carrier()})
+	// The continuation's work is the run, in its job; a live parent is
+	// all the job needed (contract: no background span under an ended one).
+	cont.End()
+	return true
+}
+
+// addJob tracks jb by its task id (the newest run of the task) and its
+// run id.
+func (m *mapper) addJob(jb *job) {
+	m.jobs[jb.taskID] = jb
+	if jb.runID != "" {
+		m.runs[jb.runID] = jb
+	}
+}
+
+// jobOf returns the job of task t: the run t names, else the task's
+// newest run.
+func (m *mapper) jobOf(t task) (*job, bool) {
+	if j, ok := m.runs[t.RunID]; ok && t.RunID != "" {
+		return j, true
+	}
+	j, ok := m.jobs[t.ID]
+	return j, ok
+}
+
+// noted returns the job whose notification a request delivering task
+// id's names: a run whose notification waits for a turn, else the task's
+// newest run.
+func (m *mapper) noted(id string) (*job, bool) {
+	for _, j := range m.pending {
+		if j.taskID == id && j.j != nil {
+			return j, true
+		}
+	}
+	j, ok := m.jobs[id]
+	return j, ok
 }
 
 // seenLate handles a task that starts after a request already named it
@@ -83,11 +170,7 @@ func (m *mapper) startJob(t task) {
 		}))
 	}
 	jctx, j := m.tracker.StartBackground(ctx, jobKind(t.Type), opts...)
-	jb := &job{taskID: t.ID, runID: t.RunID, j: j, ctx: jctx, carrier: j.Carrier()}
-	m.jobs[t.ID] = jb
-	if t.RunID != "" {
-		m.runs[t.RunID] = jb
-	}
+	m.addJob(&job{taskID: t.ID, runID: t.RunID, parentTask: t.ParentTaskID, j: j, ctx: jctx, carrier: j.Carrier()})
 }
 
 func (m *mapper) taskUpdated(t task) {
@@ -97,7 +180,7 @@ func (m *mapper) taskUpdated(t task) {
 		fg.Backgrounded = true
 		m.startJob(fg)
 	}
-	if j, ok := m.jobs[t.ID]; ok && t.Status != "" {
+	if j, ok := m.jobOf(t); ok && t.Status != "" {
 		m.endJob(j, t.Status, nil)
 	}
 }
@@ -106,7 +189,7 @@ func (m *mapper) taskUpdated(t task) {
 // ends: a background task's job ends and its notification waits for the
 // turn that reads it.
 func (m *mapper) taskNotification(t task) {
-	j, ok := m.jobs[t.ID]
+	j, ok := m.jobOf(t)
 	if !ok {
 		if _, fg := m.foreground[t.ID]; fg {
 			delete(m.foreground, t.ID)

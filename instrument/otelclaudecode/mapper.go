@@ -342,7 +342,11 @@ func (m *mapper) prune() {
 	for id, j := range m.jobs {
 		if j.ended && j.settled {
 			delete(m.jobs, id)
-			delete(m.runs, j.runID)
+		}
+	}
+	for id, j := range m.runs {
+		if j.ended && j.settled {
+			delete(m.runs, id)
 		}
 	}
 }
@@ -366,11 +370,14 @@ func (m *mapper) exit(interrupted bool) {
 			endSpan(t.span, cause)
 		}
 	}
-	for _, j := range m.jobs {
-		m.endJob(j, "", cause)
-		if !j.settled {
-			j.settled = true
-			_ = m.tracker.CloseFollowup(context.Background(), j.carrier, reason, "")
+	// Every run of every task: a task's earlier runs are by run id only.
+	for _, jobs := range []map[string]*job{m.jobs, m.runs} {
+		for _, j := range jobs {
+			m.endJob(j, "", cause)
+			if !j.settled {
+				j.settled = true
+				_ = m.tracker.CloseFollowup(context.Background(), j.carrier, reason, "")
+			}
 		}
 	}
 	if m.turn != nil && m.turn.end != nil {

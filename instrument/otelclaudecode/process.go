@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/flush"
 	"github.com/agentledger/agentledger/instrument/internal/genaicall"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
@@ -41,9 +42,11 @@ type Process struct {
 	// group is set when the CLI leads a process group of its own (Kill
 	// then reaches its shells).
 	group bool
-	// tee, when set, gets every byte of the CLI's stdout as read, before
-	// it is decoded (Exec: the host's stdout).
+	// tee, when set, gets the CLI's stdout line by line once each line
+	// is handled (Exec: the host's stdout).
 	tee io.Writer
+	// given are the uuids Exec gave the host's prompts (namePrompt).
+	given givenIDs
 
 	interrupted atomic.Bool
 	exited      chan struct{}
@@ -58,12 +61,17 @@ type Process struct {
 // open.
 func (p *Process) read(stdout io.Reader) {
 	in := p.sync.reader(stdout)
+	// The host gets each line once it is handled: a result once its
+	// invocation is exported.
+	var gate *flush.Gate
 	if p.tee != nil {
-		in = io.TeeReader(in, p.tee)
+		gate = flush.NewGate(p.tee)
+		in = io.TeeReader(in, gate)
 	}
 	r := bufio.NewReaderSize(in, 64<<10)
 	for stdout != nil {
 		line, err := readLine(r, p.c.cfg.maxLine)
+		var edit func([]byte) []byte
 		if len(line) > 0 || errors.Is(err, errLineTooLong) {
 			p.lines.Add(1)
 			p.c.lines.Add(context.Background(), 1)
@@ -76,10 +84,18 @@ func (p *Process) read(stdout io.Reader) {
 				p.c.malformed.Add(context.Background(), 1)
 			} else {
 				p.m.handle(ev)
+				if gate != nil && ev.Type == typeResult {
+					p.c.flushSpans()
+				}
+				if gate != nil && ev.Type == typeCommandLifecycle && p.given.has(ev.UUID, ev.Status) {
+					edit = dropLine
+				}
 			}
 		}
+		// The host stopped reading: as a failed write of the TeeReader.
+		released := gate == nil || gate.Release(r.Buffered(), edit) == nil
 		p.sync.handled(r.Buffered())
-		if err != nil && !errors.Is(err, errLineTooLong) {
+		if !released || err != nil && !errors.Is(err, errLineTooLong) {
 			break
 		}
 	}
@@ -178,6 +194,7 @@ func (p *Process) Prompt(ctx context.Context, text string) (Result, error) {
 func (p *Process) await(ctx context.Context, pr *prompt) (Result, error) {
 	select {
 	case <-pr.done:
+		p.c.flushSpans()
 		if pr.err != nil {
 			return pr.res, fmt.Errorf("otelclaudecode: prompt: %w%s", pr.err, p.stderr.quote())
 		}

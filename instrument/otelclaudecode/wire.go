@@ -24,6 +24,10 @@ import (
 //   - else the newest of the Client's prompts whose text is in the
 //     request's last user turn owns it (a prompt the CLI folds into a
 //     running turn's request takes that turn over);
+//   - else a compaction (its last user turn holds the CLI's compaction
+//     instruction, isCompaction) is the running turn's: the turn that
+//     asked for it, whatever tool results or notifications of the
+//     conversation it repeats;
 //   - else the tool results it returns name the tool uses, and so the
 //     request whose response asked for them: its owner owns this one;
 //   - else the task notifications it delivers name the jobs: the first
@@ -63,8 +67,25 @@ type evidence struct {
 	toolResults []string
 	// notes are the task ids of the <task-notification>s it delivers.
 	notes []string
+	// compaction is set when a text block of the turn is the CLI's
+	// compaction instruction (/compact, or automatic compaction).
+	compaction bool
 	// parsed is false when the body's messages could not be read.
 	parsed bool
+}
+
+// compactionPrefix and compactionTask start and hold the instruction
+// Claude Code (2.1.328) appends to the conversation it compacts, after
+// whatever the last user turn held (the tool results of the running turn,
+// repeated): measured on the real CLI, testdata/README.md.
+const (
+	compactionPrefix = "CRITICAL: Respond with TEXT ONLY."
+	compactionTask   = "Your task is to create a detailed summary of the conversation so far"
+)
+
+// isCompaction reports whether text is the CLI's compaction instruction.
+func isCompaction(text string) bool {
+	return strings.HasPrefix(text, compactionPrefix) && strings.Contains(text, compactionTask)
 }
 
 var (
@@ -125,6 +146,7 @@ func readEvidence(body []byte) evidence {
 		}
 	}
 	for _, t := range ev.texts {
+		ev.compaction = ev.compaction || isCompaction(t)
 		for _, n := range notificationRe.FindAllStringSubmatch(t, -1) {
 			if id := taskIDRe.FindStringSubmatch(n[1]); id != nil {
 				ev.notes = append(ev.notes, id[1])
@@ -245,6 +267,11 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 		m.readNotes(owner.ctx, ev.notes)
 		return owner.ctx, ""
 	}
+	if ev.compaction {
+		// A compaction belongs to the turn that asked for it, whatever
+		// tool results or notifications of the conversation it repeats.
+		return m.runningTurn(synced)
+	}
 	if len(ev.toolResults) > 0 {
 		var ctx context.Context
 		for _, id := range ev.toolResults {
@@ -270,6 +297,13 @@ func (m *mapper) owner(agentID string, ev evidence, synced bool) (context.Contex
 		return m.continueFor(ev.notes)
 	}
 	// Nothing in the request names its owner: the turn running now does.
+	return m.runningTurn(synced)
+}
+
+// runningTurn returns the context of the turn the stream says runs, for
+// a request whose own evidence names no owner (a compaction); synced is
+// false when the stream could not be read up to the request.
+func (m *mapper) runningTurn(synced bool) (context.Context, string) {
 	if !synced {
 		m.ambiguous("stream not read", func(*prompt) bool { return true })
 		if m.turn != nil && m.turn.owner == nil {
@@ -323,7 +357,7 @@ func (m *mapper) subagentCtx(id string) context.Context {
 // turn when it is the job's invocation's, else consumed_by it.
 func (m *mapper) readNotes(ctx context.Context, ids []string) {
 	for _, id := range ids {
-		j, ok := m.jobs[id]
+		j, ok := m.noted(id)
 		if !ok {
 			m.unknownTask(id)
 		}
@@ -344,7 +378,7 @@ func (m *mapper) continueFor(ids []string) (context.Context, string) {
 	var known []*job
 	unknown := false
 	for _, id := range ids {
-		j, ok := m.jobs[id]
+		j, ok := m.noted(id)
 		switch {
 		case !ok || j.j == nil:
 			m.unknownTask(id)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -220,6 +221,24 @@ func TestAttributionAmbiguous(t *testing.T) {
 		r.answer(a)
 		r.wantFinal(a.inv.ID(), 70, 7)
 	})
+	t.Run("compaction repeating another turn's tool result", func(t *testing.T) {
+		// Issue 32, observation 1: A's tool result, repeated in the
+		// compaction request next to the instruction, is not evidence.
+		r := newWireRig(t)
+		a := r.register("A")
+		r.call("", []map[string]any{user(text("A"))}, 1, 1, "toolu_a")
+		r.call("", []map[string]any{user(text("A")), assistant, user(toolResult("toolu_a", "running in background"))}, 2, 2)
+		r.answer(a)
+		c := r.register("/compact")
+		r.line(`{"type":"command_lifecycle","command_uuid":"` + c.uuid + `","state":"started"}`)
+		instruction := compactionPrefix + " Do NOT call any tools.\n\n" + compactionTask + ", paying close attention to the user's requests."
+		if got := r.call("", []map[string]any{user(text("A")), assistant, user(toolResult("toolu_a", "running in background"), text(instruction))}, 70, 7); got != c.inv.ID() {
+			t.Fatalf("compaction owned by %s, want the /compact prompt's %s (A is %s)", got, c.inv.ID(), a.inv.ID())
+		}
+		r.answer(c)
+		r.wantFinal(c.inv.ID(), 70, 7)
+		r.wantFinal(a.inv.ID(), 3, 3)
+	})
 	t.Run("unknown subagent", func(t *testing.T) {
 		r := newWireRig(t)
 		a := r.register("A")
@@ -283,6 +302,75 @@ func TestUsageCrossCheck(t *testing.T) {
 			}
 			if s.Status != contract.StatusFinal || s.Usage.InputTokens != 90 || !slices.Equal(s.Anomalies, want) {
 				t.Errorf("summary %s %v usage %d anomalies %v, want final 90 with %v", s.Status, s.Reasons, s.Usage.InputTokens, s.Anomalies, want)
+			}
+		})
+	}
+}
+
+// TestSubagentRerun (issue 32, observation 2): a background subagent's
+// own background shell outlives the subagent's run; when it ends, the CLI
+// runs the subagent again under the same task id (a new run id) to read
+// the shell's notification, and the session then reads the rerun's
+// notification. Every request is A's, and A is not final before the last:
+// in both orders of the shell's end and the session's reading the first
+// run's notification.
+func TestSubagentRerun(t *testing.T) {
+	note := func(id string) map[string]any {
+		return map[string]any{"role": "system", "content": "<task-notification>\n<task-id>" + id + "</task-id>\n<status>completed</status>\n</task-notification>"}
+	}
+	for _, shellFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shell ends first %v", shellFirst), func(t *testing.T) {
+			r := newWireRig(t)
+			a := r.register("A: delegate")
+			want := func(got string) {
+				t.Helper()
+				if got != a.inv.ID() {
+					t.Fatalf("request owned by %s, want A's %s", got, a.inv.ID())
+				}
+			}
+			want(r.call("", []map[string]any{user(text("A: delegate"))}, 1, 1, "toolu_agent"))
+			r.line(`{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_agent","name":"Agent"}]}}`)
+			r.line(`{"type":"system","subtype":"task_started","task_id":"sub","run_id":"r1","tool_use_id":"toolu_agent","task_type":"local_agent","is_backgrounded":true}`)
+			r.line(`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_agent","content":"Async agent launched"}]}}`)
+			want(r.call("sub", []map[string]any{user(text("sub task"))}, 2, 2, "toolu_sh"))
+			r.line(`{"type":"assistant","parent_tool_use_id":"toolu_agent","message":{"content":[{"type":"tool_use","id":"toolu_sh","name":"Bash"}]}}`)
+			want(r.call("", []map[string]any{user(text("A: delegate")), assistant, user(toolResult("toolu_agent", "Async agent launched"))}, 4, 4))
+			r.answer(a)
+			r.line(`{"type":"system","subtype":"task_started","task_id":"shell","run_id":"rs","tool_use_id":"toolu_sh","parent_task_id":"sub","owned_by_subagent":true,"task_type":"local_bash","is_backgrounded":true}`)
+			r.line(`{"type":"user","parent_tool_use_id":"toolu_agent","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_sh","content":"running in background"}]}}`)
+			want(r.call("sub", []map[string]any{user(text("sub task")), assistant, user(toolResult("toolu_sh", "running in background"))}, 8, 8))
+			r.line(`{"type":"system","subtype":"task_updated","task_id":"sub","run_id":"r1","patch":{"status":"completed"}}`)
+			r.line(`{"type":"system","subtype":"task_notification","task_id":"sub","run_id":"r1","tool_use_id":"toolu_agent","status":"completed"}`)
+			mainReads := func(in int64, run string) {
+				t.Helper()
+				want(r.call("", []map[string]any{user(text("A: delegate")), assistant, note("sub")}, in, in))
+				r.line(`{"type":"result","subtype":"success","result":"noted","origin":{"kind":"task-notification","runId":"` + run + `"}}`)
+			}
+			shellEnds := func() {
+				r.line(`{"type":"system","subtype":"task_updated","task_id":"shell","run_id":"rs","patch":{"status":"completed"}}`)
+				r.line(`{"type":"system","subtype":"task_notification","task_id":"shell","run_id":"rs","tool_use_id":"toolu_sh","status":"completed"}`)
+				r.line(`{"type":"system","subtype":"task_started","task_id":"sub","run_id":"r2","tool_use_id":"toolu_agent","task_type":"local_agent","is_backgrounded":true}`)
+				want(r.call("sub", []map[string]any{user(text("sub task")), assistant, note("shell")}, 32, 32))
+				r.line(`{"type":"system","subtype":"task_updated","task_id":"sub","run_id":"r2","patch":{"status":"completed"}}`)
+				r.line(`{"type":"system","subtype":"task_notification","task_id":"sub","run_id":"r2","tool_use_id":"toolu_agent","status":"completed"}`)
+			}
+			if shellFirst {
+				shellEnds()
+				mainReads(16, "r1")
+			} else {
+				mainReads(16, "r1")
+				if s := r.summary(a.inv.ID()); s.Status == contract.StatusFinal {
+					t.Fatalf("A final while its subagent's shell runs: %+v", s)
+				}
+				shellEnds()
+			}
+			if s := r.summary(a.inv.ID()); s.Status == contract.StatusFinal {
+				t.Fatalf("A final before the session read the rerun's notification: %+v", s)
+			}
+			mainReads(64, "r2")
+			r.wantFinal(a.inv.ID(), 127, 127)
+			if s := r.summary(a.inv.ID()); s.Usage.BackgroundJobs != 3 {
+				t.Errorf("jobs %d, want 3 (the subagent's two runs, its shell)", s.Usage.BackgroundJobs)
 			}
 		})
 	}

@@ -77,6 +77,8 @@ type config struct {
 	transcript     io.Writer
 	stderr         io.Writer
 	ownTelemetry   bool
+	// flushTimeout bounds the flush before a result (WithFlushTimeout).
+	flushTimeout time.Duration
 }
 
 func newConfig(opts []Option) config {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/flush"
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
@@ -220,16 +221,20 @@ func isTerminal(s any) bool {
 // what is still open.
 func (x *Process) read(stdout io.ReadCloser, tee io.Writer) {
 	if stdout != nil {
-		r := bufio.NewReaderSize(io.TeeReader(stdout, tee), 64<<10)
+		// The host gets each line once it is handled: a turn's end once
+		// its invocation is exported.
+		gate := flush.NewGate(tee)
+		r := bufio.NewReaderSize(io.TeeReader(stdout, gate), 64<<10)
 		for {
 			line, err := readLine(r, x.c.cfg.maxLine)
+			var edit func([]byte) []byte
 			if len(line) > 0 {
 				if w := x.c.cfg.transcript; w != nil {
 					_, _ = w.Write(append(line, '\n'))
 				}
-				x.line(line)
+				edit = x.line(line)
 			}
-			if err != nil {
+			if gate.Release(r.Buffered(), edit) != nil || err != nil {
 				break
 			}
 		}
@@ -249,15 +254,22 @@ func (x *Process) read(stdout io.ReadCloser, tee io.Writer) {
 	close(x.exited)
 }
 
-// line handles one line of Codex's stdout.
-func (x *Process) line(line []byte) {
+// line handles one line of Codex's stdout. A line that ends a turn is
+// passed on once the turn's invocation is exported, with the edit it
+// returns (exec: the turn's id added).
+func (x *Process) line(line []byte) (edit func([]byte) []byte) {
 	if x.mode == modeExec {
-		x.execLine(line)
-		return
+		if edit = x.execLine(line); edit != nil {
+			x.c.flushSpans()
+		}
+		return edit
 	}
 	var msg rpcMessage
 	if json.Unmarshal(line, &msg) != nil {
-		return
+		return nil
+	}
+	if msg.Method == "turn/completed" && len(msg.ID) == 0 {
+		defer x.c.flushSpans()
 	}
 	switch {
 	case msg.Method == "" && len(msg.ID) > 0:
@@ -267,6 +279,7 @@ func (x *Process) line(line []byte) {
 		// Nobody is told: the host reads the same notifications.
 		x.m.takeCompletions()
 	}
+	return nil
 }
 
 func (x *Process) closeProxy() {

@@ -12,11 +12,13 @@ import (
 	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
-// execLine handles one event of `codex exec --json`.
-func (x *Process) execLine(line []byte) {
+// execLine handles one event of `codex exec --json`. For the event that
+// ends the turn it returns the edit that names the turn's invocation in
+// it (ExecFieldTurnID).
+func (x *Process) execLine(line []byte) func([]byte) []byte {
 	var ev execEvent
 	if json.Unmarshal(line, &ev) != nil {
-		return
+		return nil
 	}
 	m := x.m
 	m.mu.Lock()
@@ -28,7 +30,7 @@ func (x *Process) execLine(line []byte) {
 		}
 	case "turn.completed", "turn.failed":
 		if x.root == nil || x.rootEnded {
-			return
+			return nil
 		}
 		x.rootEnded = true
 		var err error
@@ -40,7 +42,9 @@ func (x *Process) execLine(line []byte) {
 			err = errors.New(msg)
 		}
 		endSpan(x.root.Span(), err)
+		return withTurnID(x.root.ID())
 	}
+	return nil
 }
 
 // attribute decides the owner of one model request: a `codex exec`'s

@@ -22,6 +22,8 @@ import (
 // (WithOwnTelemetry) and those of any instrumented program its commands
 // run. ctx bounds the process's whole life.
 func (c *Client) Run(ctx context.Context, text string) (Result, error) {
+	// The caller gets the result once the invocation is exported.
+	defer c.flushSpans()
 	session := newID()
 	m := newMapper(c.tracer, c.tracker, c.cfg.agent, session, c.cfg.turnSync)
 	ictx, inv := m.startPrompt(ctx)

@@ -256,6 +256,7 @@ func (s *Session) await(ctx context.Context, t *turn, id string) (Result, error)
 	case <-ctx.Done():
 		return r, ctx.Err()
 	}
+	s.c.flushSpans()
 	s.m.mu.Lock()
 	r.Text, r.Status = t.text, t.status
 	err := t.err

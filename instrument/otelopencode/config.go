@@ -53,6 +53,8 @@ type config struct {
 	proxyAddr string
 	// messageIDs is WithMessageInvocationIDs's.
 	messageIDs bool
+	// flushTimeout bounds the flush before a result (WithFlushTimeout).
+	flushTimeout time.Duration
 }
 
 func newConfig(opts []Option) config {

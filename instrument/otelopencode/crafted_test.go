@@ -163,6 +163,80 @@ func TestConsumedByAnotherInvocation(t *testing.T) {
 	noUnattributed(t, p)
 }
 
+// One request answers the caller's prompt B and A's notification posted
+// after it (OpenCode names the newest user message, the notification, as
+// the answer's parent; issue 32, observation 3): B's invocation owns the
+// turn, A's followup is consumed_by B, and each is final with its own
+// usage. With two prompts posted before the notification, the newest
+// owns the turn and the older one, answered by the same request, is kept
+// from final rather than final with nothing.
+func TestPromptAndNotificationInOneTurn(t *testing.T) {
+	for _, prompts := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d prompts", prompts), func(t *testing.T) {
+			p := newPipeline(t)
+			s := &script{t: t, m: p.mapper(), ms: 1_000_000}
+			s.session("ses_A", "")
+			ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+			s.m.registerPrompt("ses_A", "msg_01", "", ctx1)
+			s.user("ses_A", "msg_01")
+			s.launch("ses_A", "msg_02", "msg_01", "ses_C")
+			s.call("ses_A", "msg_03", "msg_01", 20, 2, 0)
+			s.idle("ses_A")
+			s.m.promptDone("ses_A", "msg_01")
+			s.end(inv1)
+			s.user("ses_C", "msg_04")
+			s.call("ses_C", "msg_05", "msg_04", 30, 3, 5)
+			s.idle("ses_C")
+
+			var invs []*instrument.Invocation
+			for i := range prompts {
+				id := fmt.Sprintf("msg_06_%d", i)
+				ctx, inv := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+				s.m.registerPrompt("ses_A", id, "", ctx)
+				s.user("ses_A", id)
+				invs = append(invs, inv)
+			}
+			s.notification("ses_A", "msg_07", "ses_C")
+			s.call("ses_A", "msg_08", "msg_07", 40, 4, 0)
+			s.call("ses_A", "msg_09", "msg_07", 50, 5, 0)
+			s.idle("ses_A")
+			for i, inv := range invs {
+				s.m.promptDone("ses_A", fmt.Sprintf("msg_06_%d", i))
+				s.end(inv)
+			}
+			b := invs[len(invs)-1]
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sum1, err := p.sp.Ledger().Wait(ctx, inv1.ID())
+			if err != nil {
+				t.Fatalf("A: %v %+v", err, sum1)
+			}
+			sumB, err := p.sp.Ledger().Wait(ctx, b.ID())
+			if err != nil {
+				t.Fatalf("B: %v %+v", err, sumB)
+			}
+			if u := sum1.Usage; u.InputTokens != 10+20+35 || u.OutputTokens != 1+2+3 || u.Continuations != 0 || u.ModelCalls != 3 {
+				t.Errorf("A usage %+v", u)
+			}
+			if u := sumB.Usage; u.InputTokens != 40+50 || u.OutputTokens != 4+5 || u.ModelCalls != 2 {
+				t.Errorf("B usage %+v", u)
+			}
+			closed := spansNamed(p, contract.SpanNameFollowupClosed)
+			if len(closed) != 1 || attr(closed[0], contract.AttrFollowupReason).AsString() != contract.ReasonConsumedBy ||
+				attr(closed[0], contract.AttrFollowupConsumer).AsString() != b.ID() {
+				t.Fatalf("followup_closed spans %v", closed)
+			}
+			for _, older := range invs[:len(invs)-1] {
+				if sum, _ := p.sp.Ledger().Summary(older.ID()); sum.Status == contract.StatusFinal {
+					t.Errorf("older prompt answered by the same request is final: %+v", sum)
+				}
+			}
+			noUnattributed(t, p)
+		})
+	}
+}
+
 // Deleting the session while its job runs closes the job's followup with
 // reason session_closed; the invocation becomes final.
 func TestSessionDeletedWhileJobRuns(t *testing.T) {
@@ -318,9 +392,9 @@ func TestReplayedEventsChangeNothing(t *testing.T) {
 	}
 }
 
-// A bash call with run_in_background (proposed upstream, not in opencode
-// 1.18.33) is a background shell job, ended by its notification, whose
-// turn is a continuation of the launching invocation.
+// A bash call the runtime ran in the background (its metadata names the
+// job; not in opencode 1.18.33) is a background shell job, ended by its
+// notification, whose turn is a continuation of the launching invocation.
 func TestBackgroundShell(t *testing.T) {
 	p := newPipeline(t)
 	s := &script{t: t, m: p.mapper(), ms: 1_000_000}
@@ -355,6 +429,49 @@ func TestBackgroundShell(t *testing.T) {
 		t.Errorf("%d background shell spans", n)
 	}
 	noUnattributed(t, p)
+}
+
+// A bash call that asks for the background (background or
+// run_in_background in its input) but that the runtime ran in the
+// foreground (opencode 1.18.33 has no such parameter: the part completes
+// with the command's output and no job in its metadata) starts no job:
+// the invocation is final at its turn's end, owing nothing (issue 32,
+// observation 5).
+func TestShellAskedBackgroundRanForeground(t *testing.T) {
+	for _, input := range []string{`{"command":"sleep 1","background":true}`, `{"command":"sleep 1","run_in_background":true}`} {
+		t.Run(input, func(t *testing.T) {
+			p := newPipeline(t)
+			s := &script{t: t, m: p.mapper(), ms: 1_000_000}
+			s.session("ses_A", "")
+			ctx1, inv1 := p.tracker.StartInvocation(context.Background(), "build", "ses_A")
+			s.m.registerPrompt("ses_A", "msg_01", "", ctx1)
+			s.user("ses_A", "msg_01")
+			created := s.now()
+			s.send(`{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_02","sessionID":"ses_A","role":"assistant","parentID":"msg_01","modelID":"m","providerID":"p","time":{"created":%d}}}}`, created)
+			s.send(`{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"type":"tool","tool":"bash","callID":"call_1","state":{"status":"running","input":%s,"time":{"start":%d}},"id":"prt_1","sessionID":"ses_A","messageID":"msg_02"}}}`, input, s.now())
+			s.send(`{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"type":"tool","tool":"bash","callID":"call_1","state":{"status":"completed","input":%s,"output":"","metadata":{"output":"","exit":0,"description":"sleep"},"time":{"start":%d,"end":%d}},"id":"prt_1","sessionID":"ses_A","messageID":"msg_02"}}}`, input, s.now(), s.now())
+			s.send(`{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_02","sessionID":"ses_A","role":"assistant","parentID":"msg_01","modelID":"m","providerID":"p","tokens":{"input":10,"output":1,"reasoning":0,"cache":{"read":0,"write":0}},"time":{"created":%d,"completed":%d}}}}`, created, s.now())
+			s.call("ses_A", "msg_03", "msg_01", 20, 2, 0)
+			s.idle("ses_A")
+			s.m.promptDone("ses_A", "msg_01")
+			s.end(inv1)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sum, err := p.sp.Ledger().Wait(ctx, inv1.ID())
+			if err != nil {
+				t.Fatalf("%v %+v", err, sum)
+			}
+			if u := sum.Usage; u.InputTokens != 30 || u.ModelCalls != 2 || u.BackgroundJobs != 0 {
+				t.Errorf("usage %+v", u)
+			}
+			if n := len(spansNamed(p, "background shell")); n != 0 {
+				t.Errorf("%d background shell spans for a shell that ran in the foreground", n)
+			}
+			if st := p.sp.Ledger().Session("ses_A"); st.OwesWork {
+				t.Errorf("session owes work: %+v", st)
+			}
+		})
+	}
 }
 
 // Sessions that owe nothing are forgotten beyond the limit; a session with

@@ -29,14 +29,21 @@
 //     background subagent (OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1), a
 //     child of the tool's span, ending when the child session finishes;
 //     the child session's model calls and tools are its children. A bash
-//     call with run_in_background (not in OpenCode 1.18.33; proposed
-//     upstream) gives a "background shell" span the same way;
+//     call the runtime ran in the background (its state's metadata names
+//     the job, jobId, or says background; not in OpenCode 1.18.33) gives a
+//     "background shell" span the same way; a call that only asked for it
+//     (background or run_in_background in its input, which 1.18.33 runs in
+//     the foreground) is a foreground tool;
 //   - when OpenCode posts the job's completion notification (a synthetic
 //     user message `<task id="..." state="completed">`) and it starts a
 //     turn, a "continue_agent {agent}" span, root of its own trace, of the
 //     invocation that launched the job, with a followup link to the job,
 //     even when the caller has sent other prompts since; the turn's model
-//     calls are that invocation's usage;
+//     calls are that invocation's usage. When the turn also answers a
+//     prompt of the Client that OpenCode stored before the notification
+//     and no turn had answered (one request for both; its parent is the
+//     newest, the notification), the prompt's invocation owns the turn
+//     and the notification is closed consumed_by it (see README.md);
 //   - a "background turn" job (KindTurn) when the caller gives up a
 //     prompt call (Prompt, PromptAsync or through the Transport: its
 //     context ends, its connection breaks) after the request may have

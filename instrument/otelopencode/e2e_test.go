@@ -404,6 +404,7 @@ func TestServer(t *testing.T) {
 	t.Run("second prompt done first", func(t *testing.T) { testSecondPromptDoneFirst(t, s) })
 	t.Run("notification during the second prompt", func(t *testing.T) { testNotificationDuringSecondPrompt(t, s) })
 	t.Run("notification read by a later prompt", func(t *testing.T) { testNotificationConsumed(t, s) })
+	t.Run("prompt and notification answered by one request", func(t *testing.T) { testPromptAndNotificationOneRequest(t, s) })
 	t.Run("abort first", func(t *testing.T) { testAbortRacingCompletion(t, s, true) })
 	t.Run("abort racing the completion", func(t *testing.T) { testAbortRacingCompletion(t, s, false) })
 	t.Run("abort during the continuation", func(t *testing.T) { testAbortDuringContinuation(t, s) })
@@ -613,12 +614,26 @@ func testAbandonedPrompt(t *testing.T, s *server) {
 	}
 }
 
+// bashArgs are the bash calls a foreground shell is asked with: plain,
+// and asking for the background, which OpenCode 1.18.33 has no parameter
+// for and runs in the foreground (issue 32, observation 5): no job.
+var bashArgs = []struct{ name, args string }{
+	{"foreground bash", `{"command":"echo hi","description":"say hi"}`},
+	{"bash asking for the background runs in the foreground", `{"command":"sleep 1; echo hi","description":"say hi","background":true}`},
+}
+
 func testForegroundBash(t *testing.T, s *server) {
+	for _, tc := range bashArgs {
+		t.Run(tc.name, func(t *testing.T) { testBash(t, s, tc.args) })
+	}
+}
+
+func testBash(t *testing.T, s *server, args string) {
 	s.model.reset(func(q req) (string, scriptedmodel.Step) {
 		if q.lastRole == "tool" {
 			return "after-tool", scriptedmodel.Step{Text: "done"}
 		}
-		return "bash", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "bash", Arguments: `{"command":"echo hi","description":"say hi"}`}}}
+		return "bash", scriptedmodel.Step{ToolCalls: []scriptedmodel.ToolCall{{Name: "bash", Arguments: args}}}
 	})
 	sess := s.session(t, "foreground bash")
 	res := s.prompt(t, sess, "run echo")
@@ -633,8 +648,11 @@ func testForegroundBash(t *testing.T, s *server) {
 	if sum.Usage.AfterResultInputTokens != 0 || sum.Usage.BackgroundJobs != 0 {
 		t.Errorf("usage %+v", sum.Usage)
 	}
-	if n := len(spansNamed(s.p, "execute_tool bash")); n != 1 {
+	if n := len(spansNamed(s.p, "execute_tool bash")); n < 1 {
 		t.Errorf("%d bash tool spans", n)
+	}
+	if n := len(spansNamed(s.p, "background shell")); n != 0 {
+		t.Errorf("%d background shell spans for a shell that ran in the foreground", n)
 	}
 	if st, _ := s.client.Session(sess); st.OwesWork {
 		t.Errorf("session owes work: %+v", st)
@@ -1551,6 +1569,112 @@ func testNotificationConsumed(t *testing.T, s *server) {
 	}
 	want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
 	checkUsage(t, "all invocations vs OpenCode's records", instrument.Summary{Usage: total}, want)
+}
+
+// testPromptAndNotificationOneRequest (issue 32, observation 3): while
+// the second prompt's turn runs, the caller posts a third prompt and then
+// the first prompt's job ends, its notification posted after the third
+// prompt. When the second turn's step ends, OpenCode answers both with
+// one request whose parent is the notification: the third prompt's
+// invocation owns it and A's notification is consumed_by it.
+func testPromptAndNotificationOneRequest(t *testing.T, s *server) {
+	child := make(chan struct{})
+	hold := newGate()
+	other := func(q req) (string, scriptedmodel.Step) {
+		if strings.Contains(q.lastUser, "SECOND") {
+			hold.pass(s.model.stop)
+			return "second", scriptedmodel.Step{Text: "second answer"}
+		}
+		return "other", scriptedmodel.Step{Text: "other"}
+	}
+	base := bgRoute(s.model.stop, child, nil, other)
+	s.model.reset(func(q req) (string, scriptedmodel.Step) {
+		if strings.Contains(q.lastUser, "<task id=") && bytes.Contains(q.Raw, []byte("THIRD")) {
+			return "third", scriptedmodel.Step{Text: "third answer, job noted"}
+		}
+		if strings.Contains(q.lastUser, "THIRD") {
+			return "third-alone", scriptedmodel.Step{Text: "third answer"}
+		}
+		return base(q)
+	})
+	sess := s.session(t, "prompt and notification in one request")
+	first := s.prompt(t, sess, "BG start a job")
+	secondDone := make(chan *Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		res, err := s.client.Prompt(ctx, sess, Prompt{Text: "SECOND question"})
+		if err != nil {
+			t.Errorf("second prompt: %v", err)
+		}
+		secondDone <- res
+	}()
+	select {
+	case <-hold.arrived:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("second prompt's call never arrived; calls %v", s.model.labels())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	third, err := s.client.PromptAsync(ctx, sess, Prompt{Text: "THIRD question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !hasUserText(s.url, sess, "THIRD"); i++ {
+		if i == 1200 {
+			t.Fatal("third prompt never stored")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(child)
+	for i := 0; !hasNotification(s.url, sess); i++ {
+		if i == 1200 {
+			t.Fatal("no notification posted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(hold.open)
+	second := <-secondDone
+	if second == nil {
+		t.FailNow()
+	}
+	sums := map[string]instrument.Summary{}
+	for _, id := range []string{first.InvocationID, second.InvocationID, third} {
+		sums[id] = s.wait(t, id)
+		if sums[id].Status != contract.StatusFinal {
+			t.Errorf("invocation %s: %s %v", id, sums[id].Status, sums[id].Reasons)
+		}
+	}
+	labels := s.model.labels()
+	t.Logf("calls %v", labels)
+	if !slices.ContainsFunc(labels, func(l string) bool { return strings.HasSuffix(l, ":third") }) {
+		t.Fatalf("OpenCode did not answer the third prompt and the notification with one request: %v", labels)
+	}
+	checkUsage(t, "first", sums[first.InvocationID], s.model.sum("launch", "after-launch", "child"))
+	checkUsage(t, "second", sums[second.InvocationID], s.model.sum("second"))
+	checkUsage(t, "third", sums[third], s.model.sum("third"))
+	var closed []string
+	for _, c := range spansNamed(s.p, contract.SpanNameFollowupClosed) {
+		if attr(c, contract.AttrInvocationID).AsString() == first.InvocationID {
+			closed = append(closed, attr(c, contract.AttrFollowupReason).AsString()+":"+attr(c, contract.AttrFollowupConsumer).AsString())
+		}
+	}
+	if want := contract.ReasonConsumedBy + ":" + third; len(closed) != 1 || closed[0] != want {
+		t.Errorf("first's followup closed %v, want [%s]", closed, want)
+	}
+	var total instrument.Usage
+	for _, sum := range sums {
+		total.InputTokens += sum.Usage.InputTokens
+		total.OutputTokens += sum.Usage.OutputTokens
+		total.CacheReadInputTokens += sum.Usage.CacheReadInputTokens
+		total.ReasoningOutputTokens += sum.Usage.ReasoningOutputTokens
+		total.ModelCalls += sum.Usage.ModelCalls
+	}
+	want := serverUsage(t, s.url, append([]string{sess}, childSessions(t, s.url, sess)...)...)
+	if s.wire {
+		want = s.model.sum("launch", "after-launch", "child", "second", "third")
+	}
+	checkUsage(t, "all invocations vs the model's answers", instrument.Summary{Usage: total}, want)
 }
 
 // hasUserText reports whether session holds a user message with text.

@@ -114,18 +114,14 @@ type toolState struct {
 	Time  msgTime `json:"time"`
 }
 
-// runsInBackground reports whether a bash tool call asked to run in the
-// background. OpenCode 1.18.33 has no such option; upstream proposals name
-// it run_in_background (background is accepted too).
-func (s *toolState) runsInBackground() bool {
-	var in struct {
-		RunInBackground *bool `json:"run_in_background"`
-		Background      *bool `json:"background"`
-	}
-	if len(s.Input) == 0 || json.Unmarshal(s.Input, &in) != nil {
-		return false
-	}
-	return (in.RunInBackground != nil && *in.RunInBackground) || (in.Background != nil && *in.Background)
+// wentToBackground reports whether a bash tool call runs in the
+// background by the runtime's own account: its state's metadata names the
+// job OpenCode started (jobId) or says it is backgrounded. What the call
+// asked for (run_in_background or background in its input) is not
+// evidence: OpenCode 1.18.33 has no such parameter and runs a call that
+// sets it in the foreground, whose result is the command's output.
+func (s *toolState) wentToBackground() bool {
+	return s.Metadata.JobID != "" || s.Metadata.Background
 }
 
 // messageWithParts is an element of GET /session/:id/message, and the

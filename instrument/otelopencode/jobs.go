@@ -118,7 +118,7 @@ func (m *mapper) toolJob(s *sessionState, t *toolPart, p part) {
 			}
 			return
 		}
-	case p.Tool == "bash" && st.runsInBackground():
+	case p.Tool == "bash" && st.wentToBackground():
 		key, kind = st.Metadata.JobID, KindShell
 		if key == "" {
 			key = p.CallID

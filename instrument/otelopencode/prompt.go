@@ -200,6 +200,7 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 		done(inv.ID(), answer)
 	}
 	c.m.endSpan(func() { inv.End() })
+	c.flushSpans()
 	return inv.ID(), err
 }
 

@@ -66,6 +66,9 @@ type userMsg struct {
 	owner context.Context
 	sent  bool
 	note  *note
+	// foldedInto is, for a notification, the prompt of the Client whose
+	// turn answered the notification too (mapper.foldedPrompt).
+	foldedInto *userMsg
 	// unknownTask is set when the message is the completion notification
 	// of a job the Client does not track.
 	unknownTask bool

@@ -3,6 +3,7 @@ package otelopencode
 import (
 	"cmp"
 	"context"
+	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -55,8 +56,19 @@ const (
 func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 	parent := info.ParentID
 	u := s.users[parent]
+	answeredBefore := s.answered
 	s.answered = max(s.answered, parent)
 	tr := s.turns[parent]
+	if u != nil && u.note != nil && tr == nil {
+		// A notification's turn that also answers a prompt of ours
+		// posted before it: the prompt's invocation owns the turn.
+		if u.foldedInto == nil {
+			u.foldedInto = m.foldedPrompt(s, answeredBefore, parent)
+		}
+		if u.foldedInto != nil {
+			u = u.foldedInto
+		}
+	}
 	if s.current != nil && s.current != tr {
 		// The turn moved on to another user message.
 		s.endTurn()
@@ -112,6 +124,37 @@ func (m *mapper) turnContext(s *sessionState, info rawInfo) context.Context {
 		_ = m.tracker.ConsumeFollowup(ctx, n.job.carrier)
 	}
 	return ctx
+}
+
+// foldedPrompt returns the prompt of the Client that the turn answering
+// notification parent answers too, or nil. OpenCode (1.18.33) answers
+// every user message posted since its last model call in one request,
+// whose assistant message names the newest of them as its parent: a
+// prompt B posted after the session's last answered message and before
+// A's notification is answered by the request whose parent is the
+// notification. The evidence is the order of the messages OpenCode
+// stored and reported (B seen before the turn's first assistant
+// message): B's invocation owns the turn (a prompt the caller waits for
+// is the turn's reason to be), and A's notification is read by it
+// (consumed_by, below in turnContext). Two or more such prompts: the
+// newest owns the turn, as OpenCode's parent says, and the others, which
+// the same request answers, are kept from final (AttrAmbiguous) rather
+// than final with nothing.
+func (m *mapper) foldedPrompt(s *sessionState, answeredBefore, parent string) *userMsg {
+	var ids []string
+	for id, p := range s.users {
+		if id > answeredBefore && id < parent && p.sent && p.seen && p.owner != nil && s.turns[id] == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	for _, id := range ids[:len(ids)-1] {
+		m.taint(s.users[id].owner, "prompts folded into one notification's turn")
+	}
+	return s.users[ids[len(ids)-1]]
 }
 
 // unownedReason says why a turn answering user message parent (u, nil

@@ -30,6 +30,11 @@ const (
 	KeyUsageCacheRead
 	KeyUsageCacheCreation
 	KeyUsageReasoning
+	// KeySDKLimit is invocation.sdk_limit (sdklimit.go).
+	KeySDKLimit
+	// KeyDoubleInstrumented is invocation.double_instrumented
+	// (sdklimit.go).
+	KeyDoubleInstrumented
 	numKeys
 )
 
@@ -65,6 +70,8 @@ var keyNames = [numKeys]string{
 	KeyUsageCacheRead:     contract.AttrUsageCacheReadTokens,
 	KeyUsageCacheCreation: contract.AttrUsageCacheCreateTokens,
 	KeyUsageReasoning:     contract.AttrUsageReasoningTokens,
+	KeySDKLimit:           contract.AttrSDKLimit,
+	KeyDoubleInstrumented: contract.AttrDoubleInstrumented,
 }
 
 // keyKinds is each key's one type.
@@ -87,6 +94,8 @@ var keyKinds = [numKeys]Kind{
 	KeyUsageCacheRead:     KindInt,
 	KeyUsageCacheCreation: KindInt,
 	KeyUsageReasoning:     KindInt,
+	KeySDKLimit:           KindString,
+	KeyDoubleInstrumented: KindBool,
 }
 
 // String returns the attribute's name.
@@ -143,6 +152,10 @@ func Lookup(name string) (Key, bool) {
 		return KeyUsageCacheCreation, true
 	case contract.AttrUsageReasoningTokens:
 		return KeyUsageReasoning, true
+	case contract.AttrSDKLimit:
+		return KeySDKLimit, true
+	case contract.AttrDoubleInstrumented:
+		return KeyDoubleInstrumented, true
 	}
 	return 0, false
 }
@@ -157,6 +170,7 @@ const (
 	RoleBackground
 	RoleContinuation
 	RoleFollowupClosed
+	RoleWake
 )
 
 // CountState says how a declared count reads.
@@ -212,6 +226,13 @@ type Facts struct {
 	// malformed value reads as false: it is malformed_attribute already,
 	// and no rule needs its reading.
 	UsageMismatch bool
+	// SDKLimit is invocation.sdk_limit: the limit that cut an id of the
+	// span ("" when absent; a malformed or empty value reads as
+	// LimitValueLength). The invocation is never final.
+	SDKLimit string
+	// DoubleInstrumented: invocation.double_instrumented is set (a
+	// malformed value reads as true).
+	DoubleInstrumented bool
 
 	// ModelCall: gen_ai.operation.name is one of the usage operations.
 	// Usage is read only for model calls: UsagePresent has bit i set when
@@ -320,6 +341,8 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 			f.Role = RoleContinuation
 		case contract.RoleFollowupClosed:
 			f.Role = RoleFollowupClosed
+		case contract.RoleWake:
+			f.Role = RoleWake
 		}
 	}
 	f.Children = r.count(KeyChildren, cfg)
@@ -347,6 +370,13 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 		f.Consumer = r.vals[KeyFollowupConsumer].str
 	}
 	f.UsageMismatch = has(KeyUsageMismatch) && !bad(KeyUsageMismatch) && r.vals[KeyUsageMismatch].Bool()
+	f.DoubleInstrumented = has(KeyDoubleInstrumented) && (bad(KeyDoubleInstrumented) || r.vals[KeyDoubleInstrumented].Bool())
+	if has(KeySDKLimit) {
+		f.SDKLimit = r.vals[KeySDKLimit].str
+		if bad(KeySDKLimit) || f.SDKLimit == "" {
+			f.SDKLimit = LimitValueLength
+		}
+	}
 	if has(KeyOperation) && !bad(KeyOperation) {
 		f.ModelCall = cfg.IsUsageOperation(r.vals[KeyOperation].str)
 	}

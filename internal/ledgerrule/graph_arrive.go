@@ -2,7 +2,6 @@ package ledgerrule
 
 import (
 	"math"
-	"slices"
 
 	"github.com/agentledger/agentledger/contract"
 )
@@ -55,6 +54,9 @@ type Span struct {
 	// 1); that link discharges nothing and is not in Links.
 	LinkMalformed bool
 	Links         Links
+	// Dropped is what the exporting SDK's limits took from the span
+	// (sdklimit.go): a span that lost any is never final.
+	Dropped Dropped
 }
 
 // Links are a span's links the rule reads (kinds LinkFollowup,
@@ -241,6 +243,9 @@ type graphRare struct {
 	detached []DetachedCount
 	// early holds the model calls that arrived before the root.
 	early []EarlyCall
+	// wakes holds the wake spans whose turn has not arrived
+	// (graph_wake.go).
+	wakes []pendingWake
 }
 
 // rareOf returns g.rare, allocating it on first use.
@@ -268,30 +273,18 @@ func (g *Graph) Init(now int64) {
 // HeldIDs is how many span IDs the graph holds, toward the span bound.
 func (g *Graph) HeldIDs() int { return len(g.Spans) + len(g.closed) + len(g.detachedList()) }
 
-// AddAnomaly records an anomaly once (at most MaxAnomalies).
-func (g *Graph) AddAnomaly(a string) {
-	if slices.Contains(g.Anomalies, a) || len(g.Anomalies) >= MaxAnomalies {
-		return
-	}
-	g.Anomalies = append(g.Anomalies, a)
-}
+// AddAnomaly records an anomaly once; past MaxAnomalies the list is cut
+// and says so, but a required one is always kept (graph_cut.go).
+func (g *Graph) AddAnomaly(a string) { g.Anomalies = addAnomaly(g.Anomalies, a) }
 
-// AddInvalid records a count that cannot be proven.
-func (g *Graph) AddInvalid(r string) {
-	if slices.Contains(g.Invalid, r) || len(g.Invalid) >= MaxAnomalies {
-		return
-	}
-	g.Invalid = append(g.Invalid, r)
-}
+// AddInvalid records a count that cannot be proven; past MaxAnomalies
+// the reasons say they were cut (graph_cut.go).
+func (g *Graph) AddInvalid(r string) { g.Invalid = addReason(g.Invalid, r) }
 
 // AddTaint records a reason the invocation can never be final. The list is
-// bounded like the anomalies, but never emptied.
-func (g *Graph) AddTaint(r string) {
-	if slices.Contains(g.Taints, r) || len(g.Taints) >= MaxAnomalies {
-		return
-	}
-	g.Taints = append(g.Taints, r)
-}
+// bounded like the anomalies, but never emptied; past the bound it says
+// it was cut (graph_cut.go).
+func (g *Graph) AddTaint(r string) { g.Taints = addReason(g.Taints, r) }
 
 func (g *Graph) discharge(now int64) {
 	g.Open--
@@ -391,6 +384,7 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		}
 	}
 	st.arrive(s.Parent)
+	g.turnArrived(id, now)
 	st.Name = g.nameIndex(name)
 	res.NameIndex = st.Name
 	st.trace = traceIdx
@@ -465,6 +459,9 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 		g.attachToParent(&a)
 	}
 	g.applyLinks(&a)
+	if s.Role == RoleWake {
+		g.arriveWake(s, nameIdx)
+	}
 	if g.HasRemote && g.underRemote(id) {
 		g.SettleFrom = now
 	}
@@ -497,6 +494,7 @@ func (g *Graph) taintsOf(s *Span) {
 	if s.LinkMalformed {
 		g.AddTaint(LinkMalformedReason(name))
 	}
+	g.sdkLimitTaints(s)
 	if s.Unrecorded.Declared() {
 		if n, ok := count(s.Unrecorded); !ok {
 			g.AddInvalid(ReasonInvalidCount + ":" + name)

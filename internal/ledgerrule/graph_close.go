@@ -89,11 +89,12 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 			obl = append(obl, contract.ReasonMissingDetached+":"+g.Name(d.Name))
 		}
 	}
+	obl = g.runningTurnReasons(obl)
 	sort.Strings(obl)
 	out = append(out, slices.Compact(obl)...)
 	problems := append(slices.Clone(g.Invalid), g.Taints...)
 	sort.Strings(problems)
-	out = append(out, problems...)
+	out = append(out, slices.Compact(problems)...) // reasons_cut may be in both
 	if g.SpanLimitHit {
 		out = append(out, ReasonSpanLimit)
 	}

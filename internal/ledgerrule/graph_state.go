@@ -24,6 +24,7 @@ const (
 	stateIsShut
 	stateDirty
 	stateRare
+	stateWakes // vNEXT: pending wake spans follow the rare part
 )
 
 // SpanState flags in the stored state.
@@ -36,7 +37,7 @@ const (
 // AppendState appends the graph's state to b.
 func (g *Graph) AppendState(b []byte) []byte {
 	var flags byte
-	for i, set := range []bool{g.RootArrived, g.HasRemote, g.SpanLimitHit, g.IsShut, g.Dirty, g.rare != nil} {
+	for i, set := range []bool{g.RootArrived, g.HasRemote, g.SpanLimitHit, g.IsShut, g.Dirty, g.rare != nil, len(g.pendingWakes()) > 0} {
 		if set {
 			flags |= 1 << i
 		}
@@ -112,6 +113,14 @@ func (g *Graph) AppendState(b []byte) []byte {
 			b = binary.AppendUvarint(b, e.Start)
 			b = binary.AppendVarint(b, e.Input)
 			b = binary.AppendVarint(b, e.Output)
+		}
+	}
+	if wakes := g.pendingWakes(); len(wakes) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(wakes)))
+		for _, w := range wakes {
+			b = append(b, w.Wake[:]...)
+			b = append(b, w.Parent[:]...)
+			b = binary.AppendVarint(b, int64(w.Name))
 		}
 	}
 	return b
@@ -252,7 +261,7 @@ func (r *stateReader) traces() []TraceID {
 func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 	r := stateReader{b: b}
 	flags := r.byte1()
-	if flags&^(1<<6-1) != 0 {
+	if flags&^(1<<7-1) != 0 || (flags&stateWakes != 0 && flags&stateRare == 0) {
 		r.fail("bad graph flags")
 	}
 	g.RootArrived, g.HasRemote, g.SpanLimitHit = flags&stateRootArrived != 0, flags&stateHasRemote != 0, flags&stateSpanLimitHit != 0
@@ -328,6 +337,19 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 				e.Start, e.Input, e.Output = r.uvarint(), r.varint(), r.varint()
 			}
 		}
+		if flags&stateWakes != 0 {
+			n := r.count(17)
+			if n == 0 {
+				r.fail("empty wake list")
+			}
+			for range n {
+				var w pendingWake
+				copy(w.Wake[:], r.fixed(8))
+				copy(w.Parent[:], r.fixed(8))
+				w.Name = r.int32()
+				rare.wakes = append(rare.wakes, w)
+			}
+		}
 		g.rare = rare
 	}
 	if r.err != nil {
@@ -370,6 +392,11 @@ func (g *Graph) checkIndexes() error {
 	for _, d := range g.detachedList() {
 		if !name(d.Name) {
 			return fmt.Errorf("%w: detached name out of range", ErrState)
+		}
+	}
+	for _, w := range g.pendingWakes() {
+		if !name(w.Name) {
+			return fmt.Errorf("%w: wake name out of range", ErrState)
 		}
 	}
 	return nil

@@ -25,7 +25,7 @@ func spanFromBytes(p []byte) Span {
 	}
 	s.Trace = TraceID{at(2)%3 + 1}
 	s.Name = []string{"root", "chat", "tool", "job", "cont"}[at(3)%5]
-	s.Role = Role(at(4) % 5)
+	s.Role = Role(at(4) % 6)
 	counts := []Count{{}, {CountValid, 1}, {CountValid, 2}, {CountInvalid, 0}}
 	s.Children = counts[at(5)%4]
 	s.Followups = counts[at(6)%4]
@@ -63,6 +63,7 @@ func normalized(g Graph) Graph {
 		nilEmpty(&r.linkTraces)
 		nilEmpty(&r.detached)
 		nilEmpty(&r.early)
+		nilEmpty(&r.wakes)
 		g.rare = &r
 	}
 	return g
@@ -146,7 +147,7 @@ func TestGraphStateCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{Graph{}, 30}, {SpanState{}, 13}, {closedSpan{}, 5}, {graphRare{}, 3}, {DetachedCount{}, 5}, {EarlyCall{}, 3}, {Usage{}, 5}} {
+	}{{Graph{}, 30}, {SpanState{}, 13}, {closedSpan{}, 5}, {graphRare{}, 4}, {DetachedCount{}, 5}, {EarlyCall{}, 3}, {Usage{}, 5}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the state codec knows %d: store the new one in AppendState and DecodeState", c.v, n, c.want)
 		}

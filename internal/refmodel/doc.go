@@ -24,7 +24,8 @@
 // exactly (the kinds of anomaly it computes). It knows nothing of open_timeout, eviction, retention,
 // shutdown, pending summaries or tenants: those can only make an
 // invocation incomplete, never final, so they cannot make a wrong `final`
-// right.
+// right. Of vNEXT it models the wake span: a member with invocation.role
+// = wake whose parent span ID is no member's owes running_turn.
 //
 // Where to start reading: Evaluate in model.go (one invocation's verdict
 // from the delivered spans), then judge.go (the conditions, checked one by

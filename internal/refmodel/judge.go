@@ -182,6 +182,13 @@ func (inv *invocation) obligations(m *member) {
 			inv.flag(contract.ReasonMissingDetached, name)
 		}
 	}
+	if p := m.span.ParentSpanID; m.role == contract.RoleWake && p != (SpanID{}) && p != m.span.SpanID {
+		// vNEXT: a wake span's turn is owed until the turn's span, its
+		// parent, is a member.
+		if _, arrived := inv.byID[p]; !arrived {
+			inv.flag(contract.ReasonRunningTurn, name)
+		}
+	}
 	if c := m.unrecorded; c.present {
 		switch {
 		case !c.valid:

@@ -273,6 +273,7 @@ func (inv *invocation) read(s Span) *member {
 	} else if v.Bool {
 		inv.anomaly(contract.AnomalyUsageMismatch, s.Name)
 	}
+	inv.sdkLimits(s)
 	op, _ := inv.readStr(s, contract.AttrOperationName)
 	if op != "" && slices.Contains(inv.cfg.UsageOperations, op) {
 		inv.modelCall(s)
@@ -345,4 +346,32 @@ func tracksTarget(l Link) bool {
 		}
 	}
 	return vs[0].Str == contract.LinkFollowup || vs[0].Str == contract.LinkDetachedFrom
+}
+
+// sdkLimits flags what the SDK's span limits took from a span (vNEXT SDK
+// settings): dropped attributes, links or link attributes, and an id the
+// instrumentation restored after a value length limit cut it
+// (invocation.sdk_limit; a malformed or empty value names that limit).
+func (inv *invocation) sdkLimits(s Span) {
+	if s.DroppedAttributes > 0 {
+		inv.flag(contract.ReasonSDKLimit, "attributes on "+s.Name)
+	}
+	if s.DroppedLinks > 0 {
+		inv.flag(contract.ReasonSDKLimit, "links on "+s.Name)
+	}
+	for _, l := range s.Links {
+		if l.DroppedAttributes > 0 {
+			inv.flag(contract.ReasonSDKLimit, "link_attributes on "+s.Name)
+		}
+	}
+	if occ := occurrences(s.Attributes, contract.AttrSDKLimit); len(occ) > 0 {
+		what, _ := inv.readStr(s, contract.AttrSDKLimit)
+		if what == "" {
+			what = "attribute_value_length"
+		}
+		inv.flag(contract.ReasonSDKLimit, what+" on "+s.Name)
+	}
+	if inv.readBool(s, contract.AttrDoubleInstrumented) {
+		inv.flag(contract.ReasonDoubleInstrumented, s.Name)
+	}
 }

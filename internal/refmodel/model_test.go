@@ -54,10 +54,12 @@ func fromFixture(s fixtures.Span) Span {
 		TraceID: TraceID(s.TraceID), SpanID: SpanID(s.SpanID), ParentSpanID: SpanID(s.Parent),
 		Name: s.Name, Error: s.Status == fixtures.StatusError,
 		Start: epoch.Add(time.Duration(s.StartNS)), End: epoch.Add(time.Duration(s.EndNS)),
-		Attributes: fromAttrs(s.Attributes),
+		Attributes:        fromAttrs(s.Attributes),
+		DroppedAttributes: uint32(s.DroppedAttributes), DroppedLinks: uint32(s.DroppedLinks),
 	}
 	for _, l := range s.Links {
-		out.Links = append(out.Links, Link{TraceID: TraceID(l.TraceID), SpanID: SpanID(l.SpanID), Attributes: fromAttrs(l.Attributes)})
+		out.Links = append(out.Links, Link{TraceID: TraceID(l.TraceID), SpanID: SpanID(l.SpanID), Attributes: fromAttrs(l.Attributes),
+			DroppedAttributes: uint32(l.DroppedAttributes)})
 	}
 	return out
 }

@@ -106,6 +106,8 @@ type Link struct {
 	TraceID    TraceID
 	SpanID     SpanID
 	Attributes []KeyValue
+	// DroppedAttributes is OTLP's dropped_attributes_count of the link.
+	DroppedAttributes uint32
 }
 
 // Span is one span as a collector receives it.
@@ -119,6 +121,9 @@ type Span struct {
 	Start, End time.Time
 	Attributes []KeyValue
 	Links      []Link
+	// DroppedAttributes and DroppedLinks are OTLP's dropped counts: what
+	// the SDK's span limits took from the span.
+	DroppedAttributes, DroppedLinks uint32
 }
 
 // Arrival is a span delivered at a moment of the collector's clock.

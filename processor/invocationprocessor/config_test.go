@@ -1,6 +1,7 @@
 package invocationprocessor
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -88,7 +89,8 @@ func TestLoadConfig(t *testing.T) {
 				"max_name_bytes must be at least 16\n" +
 				"max_open_bytes must be positive\n" +
 				"shed_heap_bytes must not be negative (0 never sheds)\n" +
-				"tenant::max_open_invocations (1001) must not exceed max_open_invocations (1000)\n" +
+				"tenant::max_open_invocations (1001) must not exceed max_open_invocations (1000): " +
+				"lower tenant::max_open_invocations, or leave it unset (0) for a quarter of max_open_invocations\n" +
 				"tenant::max_open_bytes must not be negative (0: a quarter of max_open_bytes)",
 		},
 		{id: component.NewIDWithName(metadata.Type, "badpendingdelay"), valErr: "pending_delay must be less than open_timeout"},
@@ -174,4 +176,54 @@ func TestCreateRejectsInvalidConfig(t *testing.T) {
 	cfg.MaxOpenInvocations = 0
 	_, err := newProcessor(settingsForTest(), cfg, nil, systemClock{}, 0)
 	require.ErrorContains(t, err, "max_open_invocations")
+}
+
+// TestSharedConfigTakesASingleSetOfABound is issue 34's fourth
+// observation: collector-config/shared.yaml with only
+// --set processors::invocation::max_open_invocations=40 (or max_open_bytes)
+// must start. Its tenant quotas are not fixed numbers: they are derived at
+// start as a quarter of the global bounds, whatever those are set to.
+func TestSharedConfigTakesASingleSetOfABound(t *testing.T) {
+	shared, err := confmaptest.LoadConf(filepath.Join("..", "..", "collector-config", "shared.yaml"))
+	require.NoError(t, err)
+	for _, set := range []map[string]any{
+		{},
+		{"max_open_invocations": 40},
+		{"max_open_invocations": 1},
+		{"max_open_bytes": 1 << 20},
+		{"max_open_invocations": 40, "max_open_bytes": 1 << 20},
+	} {
+		t.Run(fmt.Sprint(set), func(t *testing.T) {
+			sub, err := shared.Sub("processors::invocation")
+			require.NoError(t, err)
+			// The shipped file reads shed_heap_bytes from the environment.
+			require.NoError(t, sub.Merge(confmap.NewFromStringMap(map[string]any{"shed_heap_bytes": 671088640})))
+			require.NoError(t, sub.Merge(confmap.NewFromStringMap(set)))
+			cfg := NewFactory().CreateDefaultConfig().(*Config)
+			require.NoError(t, sub.Unmarshal(cfg))
+			require.NoError(t, confmap.Validate(cfg))
+			require.NotNil(t, cfg.Tenant)
+			assert.Zero(t, cfg.Tenant.MaxOpenInvocations, "not a fixed number in the shipped config")
+			assert.Zero(t, cfg.Tenant.MaxOpenBytes, "not a fixed number in the shipped config")
+			b := newBounds(cfg)
+			assert.Equal(t, max(1, int64(cfg.MaxOpenInvocations)/4), b.tenantLimit)
+			assert.Equal(t, max(1, cfg.MaxOpenBytes/4), b.tenantByteLimit)
+		})
+	}
+}
+
+// A tenant quota set above its global bound fails naming both keys and
+// the fix.
+func TestTenantQuotaAboveGlobalNamesBothKeys(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.MaxOpenInvocations, cfg.MaxOpenBytes = 40, 1000
+	cfg.Tenant = &TenantConfig{Source: TenantFromAuth, Attribute: "username", MaxOpenInvocations: 25000, MaxOpenBytes: 67108864}
+	err := cfg.Validate()
+	require.Error(t, err)
+	for _, want := range []string{
+		"tenant::max_open_invocations (25000) must not exceed max_open_invocations (40): lower tenant::max_open_invocations, or leave it unset (0) for a quarter of max_open_invocations",
+		"tenant::max_open_bytes (67108864) must not exceed max_open_bytes (1000): lower tenant::max_open_bytes, or leave it unset (0) for a quarter of max_open_bytes",
+	} {
+		assert.ErrorContains(t, err, want)
+	}
 }

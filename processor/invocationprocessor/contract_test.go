@@ -37,11 +37,14 @@ func fixtureTraces(s fixtures.Span) ptrace.Traces {
 	span.SetStartTimestamp(fixtureBase + pcommon.Timestamp(s.StartNS))
 	span.SetEndTimestamp(fixtureBase + pcommon.Timestamp(s.EndNS))
 	fixtureAttrs(span.Attributes(), s.Attributes)
+	span.SetDroppedAttributesCount(uint32(s.DroppedAttributes))
+	span.SetDroppedLinksCount(uint32(s.DroppedLinks))
 	for _, l := range s.Links {
 		pl := span.Links().AppendEmpty()
 		pl.SetTraceID(pcommon.TraceID(l.TraceID))
 		pl.SetSpanID(pcommon.SpanID(l.SpanID))
 		fixtureAttrs(pl.Attributes(), l.Attributes)
+		pl.SetDroppedAttributesCount(uint32(l.DroppedAttributes))
 	}
 	return td
 }

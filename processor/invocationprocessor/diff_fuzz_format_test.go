@@ -49,8 +49,9 @@ import (
 // itself, n the span with id n), bit 7 putting it in another trace than
 // the target's. Link 1's second byte (byte 12) holds
 // invocation.usage.mismatch (0-2: absent, true, false, "true", true then
-// false, true twice, int 1, false twice; v0.8); link 2's (byte 14) is
-// unused (reserved).
+// false, true twice, int 1, false twice; v0.8); link 2's (byte 14) holds
+// what the rule does not read (diff_fuzz_context_test.go): a non-rule
+// attribute (0-2), the span's resource (3-5) and scope (6-7).
 const dfSpanSize = 16
 
 // Opcodes.
@@ -134,6 +135,7 @@ type dfSpan struct {
 	Links                         [2]dfLink
 	Fan, Start, Dur               byte
 	Mismatch                      byte // invocation.usage.mismatch, see the format
+	Extra, Res, Scope             byte // byte 14: diff_fuzz_context_test.go
 }
 
 func bit(b bool, n uint) byte {
@@ -158,6 +160,7 @@ func (s dfSpan) encode() []byte {
 		b[11+2*i] = l.Kind&7 | l.Target&15<<3 | bit(l.Other, 7)
 	}
 	b[12] = s.Mismatch & 7
+	b[14] = s.Extra&7 | s.Res&7<<3 | s.Scope&3<<6
 	b[15] = s.Fan&3 | s.Start&7<<2 | s.Dur&7<<5
 	return b
 }
@@ -170,6 +173,7 @@ func decodeDfSpan(b []byte) dfSpan {
 		Children: b[3] & 7, Followups: b[3] >> 3 & 7, Detached: b[3] >> 6,
 		In: b[4], Out: b[5], Cache: b[6] & 0x7f, Unrecorded: b[6]&0x80 != 0,
 		Fan: b[15] & 3, Start: b[15] >> 2 & 7, Dur: b[15] >> 5, Mismatch: b[12] & 7,
+		Extra: b[14] & 7, Res: b[14] >> 3 & 7, Scope: b[14] >> 6,
 	}
 	for i := range s.Muts {
 		s.Muts[i] = dfMut{Key: b[7+2*i] & 15, Kind: b[7+2*i] >> 4 % 10, Val: b[8+2*i]}
@@ -220,7 +224,7 @@ func (s *dfScenario) bytes() []byte { return s.b }
 type dfStep struct {
 	op   int
 	arg  int
-	span refmodel.Span
+	span dfIn
 }
 
 // dfProgram is a decoded input.
@@ -275,7 +279,7 @@ func decodeDf(data []byte) (dfProgram, bool) {
 	}
 	p.spans = len(spans)
 	for _, r := range spans {
-		p.steps[r.at].span = r.span.build(traceOf)
+		p.steps[r.at].span = dfIn{Span: r.span.build(traceOf), res: r.span.Res, scope: r.span.Scope, extra: r.span.Extra}
 	}
 	return p, true
 }
@@ -296,6 +300,8 @@ func (s dfSpan) build(traceOf map[byte]byte) refmodel.Span {
 		name = "continue_agent a"
 	case s.Role == 4:
 		name = contract.SpanNameFollowupClosed
+	case s.Role == 7:
+		name = "wake_agent a"
 	case s.Op > 0:
 		name = []string{"", "chat", "execute_tool shell", "embeddings"}[s.Op]
 	}
@@ -315,7 +321,7 @@ func (s dfSpan) build(traceOf map[byte]byte) refmodel.Span {
 	if s.Inv < 7 {
 		put(contract.AttrInvocationID, refmodel.Str(dfInvs[s.Inv]))
 	}
-	if r := []string{"", contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleRoot, contract.RoleBackground, ""}[s.Role]; r != "" {
+	if r := []string{"", contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleRoot, contract.RoleBackground, contract.RoleWake}[s.Role]; r != "" {
 		put(contract.AttrRole, refmodel.Str(r))
 	}
 	if s.Op > 0 {
@@ -388,6 +394,7 @@ func (s dfSpan) build(traceOf map[byte]byte) refmodel.Span {
 	for _, m := range s.Muts {
 		dfMutate(&out, m)
 	}
+	out.Attributes = append(out.Attributes, dfExtra(s.Extra)...)
 	return out
 }
 
@@ -450,7 +457,7 @@ func dfOther(key string, v refmodel.Value, val byte) refmodel.Value {
 		case contract.AttrInvocationID:
 			choices = dfInvs
 		case contract.AttrRole:
-			choices = []string{contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed}
+			choices = []string{contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleWake}
 		case contract.AttrOperationName:
 			choices = contract.DefaultUsageOperations
 		case contract.AttrLink:
@@ -537,13 +544,33 @@ func dfMutate(s *refmodel.Span, m dfMut) {
 }
 
 // dfJSON writes spans as OTLP/JSON, keeping repeated keys (pcommon.Map's
-// Put* would merge them), for ptrace.JSONUnmarshaler.
-func dfJSON(spans []refmodel.Span) []byte {
+// Put* would merge them), for ptrace.JSONUnmarshaler: a run of spans with
+// the same resource and scope shares one resourceSpans and scopeSpans.
+func dfJSON(spans []dfIn) []byte {
 	var b strings.Builder
-	b.WriteString(`{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"agent"}}]},"scopeSpans":[{"spans":[`)
+	b.WriteString(`{"resourceSpans":[`)
 	for i, s := range spans {
+		newRes := i == 0 || spans[i-1].res != s.res
+		newScope := newRes || spans[i-1].scope != s.scope
 		if i > 0 {
-			b.WriteByte(',')
+			switch {
+			case newRes:
+				b.WriteString(`]}]},`)
+			case newScope:
+				b.WriteString(`]},`)
+			default:
+				b.WriteByte(',')
+			}
+		}
+		if newRes {
+			b.WriteString(`{"resource":{"attributes":`)
+			dfJSONAttrs(&b, dfResource(s.res))
+			b.WriteString(`},"scopeSpans":[`)
+		}
+		if newScope {
+			b.WriteString(`{"scope":`)
+			dfJSONScope(&b, s.scope)
+			b.WriteString(`,"spans":[`)
 		}
 		fmt.Fprintf(&b, `{"traceId":"%s","spanId":"%s"`, hex.EncodeToString(s.TraceID[:]), hex.EncodeToString(s.SpanID[:]))
 		if s.ParentSpanID != (refmodel.SpanID{}) {
@@ -568,7 +595,10 @@ func dfJSON(spans []refmodel.Span) []byte {
 		}
 		b.WriteByte('}')
 	}
-	b.WriteString(`]}]}]}`)
+	if len(spans) > 0 {
+		b.WriteString(`]}]}`)
+	}
+	b.WriteString(`]}`)
 	return []byte(b.String())
 }
 
@@ -578,7 +608,7 @@ func dfJSONAttrs(b *strings.Builder, attrs []refmodel.KeyValue) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(b, `{"key":%s,"value":`, strconv.Quote(kv.Key))
+		fmt.Fprintf(b, `{"key":%s,"value":`, dfJSONString(kv.Key))
 		dfJSONValue(b, kv.Value)
 		b.WriteByte('}')
 	}
@@ -590,7 +620,7 @@ func dfJSONValue(b *strings.Builder, v refmodel.Value) {
 	case refmodel.KindEmpty:
 		b.WriteString(`{}`)
 	case refmodel.KindStr:
-		fmt.Fprintf(b, `{"stringValue":%s}`, strconv.Quote(v.Str))
+		fmt.Fprintf(b, `{"stringValue":%s}`, dfJSONString(v.Str))
 	case refmodel.KindBool:
 		fmt.Fprintf(b, `{"boolValue":%t}`, v.Bool)
 	case refmodel.KindInt:

@@ -145,6 +145,28 @@ func dfSeeds() []dfSeed {
 			span(dfMismatch(c[0], 1), c[1], c[2], c[3]).restart(dfCrashAcked).span(dfMismatch(c[4], 5), c[5]).flush()},
 		{"usage mismatch false", newDfScenario(0, 0).span(dfMismatch(c[0], 2)).span(c[1:]...).flush()},
 		{"usage mismatch malformed", newDfScenario(0, 0).span(dfMismatch(c[0], 3)).span(c[1:]...).flush().advance(8)},
+
+		// Issue 34: what the rule does not read survives restarts too.
+		// Values 17 deep in the resource and a stored span attribute,
+		// across a crash after ack and a compaction; at the limit; beyond
+		// it (refused whole in both runs, then the batch comes without
+		// it); not stored at any depth; scopes of every kind.
+		{"17 deep in resource and gen_ai attribute, crash after ack", newDfScenario(0, 0).
+			span(dfCtx(c[0], 0, 2, 0), dfCtx(c[1], 1, 2, 0), c[2], c[3]).restart(dfCrashAcked).span(c[4:]...).restart(dfGraceful).advance(4)},
+		{"at the limit, crash mid-batch and lost ack", newDfScenario(0, 0).
+			span(dfCtx(c[0], 2, 3, 1), dfCtx(c[1], 2, 3, 1), c[2]).restart(dfCrashMidBatch).span(c[3:]...).restart(dfCrashLostAck).flush()},
+		{"beyond the limit refused, then sent without it", newDfScenario(0, 0).
+			span(dfCtx(c[0], 7, 0, 0), c[1]).flush().span(c[0], dfCtx(c[1], 0, 6, 0)).flush().span(c...).restart(dfCrashAcked).flush()},
+		{"not stored at any depth, repeats, every type, every scope", newDfScenario(0, 0).
+			span(dfCtx(c[0], 3, 4, 2), dfCtx(c[1], 4, 5, 3), dfCtx(c[2], 5, 7, 1), dfCtx(c[3], 6, 1, 0)).restart(dfCrashAcked).
+			span(c[4:]...).restart(dfGraceful).flush()},
 	}
 	return seeds
+}
+
+// dfCtx returns s with a non-rule attribute, a resource and a scope (see
+// diff_fuzz_context_test.go).
+func dfCtx(s dfSpan, extra, res, scope byte) dfSpan {
+	s.Extra, s.Res, s.Scope = extra, res, scope
+	return s
 }

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/agentledger/agentledger/contract"
-	"github.com/agentledger/agentledger/internal/ledgerrule"
 	"github.com/agentledger/agentledger/internal/refmodel"
 )
 
@@ -34,13 +35,16 @@ type dfView struct {
 	totals    refmodel.Totals
 	reasons   string
 	anomalies string
+	// resource is the summary's resource attributes as the next consumer
+	// got them (the root's, as it came: What the processor accepts).
+	resource string
 }
 
-func dfViewOf(s ptrace.Span) dfView {
+func dfViewOf(res pcommon.Resource, s ptrace.Span) dfView {
 	reasons := strsAttr(s, contract.AttrIncompleteReasons)
 	slices.Sort(reasons)
 	return dfView{status: strAttr(s, contract.AttrStatus), totals: dfTotals(s), reasons: strings.Join(reasons, ","),
-		anomalies: strings.Join(dfModelAnomalies(s), ",")}
+		anomalies: strings.Join(dfModelAnomalies(s), ","), resource: fmt.Sprint(res.Attributes().AsRaw())}
 }
 
 // dfModelAnomalies returns a summary's followup_interrupted (CONTRACT.md
@@ -82,8 +86,8 @@ type dfRun struct {
 	sink *consumertest.TracesSink
 	h    *harness
 
-	batches   [][]refmodel.Span
-	current   []refmodel.Span
+	batches   [][]dfIn
+	current   []dfIn
 	committed []refmodel.Arrival
 	seen      int
 	firsts    map[string]map[string]bool // revision-1 summary span IDs
@@ -166,8 +170,8 @@ func (r *dfRun) check(arrivals []refmodel.Arrival, when string) {
 		if got := dfTotals(s); got != v.Totals {
 			r.fail("totals", "%s (%s): %s final with %+v, model %+v", when, r.mode(), id, got, v.Totals)
 		}
-		// Beyond ledgerrule.MaxAnomalies entries the processor keeps no more.
-		if got := dfModelAnomalies(s); len(strsAttr(s, contract.AttrAnomalies)) < ledgerrule.MaxAnomalies && !slices.Equal(got, v.Anomalies) {
+		// The model's anomalies are required ones, never cut (issue 34).
+		if got := dfModelAnomalies(s); !slices.Equal(got, v.Anomalies) {
 			r.fail("anomalies", "%s (%s): %s final with anomalies %q, model %q", when, r.mode(), id, got, v.Anomalies)
 		}
 	}
@@ -204,7 +208,7 @@ func (r *dfRun) checkBounds(when string) {
 	}
 }
 
-func (r *dfRun) traces(spans []refmodel.Span) ptrace.Traces {
+func (r *dfRun) traces(spans []dfIn) ptrace.Traces {
 	td, err := (&ptrace.JSONUnmarshaler{}).UnmarshalTraces(dfJSON(spans))
 	require.NoError(r.t, err)
 	return td
@@ -212,17 +216,27 @@ func (r *dfRun) traces(spans []refmodel.Span) ptrace.Traces {
 
 // deliver sends one batch; failWrite makes its storage write fail (the
 // batch is then not acknowledged).
-func (r *dfRun) deliver(spans []refmodel.Span, failWrite bool) {
+func (r *dfRun) deliver(spans []dfIn, failWrite bool) {
 	r.t.Helper()
 	inflight := slices.Clone(r.committed)
 	for _, s := range spans {
-		inflight = append(inflight, refmodel.Arrival{Span: s, At: r.clk.Now()})
+		inflight = append(inflight, refmodel.Arrival{Span: s.Span, At: r.clk.Now()})
 	}
 	if failWrite {
 		r.mem.setFailWrites(true)
 	}
 	err := r.h.p.ConsumeTraces(context.Background(), r.traces(spans))
 	r.mem.setFailWrites(false)
+	if err != nil && consumererror.IsPermanent(err) {
+		// Refused before it was acknowledged (What the processor
+		// accepts): only a batch holding a value deeper than the journal
+		// stores may be, in both runs alike; it is not committed.
+		if !dfTooDeep(spans) {
+			r.fail("refused", "a batch without an unstorable value was refused: %v", err)
+		}
+		r.check(r.committed, "refused batch")
+		return
+	}
 	if failWrite {
 		// A batch the processor had nothing to write for (no span it
 		// indexes: non-members, spans of forgotten invocations) is
@@ -245,14 +259,14 @@ func (r *dfRun) deliver(spans []refmodel.Span, failWrite bool) {
 // invocation.id string). It is the conservative test: spans of
 // invocations the processor forgot are counted too, so a batch of only
 // those may be reported (none is in the seeds).
-func (r *dfRun) indexesAny(spans []refmodel.Span) bool {
+func (r *dfRun) indexesAny(spans []dfIn) bool {
 	return len(refmodel.Invocations(spansAt(spans))) > 0 && !r.onlyForgotten(spans)
 }
 
 // onlyForgotten reports whether every member span of the batch belongs to
 // an invocation whose first summary was already emitted and whose record
 // the processor may have dropped (the fingerprint path writes nothing).
-func (r *dfRun) onlyForgotten(spans []refmodel.Span) bool {
+func (r *dfRun) onlyForgotten(spans []dfIn) bool {
 	for _, id := range refmodel.Invocations(spansAt(spans)) {
 		if len(r.firsts[id]) == 0 {
 			return false
@@ -261,10 +275,10 @@ func (r *dfRun) onlyForgotten(spans []refmodel.Span) bool {
 	return true
 }
 
-func spansAt(spans []refmodel.Span) []refmodel.Arrival {
+func spansAt(spans []dfIn) []refmodel.Arrival {
 	out := make([]refmodel.Arrival, len(spans))
 	for i, s := range spans {
-		out[i] = refmodel.Arrival{Span: s}
+		out[i] = refmodel.Arrival{Span: s.Span}
 	}
 	return out
 }
@@ -356,8 +370,12 @@ func (r *dfRun) run() map[string]dfView {
 	r.advance(dfRemoteSettle)
 	r.advance(dfOpenTimeout)
 	latest := map[string]dfView{}
-	for _, s := range summarySpans(r.sink.AllTraces()) {
-		latest[strAttr(s, contract.AttrInvocationID)] = dfViewOf(s)
+	for _, td := range r.sink.AllTraces() {
+		forSpans(td, func(res pcommon.Resource, s ptrace.Span) {
+			if s.Name() == contract.SpanNameSummary {
+				latest[strAttr(s, contract.AttrInvocationID)] = dfViewOf(res, s)
+			}
+		})
 	}
 	r.h.shutdown()
 	return latest

@@ -186,6 +186,7 @@ func readFacts(f *spanFacts, sp ptrace.Span, cfg *ledgerConfig) {
 	for k, v := range sp.Attributes().All() {
 		r.attr(k, v)
 	}
+	f.Dropped = droppedOf(sp)
 	links := sp.Links()
 	for i := 0; i < links.Len(); i++ {
 		l := links.At(i)
@@ -208,6 +209,7 @@ func decodeFacts(d *journal.Decoder, f *spanFacts, cfg *ledgerConfig) {
 	}
 	var r factReader
 	r.begin(f, h.Name, h.TraceID, h.SpanID, h.Parent, h.Start, h.End, h.Code == ptrace.StatusCodeError)
+	f.Dropped = ledgerrule.Dropped{Attributes: h.Dropped.Attributes, Links: h.Dropped.Links, LinkAttributes: h.Dropped.LinkAttributes}
 	n := d.Count(2)
 	for i := 0; i < n && d.Err == nil; i++ {
 		k := d.Key()
@@ -227,4 +229,21 @@ func decodeFacts(d *journal.Decoder, f *spanFacts, cfg *ledgerConfig) {
 		}
 	}
 	r.end(cfg)
+}
+
+// droppedOf reads what the SDK's limits dropped from a span, as OTLP
+// carries it: dropped_attributes_count and dropped_links_count on the span
+// and dropped_attributes_count on each link.
+func droppedOf(sp ptrace.Span) ledgerrule.Dropped {
+	d := ledgerrule.Dropped{
+		Attributes: ledgerrule.DroppedCount(sp.DroppedAttributesCount()),
+		Links:      ledgerrule.DroppedCount(sp.DroppedLinksCount()),
+	}
+	links := sp.Links()
+	for i := 0; i < links.Len(); i++ {
+		if n := links.At(i).DroppedAttributesCount(); n > 0 {
+			d.LinkAttributes = min(d.LinkAttributes+n, ^uint32(0)/2)
+		}
+	}
+	return d
 }

@@ -81,6 +81,9 @@ type shardPersist struct {
 	// lostAtLoad are invocations whose closed record could not be read
 	// back (replay fills it, loadPartition journals the loss).
 	lostAtLoad []string
+	// loadKeys names the stored record of each operation read, by
+	// sequence number, while the partition loads (for the log).
+	loadKeys map[uint64]string
 }
 
 // begin starts journalling a locked section of s.
@@ -122,15 +125,35 @@ func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
 	}
 	ri, ok := ps.resIndex[r.res]
 	if !ok {
-		ps.enc.B = ps.enc.B[:0]
+		ps.enc.B, ps.enc.Err = ps.enc.B[:0], nil
 		ps.enc.Attrs(r.res.Attributes(), nil, 0)
+		if ps.enc.Err != nil {
+			ps.unstorable(s, r, now, stats)
+			return
+		}
 		ps.op.Resources = append(ps.op.Resources, ps.keep(ps.enc.B))
 		ri = len(ps.op.Resources)
 		ps.resIndex[r.res] = ri
 	}
-	ps.enc.B = ps.enc.B[:0]
+	ps.enc.B, ps.enc.Err = ps.enc.B[:0], nil
 	ps.enc.Span(r.span, journal.FactAttr, journal.LinkAttr)
+	if ps.enc.Err != nil {
+		ps.unstorable(s, r, now, stats)
+		return
+	}
 	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvFact, ID: r.id, Res: ri, Fact: ps.keep(ps.enc.B)})
+}
+
+// unstorable fails closed on a span the encoder could not store, which
+// the accept path (accept.go) refuses before it gets here: its invocation
+// is marked lost now and in the journal, so that it can never be final,
+// live or after a restart.
+func (ps *shardPersist) unstorable(s *shard, r *indexRef, now int64, stats *stats) {
+	ps.store.fail(context.Background(), opWrite, ps.enc.Err, "a span of invocation "+r.id+" cannot be stored; the invocation is treated as lost")
+	taintInvocation(s.ensure(r.id, now, stats))
+	until := satAdd(now, satAdd(s.cfg.openTimeout, s.cfg.retention))
+	ps.tainted[r.id] = max(ps.tainted[r.id], until)
+	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvTaint, ID: r.id, Until: until})
 }
 
 // forget records that inv is being forgotten.

@@ -65,6 +65,12 @@ type invocation struct {
 
 	Revision int64
 	Forced   string
+	// writtenOff is what an open_timeout close wrote off of what the
+	// invocation owed (owes.go); nil for almost all.
+	writtenOff []owedKey
+	// keptOwing is set when retention ended while the closed invocation
+	// owed work: it is kept until owingRetentionEnd.
+	keptOwing bool
 
 	index invIndex
 }
@@ -169,6 +175,15 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 		inv.noteJob(pcommon.SpanID(f.ID), f.Start, f.End)
 	case ledgerrule.RoleContinuation:
 		inv.ContinuationRoots = append(inv.ContinuationRoots, summary.SpanRef{TraceID: pcommon.TraceID(f.Trace), SpanID: pcommon.SpanID(f.ID)})
+	case ledgerrule.RoleWake:
+		// A wake may be all there is of a turn nobody owns yet: it names
+		// the session, so the session owes the turn from its arrival.
+		if !inv.RootArrived && inv.ConversationID == "" && f.hasConv {
+			inv.ConversationID = f.conversationID
+		}
+		if !inv.RootArrived && inv.AgentName == "" && f.hasAgent {
+			inv.AgentName = f.agentName
+		}
 	}
 	if f.ModelCall && cfg.pricesActive {
 		p, ok := cfg.prices[f.model]

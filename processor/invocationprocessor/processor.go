@@ -83,6 +83,7 @@ type invocationProcessor struct {
 	trust                      trust
 	warnSummaries, warnTenant  rateLimitedWarning
 	warnClosedIDs, warnIDBytes rateLimitedWarning
+	warnUnstorable             rateLimitedWarning
 
 	// scratch pools batchScratch values (route.go), so that routing a
 	// batch allocates nothing once warm.
@@ -155,6 +156,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	p.warnSummaries.msg = "dropped incoming invocation.summary spans: only the invocation processor writes summaries (summaries::accept_from names trusted collectors)"
 	p.warnClosedIDs.msg = "dropped remembered ids of closed invocations (max_closed_invocations): a late span of one opens a new invocation, whose summary may be a second revision 1"
 	p.warnIDBytes.msg = "spans whose invocation.id is longer than max_invocation_id_bytes were passed on without being indexed: their invocations get no summary"
+	p.warnUnstorable.msg = "refused batches (permanent error, nothing acknowledged) with a value the invocation processor cannot store"
 	p.warnTenant.msg = "spans without a tenant were passed on without being indexed (see the processor's tenant setting)"
 	for _, op := range cfg.UsageOperations {
 		p.rules.usageOps[op] = struct{}{}
@@ -288,6 +290,11 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 
 	if len(b.refs) == 0 {
 		return pass(ctx, td)
+	}
+	// Refused whole, before anything is indexed, stored or passed on:
+	// what is acknowledged is what the journal can give back (accept.go).
+	if err := p.refuseUnstorable(ctx, b, td.SpanCount(), now); err != nil {
+		return err
 	}
 	if p.store != nil {
 		// Nothing is indexed while storage refuses writes.

@@ -141,6 +141,9 @@ type stats struct {
 	afterForget, closedIDsDropped int64
 	opened, closed                int64
 	outboxDropped                 int64
+	// owingForgotten counts closed invocations a bound forgot while they
+	// still owed work (owes.go).
+	owingForgotten int64
 	// unrecorded counts spans indexed past status_spans (timeline.go).
 	unrecorded int64
 	// Evictions and forgettings by the byte budget, the tenant quotas
@@ -236,6 +239,9 @@ func (inv *invocation) retentionEnd(cfg *ledgerConfig) int64 {
 func (inv *invocation) nextDue(cfg *ledgerConfig) int64 {
 	if inv.Phase == phaseClosed {
 		due := inv.retentionEnd(cfg)
+		if inv.keptOwing {
+			due = max(due, inv.owingRetentionEnd(cfg))
+		}
 		if inv.Dirty {
 			due = min(due, inv.SettleDue(&cfg.graph))
 		}
@@ -321,6 +327,7 @@ func (s *shard) evaluate(inv *invocation, now int64, stats *stats) {
 			s.closeInvocation(inv, inv.status(now, s.cfg), "", now, stats)
 			return
 		case now >= satAdd(inv.FirstArrival, s.cfg.openTimeout):
+			inv.writeOff(now, s.cfg)
 			s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonOpenTimeout, now, stats)
 			return
 		}
@@ -337,9 +344,16 @@ func (s *shard) evaluate(inv *invocation, now int64, stats *stats) {
 		if inv.Dirty && (!inv.obligationsMet() || inv.settled(now, s.cfg) || now >= inv.retentionEnd(s.cfg)) {
 			s.revise(inv, now)
 		}
+		// Retention never makes a session owe less while work of it
+		// runs: an invocation that owes work again after its close is
+		// kept until open_timeout after its latest arrival.
 		if !inv.Dirty && now >= inv.retentionEnd(s.cfg) {
-			s.forget(inv)
-			return
+			if now < inv.owingRetentionEnd(s.cfg) && inv.owesAfterClose(now, s.cfg) {
+				inv.keptOwing = true
+			} else {
+				s.forget(inv)
+				return
+			}
 		}
 		s.schedule(inv)
 	}

@@ -128,6 +128,11 @@ func (inv *invocation) closedView(sum *summary.Summary, now int64, cfg *ledgerCo
 		v.ResultAt = &resultAt
 	}
 	v.Timeline = inv.timelineView(cfg.timelineSpans)
+	// Work that arrived after the close (a late job's followup, a woken
+	// turn) is owed though the invocation is closed.
+	if owed, left := owedView(inv.owed(now, cfg)); len(owed) > 0 {
+		v.Waiting = &statusapi.Waiting{Owed: owed, Truncated: left, OpenTimeoutAt: unixTime(inv.owingRetentionEnd(cfg))}
+	}
 	return v
 }
 
@@ -281,6 +286,7 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 			Until: unixTime(inv.SettleDue(&cfg.graph)),
 		}
 	}
+	w.Owed, _ = owedView(inv.owed(now, cfg))
 	w.Unprovable = slices.Sorted(slices.Values(slices.Concat(inv.Invalid, inv.Taints)))
 	if inv.SpanLimitHit {
 		w.Unprovable = append(w.Unprovable, reasonSpanLimit)

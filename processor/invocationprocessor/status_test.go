@@ -212,7 +212,11 @@ func TestStatusRemoteSettlingThenFinalOnTick(t *testing.T) {
 	require.NotNil(t, v.Waiting.RemoteSettling)
 	assert.Equal(t, []string{"execute_tool shell"}, v.Waiting.RemoteSettling.Spans)
 	assert.Equal(t, arrived.Add(2*time.Second), v.Waiting.RemoteSettling.Until)
-	assert.False(t, v.Waiting.OwesWork(), "remote settling alone is not work the session owes")
+	// vNEXT: an unsettled remote subtree is owed work (its process may
+	// still send spans).
+	assert.True(t, v.Waiting.OwesWork(), "a remote subtree settling is work the session owes")
+	require.Len(t, v.Waiting.Owed, 1)
+	assert.Equal(t, contract.ReasonRemoteSettling+":execute_tool shell", v.Waiting.Owed[0].Reason)
 
 	h.advance(time.Second)
 	assert.Equal(t, statusapi.StatusPending, views.latest(t, "inv-r").Status, "not settled yet")

@@ -4,6 +4,7 @@ import (
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // The functions in this file restore what the journal recorded
@@ -23,10 +24,16 @@ func (p *invocationProcessor) restoreInvocation(s *shard, id string, t int64, st
 // replayEmission re-applies a recorded summary to the invocation's state as
 // the shard took it at time t: a pending marks the pending as sent, a first
 // final or incomplete closes the invocation (with the recorded forced
-// reason), a later revision records the revision. mu must be held.
-func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *journal.Event, t int64, stats *stats) {
+// reason), a later revision records the revision. With remake (the stored
+// summary could not be read back) it returns the summary made again from
+// the restored state: the one the close makes, else a snapshot at t with
+// the recorded status and revision. mu must be held.
+func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *journal.Event, t int64, remake bool, stats *stats) (remade summary.Summary) {
 	switch {
 	case ev.Revision == 0:
+		if remake {
+			remade = inv.snapshot(contract.StatusPending, 0, t, s.cfg)
+		}
 		inv.PendingSent = true
 	case inv.Phase == phaseOpen:
 		status := ev.Status
@@ -36,16 +43,24 @@ func (p *invocationProcessor) replayEmission(s *shard, inv *invocation, ev *jour
 		// The summary closeInvocation makes again is the recorded one.
 		made := len(s.outbox)
 		s.closeInvocation(inv, status, ev.Forced, t, stats)
+		if remake && len(s.outbox) > made {
+			remade = s.outbox[made]
+			remade.Revision = max(ev.Revision, 1)
+		}
 		clear(s.outbox[made:])
 		s.outbox = s.outbox[:made]
 		if ev.Revision > 1 {
 			inv.Revision = ev.Revision
 		}
 	default:
+		if remake {
+			remade = inv.snapshot(ev.Status, ev.Revision, t, s.cfg)
+		}
 		inv.Revision = max(inv.Revision, ev.Revision)
 		inv.Dirty = false
 		inv.LastSummary = t
 	}
+	return remade
 }
 
 // taintInvocation marks an invocation whose stored state was partly lost:

@@ -44,8 +44,13 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 			db.fail(ctx, opWrite, err, fmt.Sprintf("writing partition %d's new manifest failed", ps.part))
 		}
 	} else {
+		ps.loadKeys = map[uint64]string{}
+		defer func() { ps.loadKeys = nil }()
 		decodeInto := func(kind byte, key string, raw []byte) {
 			o, ids, err := journal.DecodeOps(kind, raw)
+			for i := range o {
+				ps.loadKeys[o[i].Seq] = key
+			}
 			if err != nil {
 				db.fail(ctx, opDecode, err, "stored record "+key+" is unreadable; the invocations it concerned are treated as lost")
 				if ids == nil {
@@ -216,7 +221,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 					err = p.restoreClosed(s, ev, m, &counts)
 				}
 				if err != nil {
-					p.store.fail(context.Background(), opDecode, err, "the stored state of closed invocation "+ev.ID+" is unreadable; it is treated as lost")
+					p.store.fail(context.Background(), opDecode, err, "the stored state of closed invocation "+ev.ID+" in record "+ps.recordOf(op)+" is unreadable; it is treated as lost")
 					ps.lostAtLoad = append(ps.lostAtLoad, ev.ID)
 				}
 			case journal.EvFact:
@@ -234,7 +239,8 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 				}
 				inv := p.restoreInvocation(s, ev.ID, op.Time, &counts)
 				if d.Err != nil {
-					p.store.fail(context.Background(), opDecode, d.Err, "a stored span of invocation "+ev.ID+" is unreadable")
+					p.store.fail(context.Background(), opDecode, d.Err, "a stored span of invocation "+ev.ID+" in record "+ps.recordOf(op)+
+						" is unreadable; the invocation is closed incomplete with "+reasonStorageLost)
 					taintInvocation(inv)
 					continue
 				}
@@ -244,19 +250,33 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 				p.limits.capNames(&facts, &p.rules) // as routing cut them live
 				inv.add(&facts, r, &s.resources, op.Time, &p.rules)
 			case journal.EvEmit:
+				remake := false
 				if ev.Flags&journal.EmitSent == 0 {
 					sum, err := decodeSummary(ev)
 					if err != nil {
-						p.store.fail(context.Background(), opDecode, err, "a stored summary of invocation "+ev.ID+" is unreadable")
+						// The decision is re-applied below, so it is never
+						// made again: its summary is remade from the state.
+						remake = true
+						p.store.fail(context.Background(), opDecode, err, "a stored summary of invocation "+ev.ID+" in record "+ps.recordOf(op)+
+							" is unreadable; it is made again from the restored state")
 					} else {
 						outbox = append(outbox, pendingOut{sum: sum})
 					}
 				}
+				inv, ok := s.invs[ev.ID]
 				if ev.Flags&journal.EmitDetached != 0 {
+					if remake {
+						p.remakeDetached(s, ps, inv, ok, ev, op.Time, func(sum summary.Summary) { outbox = append(outbox, pendingOut{sum: sum}) })
+					}
 					continue
 				}
-				if inv, ok := s.invs[ev.ID]; ok {
-					p.replayEmission(s, inv, ev, op.Time, &counts)
+				if ok {
+					remade := p.replayEmission(s, inv, ev, op.Time, remake, &counts)
+					if remake {
+						outbox = append(outbox, pendingOut{sum: remade})
+					}
+				} else if remake {
+					p.remakeDetached(s, ps, inv, ok, ev, op.Time, func(sum summary.Summary) { outbox = append(outbox, pendingOut{sum: sum}) })
 				}
 			case journal.EvForget:
 				if inv, ok := s.invs[ev.ID]; ok {
@@ -305,4 +325,29 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 		}
 	}
 	return out, counts
+}
+
+// recordOf names the stored record an operation was read from, for the
+// log, while a partition loads.
+func (ps *shardPersist) recordOf(op *journal.Op) string {
+	if key, ok := ps.loadKeys[op.Seq]; ok {
+		return key
+	}
+	return fmt.Sprintf("of partition %d, operation %d", ps.part, op.Seq)
+}
+
+// remakeDetached makes again, from the restored state, a summary whose
+// stored form is unreadable and whose decision is not re-applied (its
+// invocation was forgotten, or compacted into a closed record, before it
+// was delivered): from the closed invocation it was made for, when that
+// is still held; else nothing can be sent, and the id is treated as lost
+// (a later span of it cannot make it final). mu must be held.
+func (p *invocationProcessor) remakeDetached(s *shard, ps *shardPersist, inv *invocation, ok bool, ev *journal.Event, t int64, add func(summary.Summary)) {
+	if ok && inv.Phase == phaseClosed && inv.FirstArrival <= t && inv.Revision >= ev.Revision {
+		add(inv.snapshot(ev.Status, ev.Revision, t, s.cfg))
+		return
+	}
+	p.store.fail(context.Background(), opDecode, fmt.Errorf("%w: summary of %s revision %d", journal.ErrCorrupt, ev.ID, ev.Revision),
+		"a stored summary of invocation "+ev.ID+" cannot be made again: its invocation's state is gone; it is treated as lost")
+	ps.lostAtLoad = append(ps.lostAtLoad, ev.ID)
 }

@@ -24,13 +24,15 @@ func (t *TenantConfig) validate(cfg *Config) error {
 	case t.MaxOpenInvocations < 0:
 		errs = append(errs, errors.New("tenant::max_open_invocations must not be negative (0: a quarter of max_open_invocations)"))
 	case cfg.MaxOpenInvocations > 0 && t.MaxOpenInvocations > cfg.MaxOpenInvocations:
-		errs = append(errs, fmt.Errorf("tenant::max_open_invocations (%d) must not exceed max_open_invocations (%d)", t.MaxOpenInvocations, cfg.MaxOpenInvocations))
+		errs = append(errs, fmt.Errorf("tenant::max_open_invocations (%d) must not exceed max_open_invocations (%d): "+
+			"lower tenant::max_open_invocations, or leave it unset (0) for a quarter of max_open_invocations", t.MaxOpenInvocations, cfg.MaxOpenInvocations))
 	}
 	switch {
 	case t.MaxOpenBytes < 0:
 		errs = append(errs, errors.New("tenant::max_open_bytes must not be negative (0: a quarter of max_open_bytes)"))
 	case cfg.MaxOpenBytes > 0 && t.MaxOpenBytes > cfg.MaxOpenBytes:
-		errs = append(errs, fmt.Errorf("tenant::max_open_bytes (%d) must not exceed max_open_bytes (%d)", t.MaxOpenBytes, cfg.MaxOpenBytes))
+		errs = append(errs, fmt.Errorf("tenant::max_open_bytes (%d) must not exceed max_open_bytes (%d): "+
+			"lower tenant::max_open_bytes, or leave it unset (0) for a quarter of max_open_bytes", t.MaxOpenBytes, cfg.MaxOpenBytes))
 	}
 	switch t.Source {
 	case TenantFromAuth, TenantFromResource:

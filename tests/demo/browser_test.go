@@ -90,7 +90,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("%d rows, want %d (one per invocation)", len(rows), len(results)+1)
 		}
 		shot := filepath.Join(root, screenshotPath)
-		if err := browser.Screenshot(ctx, pageURL, shot, 1600, 1000, 2500); err != nil {
+		if err := browser.Screenshot(ctx, pageURL, shot, 1400, 900, 2500); err != nil {
 			return err
 		}
 		t.Logf("screenshot: %s", shot)

@@ -8,12 +8,16 @@
 // Without -view the collector runs collector-config/local.yaml and the
 // summaries are read from its file exporter; everything started is stopped
 // by PID at the end. Either way the demo prints the URL of the collector's
-// invocation status page (the invocation_status extension). With -view it also starts Jaeger and Prometheus, runs
-// collector-config/jaeger.yaml, reads the summaries back from Jaeger, runs
-// the example PromQL queries it prints against Prometheus (showing what each
+// invocation status page (the invocation_status extension). With -view it
+// also starts Prometheus, runs collector-config/jaeger.yaml with view.yaml
+// over it (the metrics, and the spans to the file; no Jaeger), runs the
+// example PromQL queries it prints against Prometheus (showing what each
 // returned), writes Grafana provisioning for the ports it chose into the
-// work directory (grafana/), and leaves the three processes running for the
-// user to browse.
+// work directory (grafana/), and leaves the collector and Prometheus
+// running for the user to browse. With -view and -jaeger it also starts
+// that Jaeger, runs jaeger.yaml as is and reads the summaries back from
+// Jaeger; the status page links to a Jaeger UI only when
+// AGENTLEDGER_JAEGER_UI_URL names one (a source-built Jaeger has none).
 //
 // Every address can be overridden with the environment variables the
 // configs read (AGENTLEDGER_OTLP_GRPC_ENDPOINT, JAEGER_QUERY_HTTP_ENDPOINT,
@@ -67,8 +71,8 @@ func main() {
 	var o options
 	flag.StringVar(&o.collector, "collector", "", "otelcol-agentledger binary (default: build it into .bin/)")
 	flag.StringVar(&o.agent, "agent", "", "examples/shellagent binary (default: build it into the work directory)")
-	flag.BoolVar(&o.view, "view", false, "also start Jaeger and Prometheus, use collector-config/jaeger.yaml, and leave them running")
-	flag.StringVar(&o.jaeger, "jaeger", "", "Jaeger v2 binary for -view (default .bin/jaeger)")
+	flag.BoolVar(&o.view, "view", false, "also start Prometheus, use collector-config/jaeger.yaml with view.yaml, and leave them running")
+	flag.StringVar(&o.jaeger, "jaeger", "", "with -view, also start this Jaeger v2 binary and use collector-config/jaeger.yaml as is")
 	flag.StringVar(&o.prometheus, "prometheus", "", "Prometheus binary for -view (default /usr/bin/prometheus)")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long to wait for the agent and for every summary")
 	flag.StringVar(&o.scenario, "scenario", "", "run one shellagent scenario instead of all")
@@ -167,23 +171,25 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 
 	var jaeger testbin.JaegerAddrs
 	var promAddr string
-	config := "local.yaml"
+	configs := []string{"local.yaml"}
+	withJaeger := o.view && o.jaeger != ""
+	switch {
+	case withJaeger:
+		configs = []string{"jaeger.yaml"}
+	case o.view:
+		configs = []string{"jaeger.yaml", "view.yaml"}
+	}
 	if o.view {
-		config = "jaeger.yaml"
 		if jaeger, promAddr, err = startViewers(readyCtx, o, root, work, &addrs, &s, w); err != nil {
 			return err
 		}
 	}
-	var colEnv []string
-	if o.view {
-		// The status page links each invocation to its traces in the UI
-		// of a Jaeger release on the same query address (see
-		// printViewHelp).
-		colEnv = append(colEnv, "AGENTLEDGER_JAEGER_UI_URL=http://"+jaeger.QueryHTTP)
+	var configPaths []string
+	for _, c := range configs {
+		configPaths = append(configPaths, filepath.Join(root, "collector-config", c))
 	}
-	step(w, "starting otelcol-agentledger with collector-config/%s (OTLP gRPC %s)", config, addrs.OTLPGRPC)
-	col, err := testbin.StartCollector(readyCtx, o.collector, filepath.Join(root, "collector-config", config), addrs,
-		filepath.Join(work, "collector.log"), colEnv...)
+	step(w, "starting %s with collector-config/%s (OTLP gRPC %s)", filepath.Base(o.collector), strings.Join(configs, " and "), addrs.OTLPGRPC)
+	col, err := testbin.StartCollectorConfigs(readyCtx, o.collector, configPaths, addrs, filepath.Join(work, "collector.log"))
 	s.add(col)
 	if err != nil {
 		return err
@@ -214,7 +220,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	}
 
 	step(w, "waiting for %d invocation summaries (at most %v)", len(results), o.timeout)
-	summaries, waitErr := waitSummaries(runCtx, o.view, addrs.TracesFile, jaeger.QueryHTTP, started, results)
+	summaries, waitErr := waitSummaries(runCtx, withJaeger, addrs.TracesFile, jaeger.QueryHTTP, started, results)
 	bad := report(w, results, summaries)
 	var view viewInfo
 	if o.view {
@@ -284,15 +290,15 @@ func backgroundInvocation(results []testbin.AgentInvocation) string {
 	return exampleInvocation(results)
 }
 
-// waitSummaries polls the file exporter output (or Jaeger, with view) until
+// waitSummaries polls the file exporter output (or Jaeger, with fromJaeger) until
 // every invocation the agent reported has a closing summary whose status is
 // the one the agent expects.
-func waitSummaries(ctx context.Context, view bool, tracesFile, jaegerQuery string, since time.Time, results []testbin.AgentInvocation) (map[string]testbin.Summary, error) {
+func waitSummaries(ctx context.Context, fromJaeger bool, tracesFile, jaegerQuery string, since time.Time, results []testbin.AgentInvocation) (map[string]testbin.Summary, error) {
 	var closed map[string]testbin.Summary
 	err := testbin.Poll(ctx, 200*time.Millisecond, func() (bool, string, error) {
 		var sums []testbin.Summary
 		var err error
-		if view {
+		if fromJaeger {
 			sums, err = testbin.JaegerSummaries(ctx, jaegerQuery, since.Add(-time.Minute), time.Now().Add(time.Minute))
 		} else {
 			sums, err = testbin.ReadSummaries(tracesFile)
@@ -317,14 +323,14 @@ func waitSummaries(ctx context.Context, view bool, tracesFile, jaegerQuery strin
 func report(w io.Writer, results []testbin.AgentInvocation, closed map[string]testbin.Summary) int {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "invocation\tscenario\tstatus\tinput\toutput\tafter-result in\tafter-result out\tcontinuations\ttime to final\tcheck\t")
+	fmt.Fprintln(tw, "invocation\tscenario\tstatus\tinput\toutput\tafter-result in\tafter-result out\tcontinuations\ttime to final\tanomalies\tcheck\t")
 	bad := 0
 	var problems []string
 	for _, r := range results {
 		s, ok := closed[r.InvocationID]
 		if !ok {
 			bad++
-			fmt.Fprintf(tw, "%s\t%s\tno summary\t\t\t\t\t\t\tMISSING\t\n", r.InvocationID, r.Scenario)
+			fmt.Fprintf(tw, "%s\t%s\tno summary\t\t\t\t\t\t\t\tMISSING\t\n", r.InvocationID, r.Scenario)
 			continue
 		}
 		check := "ok"
@@ -337,8 +343,14 @@ func report(w io.Writer, results []testbin.AgentInvocation, closed map[string]te
 		if s.HasTimeToFinal {
 			ttf = (time.Duration(s.TimeToFinalMS) * time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", r.InvocationID, r.Scenario, s.Status,
-			s.InputTokens, s.OutputTokens, s.AfterResultInputTokens, s.AfterResultOutputTokens, s.Continuations, ttf, check)
+		// Anomalies (followup_interrupted:<job>, ...) are the summary's
+		// notes on a count that is still exact; "-" when none.
+		anomalies := "-"
+		if len(s.Anomalies) > 0 {
+			anomalies = strings.Join(s.Anomalies, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.InvocationID, r.Scenario, s.Status,
+			s.InputTokens, s.OutputTokens, s.AfterResultInputTokens, s.AfterResultOutputTokens, s.Continuations, ttf, anomalies, check)
 	}
 	_ = tw.Flush()
 	for _, p := range problems {

@@ -30,13 +30,13 @@ func TestReportCountsMissingAndDisagreeing(t *testing.T) {
 	}
 	closed := map[string]testbin.Summary{
 		"a": {InvocationID: "a", Status: contract.StatusFinal, InputTokens: 30, OutputTokens: 6, HasTimeToFinal: true},
-		"b": {InvocationID: "b", Status: contract.StatusFinal, InputTokens: 41, OutputTokens: 8},
+		"b": {InvocationID: "b", Status: contract.StatusFinal, InputTokens: 41, OutputTokens: 8, Anomalies: []string{"followup_interrupted:job-1"}},
 	}
 	var out bytes.Buffer
 	if bad := report(&out, results, closed); bad != 2 {
 		t.Errorf("report counted %d bad invocations, want 2 (b differs, c missing)\n%s", bad, out.String())
 	}
-	for _, want := range []string{"MISSING", "DIFFERS", "input_tokens: agent 40, summary 41"} {
+	for _, want := range []string{"MISSING", "DIFFERS", "input_tokens: agent 40, summary 41", "anomalies", "followup_interrupted:job-1"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report output lacks %q:\n%s", want, out.String())
 		}
@@ -59,17 +59,68 @@ func TestRunLocal(t *testing.T) {
 }
 
 // TestRunView runs what `make demo VIEW=1` runs, for one scenario, and
-// stops what it started: the Grafana provisioning names the ports the demo
-// chose, every example query returned data from the live Prometheus (the
-// p95 among them), and the Jaeger tag search it prints finds the
-// invocation's traces, its continuation's included.
+// stops what it started: no Jaeger, so the summaries come from the file and
+// the status page links nowhere but to its own timeline; every example
+// query returned data from the live Prometheus.
 func TestRunView(t *testing.T) {
+	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
+	prom := testbin.Require(t, testbin.EnvPrometheusBin, "make prometheus", "/usr/bin/prometheus")
+	t.Setenv("AGENTLEDGER_JAEGER_UI_URL", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var seen viewInfo
+	o := options{
+		collector: bin, view: true, prometheus: prom, stopView: true,
+		timeout: 2 * time.Minute, scenario: "background", workDir: t.TempDir(),
+		viewed: func(ctx context.Context, v viewInfo) error {
+			seen = v
+			for _, u := range []string{"http://" + v.Addrs.Status + "/", v.TimelineURL} {
+				page, err := getText(ctx, u)
+				if err != nil {
+					return err
+				}
+				if strings.Contains(page, "/trace/") || strings.Contains(page, "Jaeger:") {
+					t.Errorf("%s links to a Jaeger UI, and none is configured", u)
+				}
+			}
+			return nil
+		},
+	}
+	var out bytes.Buffer
+	if err := run(ctx, o, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	checkViewQueries(t, seen, out.String())
+	for _, want := range []string{"jaeger.yaml and view.yaml", "Spans and summaries (OTLP JSON lines", seen.TimelineURL + "\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "Jaeger UI") {
+		t.Errorf("the help mentions a Jaeger UI without a Jaeger:\n%s", out.String())
+	}
+}
+
+// TestRunViewJaeger runs what `make demo VIEW=1 JAEGER=1` runs, for one
+// scenario, and stops what it started: the Grafana provisioning names the
+// ports the demo chose, every example query returned data from the live
+// Prometheus (the p95 among them), and the Jaeger tag search it prints
+// finds the invocation's traces, its continuation's included.
+func TestRunViewJaeger(t *testing.T) {
 	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
 	jaeger := testbin.Require(t, testbin.EnvJaegerBin, "make jaeger", ".bin/jaeger")
 	prom := testbin.Require(t, testbin.EnvPrometheusBin, "make prometheus", "/usr/bin/prometheus")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var seen viewInfo
+	// The test stands in for a Jaeger release on the same query address:
+	// the page's links are checked, not followed.
+	uiAddr, err := testbin.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JAEGER_QUERY_HTTP_ENDPOINT", uiAddr)
+	t.Setenv("AGENTLEDGER_JAEGER_UI_URL", "http://"+uiAddr)
 	o := options{
 		collector: bin, view: true, jaeger: jaeger, prometheus: prom, stopView: true,
 		timeout: 2 * time.Minute, scenario: "background", workDir: t.TempDir(),
@@ -110,19 +161,7 @@ func TestRunView(t *testing.T) {
 	if err := run(ctx, o, &out); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	if len(seen.Queries) != len(promQueries) {
-		t.Fatalf("%d query results, want %d\n%s", len(seen.Queries), len(promQueries), out.String())
-	}
-	for _, q := range seen.Queries {
-		if !q.OK {
-			t.Errorf("%s returned %s", q.Expr, q.Result)
-		}
-	}
-	p95 := seen.Queries[slices.IndexFunc(seen.Queries, func(q queryResult) bool { return strings.HasPrefix(q.Expr, "histogram_quantile") })]
-	if v, err := strconv.ParseFloat(p95.Result, 64); err != nil || v < 1000 {
-		// The background scenario's job sleeps 1 s before it ends.
-		t.Errorf("p95 time to final = %s, want at least 1000 (ms)", p95.Result)
-	}
+	checkViewQueries(t, seen, out.String())
 
 	raw, err := os.ReadFile(filepath.Join(seen.GrafanaDir, "provisioning", "datasources", "agentledger.yaml"))
 	if err != nil {
@@ -157,6 +196,25 @@ func TestRunView(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// checkViewQueries checks that every example query returned data, the p95
+// among them.
+func checkViewQueries(t *testing.T, seen viewInfo, out string) {
+	t.Helper()
+	if len(seen.Queries) != len(promQueries) {
+		t.Fatalf("%d query results, want %d\n%s", len(seen.Queries), len(promQueries), out)
+	}
+	for _, q := range seen.Queries {
+		if !q.OK {
+			t.Errorf("%s returned %s", q.Expr, q.Result)
+		}
+	}
+	p95 := seen.Queries[slices.IndexFunc(seen.Queries, func(q queryResult) bool { return strings.HasPrefix(q.Expr, "histogram_quantile") })]
+	if v, err := strconv.ParseFloat(p95.Result, 64); err != nil || v < 1000 {
+		// The background scenario's job sleeps 1 s before it ends.
+		t.Errorf("p95 time to final = %s, want at least 1000 (ms)", p95.Result)
 	}
 }
 

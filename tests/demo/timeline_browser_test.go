@@ -73,7 +73,7 @@ func TestTimelinePagesInBrowser(t *testing.T) {
 			t.Errorf("checked %d invocations of %v, want %d", checked, timelineScenarios, len(timelineScenarios)+2)
 		}
 		shot := filepath.Join(root, timelineShotPath)
-		if err := browser.Screenshot(ctx, pageURL+"invocations/"+url.PathEscape(backgroundInvocation(results)), shot, 1280, 820, 500); err != nil {
+		if err := browser.Screenshot(ctx, pageURL+"invocations/"+url.PathEscape(backgroundInvocation(results)), shot, 1400, 820, 500); err != nil {
 			return err
 		}
 		t.Logf("screenshot: %s", shot)

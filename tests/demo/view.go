@@ -87,11 +87,15 @@ func jaegerTagSearch(queryAddr, id string) string {
 }
 
 // writeGrafana writes Grafana provisioning for the ports the demo chose
-// into work/grafana and returns that directory. The work directory is made
+// into work/grafana and returns that directory. Without a Jaeger (empty
+// jaegerQuery) its data source names Jaeger's default query address. The work directory is made
 // readable to others so that Grafana in a container, which runs as its
 // own user, can read the files.
 func writeGrafana(work, promAddr, jaegerQuery string) (string, error) {
 	dir := filepath.Join(work, "grafana")
+	if jaegerQuery == "" {
+		jaegerQuery = "127.0.0.1:16686"
+	}
 	if err := dashboards.WriteProvisioning(dir, "http://"+promAddr, "http://"+jaegerQuery); err != nil {
 		return "", fmt.Errorf("grafana provisioning: %w", err)
 	}
@@ -105,21 +109,32 @@ func writeGrafana(work, promAddr, jaegerQuery string) (string, error) {
 // the v1.76.0 module tools/jaeger pins; its binaries and images embed the UI.
 const jaegerRelease = "2.13.0"
 
-// startViewers starts Jaeger (collector-config/jaeger-v2.yaml) and points
-// the collector's Jaeger exporter at it. It also picks Prometheus's address;
-// Prometheus itself starts after the collector.
+// startViewers picks Prometheus's address (Prometheus itself starts after
+// the collector) and, with o.jaeger, starts that Jaeger
+// (collector-config/jaeger-v2.yaml) and points the collector's Jaeger
+// exporter at it.
 func startViewers(ctx context.Context, o options, root, work string, addrs *testbin.CollectorAddrs, s *stack, w io.Writer) (testbin.JaegerAddrs, string, error) {
-	if o.jaeger == "" {
-		o.jaeger = filepath.Join(root, ".bin", "jaeger")
-	}
 	if o.prometheus == "" {
 		o.prometheus = "/usr/bin/prometheus"
 	}
-	for _, bin := range []string{o.jaeger, o.prometheus} {
+	bins := map[string]string{o.prometheus: "make prometheus"}
+	if o.jaeger != "" {
+		bins[o.jaeger] = "make jaeger"
+	}
+	for bin, target := range bins {
 		if _, err := os.Stat(bin); err != nil {
-			return testbin.JaegerAddrs{}, "", fmt.Errorf("%s missing (make jaeger prometheus): %w", bin, err)
+			return testbin.JaegerAddrs{}, "", fmt.Errorf("%s missing (%s): %w", bin, target, err)
 		}
 	}
+	promAddr, err := testbin.FreeAddr()
+	if err != nil {
+		return testbin.JaegerAddrs{}, "", err
+	}
+	promAddr = envOr("PROMETHEUS_WEB_ENDPOINT", promAddr)
+	if o.jaeger == "" {
+		return testbin.JaegerAddrs{}, promAddr, nil
+	}
+
 	j, err := testbin.NewJaegerAddrs()
 	if err != nil {
 		return j, "", err
@@ -129,12 +144,6 @@ func startViewers(ctx context.Context, o options, root, work string, addrs *test
 	j.QueryHTTP = envOr("JAEGER_QUERY_HTTP_ENDPOINT", j.QueryHTTP)
 	j.QueryGRPC = envOr("JAEGER_QUERY_GRPC_ENDPOINT", j.QueryGRPC)
 	addrs.JaegerOTLP = j.OTLPGRPC
-
-	promAddr, err := testbin.FreeAddr()
-	if err != nil {
-		return j, "", err
-	}
-	promAddr = envOr("PROMETHEUS_WEB_ENDPOINT", promAddr)
 
 	step(w, "starting Jaeger with collector-config/jaeger-v2.yaml (query %s)", j.QueryHTTP)
 	p, err := testbin.StartJaeger(ctx, o.jaeger, filepath.Join(root, "collector-config", "jaeger-v2.yaml"), j,
@@ -175,7 +184,7 @@ type viewInfo struct {
 // printViewHelp tells the user where everything runs, what to look at, and
 // how to stop it.
 func printViewHelp(w io.Writer, root string, v viewInfo, s *stack) {
-	addrs, j, promAddr := v.Addrs, v.Jaeger, v.Prometheus
+	addrs := v.Addrs
 	var pids []string
 	fmt.Fprintln(w, "\nLeft running:")
 	for _, p := range s.procs {
@@ -184,51 +193,73 @@ func printViewHelp(w io.Writer, root string, v viewInfo, s *stack) {
 	}
 	fmt.Fprintf(w, `
 Invocation status page (open and recently closed invocations, what each waits on)
-  http://%[12]s/
+  http://%[1]s/
   one background invocation on one time axis (its job past the result, the
   continuation it woke, the tokens after the result):
-  %[18]s
-  http://%[12]s/v1/invocations?status=pending&older_than=10m
-  http://%[12]s/v1/invocations/<invocation id>
-  http://%[12]s/v1/sessions/<session id>      (owes_work)
+  %[2]s
+  http://%[1]s/v1/invocations?status=pending&older_than=10m
+  http://%[1]s/v1/invocations/<invocation id>
+  http://%[1]s/v1/sessions/<session id>      (owes_work)
 
-Jaeger (HTTP API; this source build has no UI, see below)
-  http://%[1]s/api/v3/services
-  http://%[1]s/api/traces?service=%[13]s&operation=invocation.summary&lookback=1h
-  one invocation's traces (its own and its continuations'), by the invocation.id tag, here %[14]s:
-  %[15]s
-  http://%[1]s/api/v3/traces/<trace id>      (keeps span links with their invocation.link attribute)
-
-Prometheus  http://%[2]s/graph  (what each query returned as the demo ended after "=")
-%[16]s  (the quantile is over the cumulative buckets: the demo's series reach
+%[3]sPrometheus  http://%[4]s/graph  (what each query returned as the demo ended after "=")
+%[5]s  (the quantile is over the cumulative buckets: the demo's series reach
   Prometheus with every observation in their first sample, so rate() over
   any window is 0; on a collector that keeps running use
   histogram_quantile(0.95, sum by (le) (rate(agentledger_invocation_time_to_final_milliseconds_bucket[5m])))
   all metrics: docs/metrics.md)
 
-Grafana provisioning for these ports (data sources and both dashboards): %[17]s
-  docker run --rm --network host -e GF_PATHS_PROVISIONING=%[17]s/provisioning \
-    -v %[17]s:%[17]s:ro grafana/grafana
+Grafana provisioning for these ports (data sources and both dashboards): %[6]s
+  docker run --rm --network host -e GF_PATHS_PROVISIONING=%[6]s/provisioning \
+    -v %[6]s:%[6]s:ro grafana/grafana
   then http://127.0.0.1:3000/ (admin/admin), folder AgentLedger; a Grafana of your
-  own reads it with GF_PATHS_PROVISIONING=%[17]s/provisioning
+  own reads it with GF_PATHS_PROVISIONING=%[6]s/provisioning
 
-Send your own agent's spans to the collector: OTLP gRPC %[3]s, OTLP HTTP http://%[4]s
+Send your own agent's spans to the collector: OTLP gRPC %[7]s, OTLP HTTP http://%[8]s
 
-The Jaeger UI: the release binaries and images of Jaeger v%[5]s embed it. Stop
-the source build (kill %[6]d) and run the release with the same config:
-  %[7]s ./jaeger --config %[8]s
+%[9]sStop everything: kill %[10]s
+`, addrs.Status, v.TimelineURL, jaegerSection(v), v.Prometheus, queryLines(v.Queries), v.GrafanaDir,
+		addrs.OTLPGRPC, addrs.OTLPHTTP, jaegerUISection(root, v, s), strings.Join(pids, " "))
+}
+
+// jaegerSection is the help's Jaeger API part, with a Jaeger.
+func jaegerSection(v viewInfo) string {
+	j := v.Jaeger
+	if j.QueryHTTP == "" {
+		return "Spans and summaries (OTLP JSON lines; no Jaeger: make demo VIEW=1 JAEGER=1 adds one)\n  " +
+			v.Addrs.TracesFile + "\n\n"
+	}
+	return fmt.Sprintf(`Jaeger (HTTP API; this source build has no UI, see below)
+  http://%[1]s/api/v3/services
+  http://%[1]s/api/traces?service=%[2]s&operation=invocation.summary&lookback=1h
+  one invocation's traces (its own and its continuations'), by the invocation.id tag, here %[3]s:
+  %[4]s
+  http://%[1]s/api/v3/traces/<trace id>      (keeps span links with their invocation.link attribute)
+
+`, j.QueryHTTP, agentService, v.InvocationID, jaegerTagSearch(j.QueryHTTP, v.InvocationID))
+}
+
+// jaegerUISection tells how to get the Jaeger UI, with a source-built
+// Jaeger (which has none).
+func jaegerUISection(root string, v viewInfo, s *stack) string {
+	j := v.Jaeger
+	if j.QueryHTTP == "" {
+		return ""
+	}
+	return fmt.Sprintf(`The Jaeger UI: the release binaries and images of Jaeger v%[2]s embed it. Stop
+the source build (kill %[3]d) and run the release with the same config:
+  %[4]s ./jaeger --config %[5]s
 or
-  docker run --rm --network host %[9]s \
-    -v %[10]s:/cfg jaegertracing/jaeger:%[5]s --config /cfg/jaeger-v2.yaml
-then open http://%[1]s/search; the status page's trace links point there (release tarballs:
-https://github.com/jaegertracing/jaeger/releases/tag/v%[5]s). To find one invocation
-there: Service %[13]s, Tags invocation.id=%[14]s, Find Traces.
+  docker run --rm --network host %[6]s \
+    -v %[7]s:/cfg jaegertracing/jaeger:%[2]s --config /cfg/jaeger-v2.yaml
+then open http://%[1]s/search (release tarballs:
+https://github.com/jaegertracing/jaeger/releases/tag/v%[2]s). To find one invocation
+there: Service %[8]s, Tags invocation.id=%[9]s, Find Traces. The status page links
+its traces there when the demo runs with AGENTLEDGER_JAEGER_UI_URL=http://%[1]s
+(unset, its links go to its own timeline).
 
-Stop everything: kill %[11]s
-`, j.QueryHTTP, promAddr, addrs.OTLPGRPC, addrs.OTLPHTTP, jaegerRelease, jaegerPID(s),
-		strings.Join(j.Env(), " "), filepath.Join(root, "collector-config", "jaeger-v2.yaml"),
-		dockerEnv(j.Env()), filepath.Join(root, "collector-config"), strings.Join(pids, " "), addrs.Status,
-		agentService, v.InvocationID, jaegerTagSearch(j.QueryHTTP, v.InvocationID), queryLines(v.Queries), v.GrafanaDir, v.TimelineURL)
+`, j.QueryHTTP, jaegerRelease, jaegerPID(s), strings.Join(j.Env(), " "),
+		filepath.Join(root, "collector-config", "jaeger-v2.yaml"), dockerEnv(j.Env()), filepath.Join(root, "collector-config"),
+		agentService, v.InvocationID)
 }
 
 func queryLines(res []queryResult) string {

@@ -29,6 +29,7 @@ var (
 	overlayConfigs = map[string][]string{
 		"shared.yaml":               {"local.yaml", "jaeger.yaml"},
 		"shared-loadbalancing.yaml": {"loadbalancing.yaml"},
+		"view.yaml":                 {"jaeger.yaml"},
 	}
 	jaegerConfigs    = []string{"jaeger-v2.yaml"}
 	prometheusConfig = "prometheus.yml"
@@ -80,6 +81,83 @@ func TestCollectorOverlaysValidate(t *testing.T) {
 			})
 		}
 	}
+}
+
+// boundSets are the bounds README.md's table documents, each set alone on
+// the command line to a value far from its default (issue 34: a single
+// --set of max_open_invocations made shared.yaml's fixed tenant quotas
+// exceed it). The tenant quotas themselves only where a config has a
+// tenant.
+var boundSets = []string{
+	"max_open_invocations=40",
+	"max_open_bytes=1048576",
+	"max_closed_invocations=10",
+	"max_spans_per_invocation=10",
+	"max_invocation_id_bytes=64",
+	"max_name_bytes=16",
+	"shed_heap_bytes=1048576",
+}
+
+var tenantBoundSets = []string{"tenant::max_open_invocations=5", "tenant::max_open_bytes=65536"}
+
+// TestShippedConfigsTakeASingleSetOfEachBound validates every shipped
+// collector config (and overlay) with each documented bound set alone.
+func TestShippedConfigsTakeASingleSetOfEachBound(t *testing.T) {
+	bin := collectorBin(t)
+	type combo struct {
+		name    string
+		files   []string
+		tenants bool
+	}
+	var combos []combo
+	for _, name := range collectorConfigs {
+		combos = append(combos, combo{name: name, files: []string{name}})
+	}
+	for overlay, bases := range overlayConfigs {
+		for _, base := range bases {
+			combos = append(combos, combo{name: base + "+" + overlay, files: []string{base, overlay}, tenants: overlay == "shared.yaml"})
+		}
+	}
+	for _, c := range combos {
+		if !hasInvocationProcessor(t, c.files) {
+			continue
+		}
+		sets := boundSets
+		if c.tenants {
+			sets = slices.Concat(boundSets, tenantBoundSets)
+		}
+		for _, set := range sets {
+			t.Run(c.name+"/"+set, func(t *testing.T) {
+				var args []string
+				for _, f := range c.files {
+					args = append(args, "--config", repoPath(t, "collector-config", f))
+				}
+				runValidate(t, bin, append([]string{"validate"}, append(args, "--set", "processors::invocation::"+set)...)...)
+			})
+		}
+	}
+}
+
+// hasInvocationProcessor reports whether any of the configs configures
+// the invocation processor.
+func hasInvocationProcessor(t *testing.T, files []string) bool {
+	t.Helper()
+	for _, f := range files {
+		raw, err := os.ReadFile(repoPath(t, "collector-config", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Processors map[string]any `yaml:"processors"`
+		}
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := doc.Processors["invocation"]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func TestJaegerConfigValidates(t *testing.T) {
@@ -188,21 +266,9 @@ func TestBuilderManifestMatchesDistribution(t *testing.T) {
 			t.Errorf("%s: manifest pins %s, go.mod requires %q", path, version, got)
 		}
 	}
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, repoPath(t, "cmd", "otelcol-agentledger", "main.go"), nil, parser.ImportsOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var compiled []string
-	for _, spec := range f.Imports {
-		p, err := strconv.Unquote(spec.Path.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if isComponentImport(p) {
-			compiled = append(compiled, p)
-		}
-	}
+	// The full distribution is main.go with components_full.go (the
+	// build without -tags agentledger_local).
+	compiled := componentImports(t, "main.go", "components_full.go")
 	slices.Sort(imports)
 	slices.Sort(compiled)
 	for _, p := range compiled {
@@ -215,6 +281,46 @@ func TestBuilderManifestMatchesDistribution(t *testing.T) {
 			t.Errorf("the manifest lists %s; cmd/otelcol-agentledger does not import it", p)
 		}
 	}
+}
+
+// The local distribution (-tags agentledger_local, what make demo runs)
+// is a subset of the full one, so that the manifest and `make build` stay
+// the distribution of record, and it has what the demo's configs use.
+func TestLocalDistributionIsASubset(t *testing.T) {
+	full := componentImports(t, "main.go", "components_full.go")
+	local := componentImports(t, "main.go", "components_local.go")
+	for _, p := range local {
+		if !slices.Contains(full, p) {
+			t.Errorf("components_local.go imports %s, which the full distribution lacks", p)
+		}
+	}
+	if len(local) >= len(full) {
+		t.Errorf("the local distribution has %d components, the full one %d: nothing left out", len(local), len(full))
+	}
+}
+
+// componentImports returns the component and provider imports of the
+// named files of cmd/otelcol-agentledger.
+func componentImports(t *testing.T, files ...string) []string {
+	t.Helper()
+	var compiled []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, repoPath(t, "cmd", "otelcol-agentledger", name), nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, spec := range f.Imports {
+			p, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if isComponentImport(p) && !slices.Contains(compiled, p) {
+				compiled = append(compiled, p)
+			}
+		}
+	}
+	return compiled
 }
 
 // isComponentImport reports whether an import of main.go is a component or

@@ -85,8 +85,10 @@ func TestStatusAPIFollowsBackgroundInvocation(t *testing.T) {
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	root, chat1, tool, job, cont, chat2 := backgroundInvocation(0x20)
 	const id = "e2e-status"
-	if owesWork(t, c, "session-1") {
-		t.Fatal("a session the collector never saw owes work")
+	// A session the collector never saw is unknown: the client fails
+	// closed (owes work, with ErrNotFound).
+	if owes, err := c.OwesWork(ctx, "session-1"); !owes || !errors.Is(err, statusapi.ErrNotFound) {
+		t.Fatalf("a session the collector never saw: owes %v, err %v; want true, ErrNotFound", owes, err)
 	}
 
 	// The caller has its result; the job runs (its span is not exported).

@@ -167,20 +167,20 @@ func (c *Client) Session(ctx context.Context, session string) (Session, error) {
 }
 
 // OwesWork reports whether the session still owes work to one of its
-// invocations (Session.OwesWork). A session no collector knows owes none.
-// Any other error (a backend that cannot be asked) comes back as an error:
-// a host should then keep the session.
+// invocations (Session.OwesWork). It fails closed: a session no collector
+// knows is unknown, not idle, so it answers true with an error wrapping
+// ErrNotFound (its spans may not have been exported yet, or the
+// collector forgot it); any other error (a backend that cannot be asked)
+// answers true with that error. Only a false with a nil error lets a host
+// release the session.
 //
 // The collector sees a span only once the agent exported it: flush the
 // agent's span pipeline (TracerProvider.ForceFlush) before asking about a
 // session whose turn just ended.
 func (c *Client) OwesWork(ctx context.Context, session string) (bool, error) {
 	s, err := c.Session(ctx, session)
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
-	}
 	if err != nil {
-		return false, err
+		return true, err
 	}
 	return s.OwesWork, nil
 }

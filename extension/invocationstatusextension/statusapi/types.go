@@ -14,7 +14,10 @@
 //	                                 not after (at once if it is not), or after wait
 package statusapi // import "github.com/agentledger/agentledger/extension/invocationstatusextension/statusapi"
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Status is an invocation's status, with the contract's values.
 type Status string
@@ -132,16 +135,48 @@ type Waiting struct {
 	// open_timeout if it is still open (the collector's clock).
 	OpenTimeoutAt time.Time `json:"open_timeout_at"`
 	// Truncated counts entries left out of MissingChildren and
-	// ExpectedFollowups to keep a view bounded.
+	// ExpectedFollowups to keep a view bounded (Owed keeps at most 32 and
+	// a closed view's Waiting counts those it left out here).
 	Truncated int `json:"truncated,omitempty"`
+	// Owed lists everything the invocation is still owed, each with what
+	// it waits for (CONTRACT.md vNEXT, "Owed means everything owed"):
+	// declared children, followups (also those a job arriving after the
+	// invocation closed re-opened), detached spans, remote subtrees not
+	// yet settled, and turns a wake span announced that have not ended.
+	// A closed invocation's view carries a Waiting with only Owed when
+	// something arrived after its close that it now owes.
+	Owed []Owed `json:"owed,omitempty"`
 }
 
 // OwesWork reports whether the invocation waits on work its session still
-// owes: a child span not yet arrived (a job still running, a turn still
-// exporting) or a job's followup. Remote settling alone is not owed work.
+// owes: anything in Owed (a child span not yet arrived, a job's followup,
+// a detached span, a remote subtree settling, a running turn), or entries
+// left out to keep the view bounded.
 func (w *Waiting) OwesWork() bool {
-	return w != nil && (len(w.MissingChildren) > 0 || len(w.ExpectedFollowups) > 0 || w.Truncated > 0)
+	return w != nil && (len(w.Owed) > 0 || len(w.MissingChildren) > 0 || len(w.ExpectedFollowups) > 0 || w.Truncated > 0)
 }
+
+// Owed is one piece of work an invocation is owed.
+type Owed struct {
+	// Reason is "kind:span name": missing_children, open_followup,
+	// missing_detached, remote_settling or running_turn, and the span
+	// that waits.
+	Reason string `json:"reason"`
+	// Waits says what it waits for.
+	Waits string `json:"waits"`
+	// SpanID is the waiting span's ID (hex).
+	SpanID string `json:"span_id"`
+	// Missing is how many spans it still waits for (0 for a remote
+	// subtree).
+	Missing int `json:"missing,omitempty"`
+	// Until is, for a remote subtree, when it settles if nothing else
+	// arrives (the collector's clock).
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// RunningTurn reports whether the item is a turn a wake span announced
+// that has not ended (running_turn:...).
+func (o Owed) RunningTurn() bool { return strings.HasPrefix(o.Reason, "running_turn:") }
 
 // MissingChildren is the child spans declared and not arrived under the
 // spans of one name.
@@ -199,14 +234,16 @@ type Session struct {
 	Session string `json:"session"`
 	// Version is the session's watch version on the collector that
 	// answered: it changes when the session appears or vanishes, when
-	// OwesWork changes, when an unattributed turn (the session woke by
-	// itself) joins it, and when one of its invocations turns final or
-	// incomplete. 0 for a session the collector does not know. Pass it as
+	// OwesWork changes, when a turn the runtime started by itself begins
+	// (a wake span arrived: an Owed running_turn appears) or an
+	// unattributed turn joins it, and when one of its invocations turns
+	// final or incomplete. 0 for a session the collector does not know. Pass it as
 	// after to the next watch; Client.Watch keeps one per collector.
 	Version uint64 `json:"version"`
-	// OwesWork is true while one of the session's open invocations waits
-	// on a missing child span or a job's followup (Waiting.OwesWork): a
-	// host must not release the session then.
+	// OwesWork is true while one of the session's invocations, open or
+	// closed, owes anything (Waiting.OwesWork): a host must not release
+	// the session then. A session the collector does not know (404) is
+	// unknown, not "owes nothing": Client.OwesWork reads it as owing.
 	OwesWork bool `json:"owes_work"`
 	// OpenInvocations are the session's open invocations, oldest first.
 	OpenInvocations []Invocation `json:"open_invocations"`

@@ -207,7 +207,11 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 		resend, _ = strconv.Atoi(hdr)
 	}
 	var c *call
-	if hdr == "" || resend > 0 {
+	// A proxy's request identical to a held attempt is its retry whatever
+	// its retry count says: Claude Code (2.1.328) retries an overloaded
+	// (529) request from its own loop, each attempt a first one to its SDK
+	// (x-stainless-retry-count: 0).
+	if hdr == "" || resend > 0 || info.RetryHold > 0 {
 		c = m.take(key)
 	} else if old := m.take(key); old != nil {
 		// A first attempt of the same request: the old call's last

@@ -21,6 +21,9 @@ type ExportCounts struct {
 	children             int
 	unrecorded, detached int32
 	wrap                 bool
+	// restore, when not nil, holds the ids the SDK's value length limit
+	// cut on the span (restore.go).
+	restore *Restored
 }
 
 // CountsOf returns how the SpanProcessor exports the ended span s.
@@ -37,6 +40,8 @@ func (c ExportCounts) Span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
 	switch {
 	case !c.wrap:
 		return s
+	case c.restore != nil:
+		return &restoredSpan{ReadOnlySpan: s, counts: c}
 	case c.unrecorded != 0 || c.detached != 0:
 		return &declaredSpan{ReadOnlySpan: s, children: c.children, unrecorded: c.unrecorded, detached: c.detached}
 	}
@@ -48,6 +53,9 @@ func (c ExportCounts) Span(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
 func (c ExportCounts) Keeps(kv attribute.KeyValue) bool {
 	if !c.wrap {
 		return true
+	}
+	if c.restore != nil && !c.restore.keeps(kv) {
+		return false
 	}
 	switch kv.Key {
 	case contract.AttrChildren:
@@ -62,7 +70,7 @@ func (c ExportCounts) Keeps(kv attribute.KeyValue) bool {
 
 // Added returns, in buf, the attributes the counts c add after the span's
 // own (those keeps keeps).
-func (c ExportCounts) Added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
+func (c ExportCounts) Added(buf *[AddedMax]attribute.KeyValue) []attribute.KeyValue {
 	out := buf[:0]
 	if !c.wrap {
 		return out
@@ -76,19 +84,22 @@ func (c ExportCounts) Added(buf *[3]attribute.KeyValue) []attribute.KeyValue {
 	if c.detached != 0 {
 		out = append(out, attribute.Int(contract.AttrDetached, int(c.detached)))
 	}
+	if c.restore != nil {
+		out = c.restore.added(out)
+	}
 	return out
 }
 
 // collectAttrs returns the attributes of the span whose own are base as
 // exported with the counts c: what keeps keeps, then what added adds.
 func collectAttrs(base []attribute.KeyValue, c ExportCounts) []attribute.KeyValue {
-	out := make([]attribute.KeyValue, 0, len(base)+3)
+	out := make([]attribute.KeyValue, 0, len(base)+AddedMax)
 	for _, kv := range base {
 		if c.Keeps(kv) {
 			out = append(out, kv)
 		}
 	}
-	var buf [3]attribute.KeyValue
+	var buf [AddedMax]attribute.KeyValue
 	return append(out, c.Added(&buf)...)
 }
 

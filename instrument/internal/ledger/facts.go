@@ -68,7 +68,7 @@ func readFacts(f *Facts, s sdktrace.ReadOnlySpan, counts ExportCounts, rule *led
 			attr(kv)
 		}
 	}
-	var buf [3]attribute.KeyValue
+	var buf [AddedMax]attribute.KeyValue
 	for _, kv := range counts.Added(&buf) {
 		attr(kv)
 	}
@@ -87,7 +87,12 @@ func readFacts(f *Facts, s sdktrace.ReadOnlySpan, counts ExportCounts, rule *led
 	}
 	f.Start, f.End = unixNanos(s.StartTime()), unixNanos(s.EndTime())
 	f.Failed = s.Status().Code == codes.Error
+	// What the SDK's limits dropped is exported with the span (OTLP's
+	// dropped counts): the collector reads it, and so does the ledger.
+	f.Dropped.Attributes = ledgerrule.DroppedCount(s.DroppedAttributes())
+	f.Dropped.Links = ledgerrule.DroppedCount(s.DroppedLinks())
 	for _, l := range s.Links() {
+		f.Dropped.LinkAttributes += ledgerrule.DroppedCount(l.DroppedAttributeCount)
 		kind, bad := linkKind(l.Attributes)
 		if bad {
 			f.LinkMalformed = true
@@ -120,6 +125,8 @@ func roleName(r ledgerrule.Role) string {
 		return contract.RoleContinuation
 	case ledgerrule.RoleFollowupClosed:
 		return contract.RoleFollowupClosed
+	case ledgerrule.RoleWake:
+		return contract.RoleWake
 	}
 	return ""
 }
@@ -165,6 +172,12 @@ type StartAttrs struct {
 	// LateChild: the span carries invocation.late_child = true (a flag of
 	// the wrong type reads as true, as readFacts reads it at the end).
 	LateChild bool
+	// Operation is the span's gen_ai.operation.name at its start, when a
+	// string.
+	Operation string
+	// Marked: the span carries invocation.id or invocation.role, whatever
+	// their values (a value length limit may have cut them to "").
+	Marked bool
 }
 
 // UnattributedUnknown is the reason of an unattributed turn's root that
@@ -179,6 +192,10 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 	for _, kv := range attrs {
 		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
 			r.Attr(k, ruleValue(kv.Value))
+			a.Marked = a.Marked || k == ledgerrule.KeyInvocationID || k == ledgerrule.KeyRole
+			if k == ledgerrule.KeyOperation && a.Operation == "" && kv.Value.Type() == attribute.STRING {
+				a.Operation = kv.Value.AsString()
+			}
 			continue
 		}
 		switch kv.Key {
@@ -211,3 +228,6 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 // startRule configures the reading at a span's start, which reads no
 // counts or usage.
 var startRule = ledgerrule.NewConfig(nil, 0)
+
+// IsModelCall reports whether operation op names a model call.
+func (l *Ledger) IsModelCall(op string) bool { return op != "" && l.rule.IsUsageOperation(op) }

@@ -73,6 +73,10 @@ type Invocation struct {
 	// runs (started, not yet ended).
 	unattributedRunning bool
 	inSession           bool
+	// keptOwing is set while the retention keeps it because it still
+	// holds work; writtenOff, while what its open timeout wrote off is in
+	// Ledger.writtenOff (owes.go).
+	keptOwing, writtenOff bool
 }
 
 // newInvocation returns the state of invocation id, first seen at

@@ -36,10 +36,11 @@ type Ledger struct {
 	// rule configures the contract's reader of spans (internal/ledgerrule).
 	rule *ledgerrule.Config
 	// graph configures the finality rule (ledgerrule.Graph).
-	graph         ledgerrule.GraphConfig
-	evictedCount  metric.Int64Counter
-	spanLimited   metric.Int64Counter
-	recordDropped metric.Int64Counter
+	graph          ledgerrule.GraphConfig
+	evictedCount   metric.Int64Counter
+	spanLimited    metric.Int64Counter
+	recordDropped  metric.Int64Counter
+	owingForgotten metric.Int64Counter
 
 	// mu guards all fields below and every invocation's state.
 	mu   sync.Mutex
@@ -53,7 +54,15 @@ type Ledger struct {
 	// record keeps the latest summaries of forgotten invocations for a
 	// late Wait.
 	record *summaryRecord
-	down   bool
+	// keptOwing counts the closed invocations the retention keeps because
+	// they still hold work (at most MaxOpenInvocations); forgotten
+	// remembers those it forgot nonetheless (owes.go).
+	keptOwing int
+	forgotten forgottenOwing
+	// writtenOff holds what the open timeout wrote off, for the timed-out
+	// invocations still held.
+	writtenOff map[*Invocation][]owedKey
+	down       bool
 }
 
 // Config configures a Ledger; package instrument fills it from its
@@ -88,6 +97,9 @@ func New(cfg Config, meter metric.Meter) *Ledger {
 	l.spanLimited, _ = meter.Int64Counter("agentledger.instrument.ledger.span_limit",
 		metric.WithDescription("Spans not indexed because their invocation reached the per-invocation span limit; the invocation closes incomplete."),
 		metric.WithUnit("{span}"))
+	l.owingForgotten, _ = meter.Int64Counter("agentledger.instrument.ledger.owing_forgotten",
+		metric.WithDescription("Closed invocations forgotten while they still held work of their session (a job running, a followup owed), because as many as WithMaxOpenInvocations were kept already; the session keeps owing (owing_forgotten)."),
+		metric.WithUnit("{invocation}"))
 	l.recordDropped, _ = meter.Int64Counter("agentledger.instrument.ledger.closed_records_dropped",
 		metric.WithDescription("Summaries of forgotten invocations dropped from the bounded record a late Wait answers from."),
 		metric.WithUnit("{invocation}"))
@@ -107,6 +119,7 @@ func (l *Ledger) lookup(id string, now time.Time) *Invocation {
 	}
 	inv := newInvocation(id, now)
 	l.held.add(inv)
+	l.recreated(inv)
 	l.armTimeout(now)
 	return inv
 }
@@ -133,6 +146,7 @@ func (l *Ledger) timedOut() {
 	}
 	now := l.clock.Now()
 	for inv := l.held.timedOut(now); inv != nil; inv = l.held.timedOut(now) {
+		l.writeOff(inv, now)
 		l.closeForced(inv, contract.ReasonOpenTimeout, now)
 	}
 	l.armTimeout(now)
@@ -143,7 +157,14 @@ func (l *Ledger) timedOut() {
 // from, and its session and background spans are unlisted. l.mu must be
 // held.
 func (l *Ledger) sweep(now time.Time) {
-	for inv := l.held.expired(now); inv != nil; inv = l.held.expired(now) {
+	for inv := l.held.expiredFront(now); inv != nil; inv = l.held.expiredFront(now) {
+		if l.keepOrForget(inv, now) {
+			// It still holds work: kept another retention period.
+			l.held.requeue(inv, now)
+			continue
+		}
+		l.held.forget(inv)
+		l.released(inv)
 		if l.record.add(l.summaryLocked(inv)) {
 			l.recordDropped.Add(context.Background(), 1)
 		}

@@ -133,14 +133,16 @@ func (l *Ledger) Session(session string) SessionState {
 	defer l.mu.Unlock()
 	l.sweep(l.clock.Now())
 	var st SessionState
+	now := l.clock.Now()
 	for inv := l.sessions.first[session]; inv != nil; inv = inv.sessionNext {
 		for _, j := range inv.openJobs {
 			st.OpenJobs = append(st.OpenJobs, j)
 		}
-		for i := range inv.g.Spans {
-			if e := &inv.g.Spans[i]; e.Arrived && e.MissingFollowups() > 0 {
+		for _, o := range l.owed(inv, now) {
+			st.Owed = append(st.Owed, OwedInfo{InvocationID: inv.id, Reason: o.Reason(), Waits: o.Waits()})
+			if o.Kind == contract.ReasonOpenFollowup {
 				st.ExpectedFollowups = append(st.ExpectedFollowups,
-					JobInfo{InvocationID: inv.id, SpanID: trace.SpanID(e.ID), Name: inv.g.Name(e.Name)})
+					JobInfo{InvocationID: inv.id, SpanID: trace.SpanID(o.SpanID), Name: o.Span})
 			}
 		}
 		st.RunningContinuations += len(inv.runningConts)
@@ -156,9 +158,14 @@ func (l *Ledger) Session(session string) SessionState {
 			return js[i].SpanID.String() < js[j].SpanID.String()
 		})
 	}
+	for _, id := range l.forgotten.bySession[session] {
+		st.Owed = append(st.Owed, OwedInfo{InvocationID: id, Reason: ReasonOwingForgotten + ":" + id,
+			Waits: "an invocation the ledger forgot while it held work (more than WithMaxOpenInvocations were kept): its jobs' spans"})
+	}
 	byID(st.OpenJobs)
 	byID(st.ExpectedFollowups)
+	sort.SliceStable(st.Owed, func(i, j int) bool { return st.Owed[i].InvocationID < st.Owed[j].InvocationID })
 	st.OwesWork = len(st.OpenJobs) > 0 || len(st.ExpectedFollowups) > 0 || st.RunningContinuations > 0 ||
-		st.UnattributedTurns > 0
+		st.UnattributedTurns > 0 || len(st.Owed) > 0
 	return st
 }

@@ -73,17 +73,29 @@ func (r *retention) deadline(inv *Invocation) time.Time {
 	return time.Unix(0, inv.created).Add(r.openTimeout)
 }
 
-// expired unlists and unindexes the oldest closed invocation if the
-// retention has passed for it at now, and returns it; else nil.
-func (r *retention) expired(now time.Time) *Invocation {
+// expiredFront returns the oldest closed invocation if the retention has
+// passed for it at now; else nil. The Ledger then forgets or requeues it.
+func (r *retention) expiredFront(now time.Time) *Invocation {
 	inv := r.closed.front()
 	if inv == nil || now.Sub(time.Unix(0, inv.closedAt)) < r.keep {
 		return nil
 	}
+	return inv
+}
+
+// forget unlists and unindexes a closed invocation.
+func (r *retention) forget(inv *Invocation) {
 	r.closed.remove(inv)
 	delete(r.byID, inv.id)
 	inv.forgotten = true
-	return inv
+}
+
+// requeue keeps a closed invocation for another retention period from
+// now: it still holds work.
+func (r *retention) requeue(inv *Invocation, now time.Time) {
+	r.closed.remove(inv)
+	inv.closedAt = now.UnixNano()
+	r.closed.pushBack(inv)
 }
 
 // invocationList is a list of invocations linked through their prev and

@@ -44,6 +44,12 @@ type SessionState struct {
 	OwesWork                                bool
 	OpenJobs, ExpectedFollowups             []JobInfo
 	RunningContinuations, UnattributedTurns int
+	Owed                                    []OwedInfo
+}
+
+// OwedInfo is one item a session's invocation is owed (instrument.Owed).
+type OwedInfo struct {
+	InvocationID, Reason, Waits string
 }
 
 // ErrLedgerShutdown is returned by Wait after the ledger shut down before

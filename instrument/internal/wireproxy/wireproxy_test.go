@@ -1322,11 +1322,26 @@ func (r *retryRig) send(t *testing.T, attempt int) int {
 // runtime's retries of the same request, are one model call: its span
 // ends once, with the retry's usage and the resend count, however long
 // after the first answer the retry comes within the hold, and although
-// the runtime's first request (its context) ended long before.
+// the runtime's first request (its context) ended long before. Whether
+// the runtime's SDK counts its attempts (x-stainless-retry-count 0, 1, 2)
+// or the runtime retries from a loop of its own, each attempt a first one
+// to its SDK (always 0: Claude Code 2.1.328 on a 529).
 func TestRetryIsTheSameCall(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count func(attempt int) int
+	}{
+		{"SDK retries", func(attempt int) int { return attempt }},
+		{"runtime's own retry loop", func(int) int { return 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRetryIsTheSameCall(t, tc.count) })
+	}
+}
+
+func testRetryIsTheSameCall(t *testing.T, count func(attempt int) int) {
 	r := newRetryRig(t, 2)
 	for i, want := range []int{529, 529, http.StatusOK} {
-		if got := r.send(t, i); got != want {
+		if got := r.send(t, count(i)); got != want {
 			t.Fatalf("attempt %d: status %d, want %d", i, got, want)
 		}
 		if i < 2 {

@@ -6,9 +6,12 @@
 //	buildprogress -name collector -log out/logs/collector-build.log -- go build -v -o .bin/otelcol-agentledger .
 //
 // For go build and go install it first runs go list -deps with the same
-// build flags to learn how many packages are not in the build cache, then
-// counts the import paths go build -v prints: "collector 1m20s: package 412
-// of 1700 (24%), now go.opentelemetry.io/...; then link ...". For npm
+// build flags to learn how many packages the build has and how many are not
+// in the build cache, then counts the packages done: those go build -v
+// prints (compiled) and those the build's -debug-trace file shows finished
+// (compiled or taken from the build cache, perhaps filled meanwhile by
+// another build): "collector 1m20s: package 412 of 1700 (24%, 112 from the
+// build cache), now go.opentelemetry.io/...; then link ...". For npm
 // (run it with --loglevel http) it prints one line per step: metadata
 // resolved, tarball downloaded, install script run. On a terminal the go
 // line is redrawn every second; otherwise (CI, make -s > file) a line is
@@ -304,15 +307,34 @@ func runGo(o options, p *printer, log io.Writer) error {
 	errs.lines = nil
 	p.println(t.status(o.now()))
 
-	build := exec.Command(o.cmd[0], o.cmd[1:]...)
+	cmd := o.cmd
+	var trace *traceReader
+	if dir, err := os.MkdirTemp("", "buildprogress-"); err == nil {
+		defer os.RemoveAll(dir)
+		file := filepath.Join(dir, "trace.json")
+		if traced, ok := withTrace(cmd, file); ok {
+			cmd, trace = traced, &traceReader{path: file}
+		}
+	}
+	readTrace := func() {
+		if trace != nil {
+			t.built(trace.poll())
+		}
+	}
+	build := exec.Command(cmd[0], cmd[1:]...)
 	err := follow(o, build, log, func(l string) {
 		if t.line(l) {
+			readTrace()
 			p.println(t.status(o.now()))
 		}
 		if !isImportPath(l) {
 			errs.add(l)
 		}
-	}, tick)
+	}, func() {
+		readTrace()
+		tick()
+	})
+	readTrace()
 	if err != nil {
 		p.println(fmt.Sprintf("%s: the last lines of output:", o.name))
 		errs.print(p)

@@ -61,10 +61,28 @@ type goTracker struct {
 	compiled   int
 	current    string
 	linking    bool
+
+	// finished holds every package whose build ended: printed by go build
+	// -v (compiled) or ended in the build's trace (compiled or found in
+	// the build cache). traced is set once the trace reported one; until
+	// then progress counts compiled packages against the forecast.
+	finished map[string]bool
+	traced   bool
 }
 
 func newGoTracker(name, then string, start time.Time) *goTracker {
-	return &goTracker{name: name, then: then, start: start, listing: true}
+	return &goTracker{name: name, then: then, start: start, listing: true, finished: map[string]bool{}}
+}
+
+// built records packages whose build action ended in the build's trace.
+func (t *goTracker) built(pkgs []string) {
+	for _, p := range pkgs {
+		t.traced = true
+		t.finished[p] = true
+		if !t.linking {
+			t.current = p
+		}
+	}
 }
 
 // listed ends the go list phase; ok is false when go list failed, and the
@@ -89,6 +107,7 @@ func (t *goTracker) line(s string) bool {
 	}
 	t.compiled++
 	t.current = s
+	t.finished[s] = true
 	if t.plan.mains[s] && !t.linking {
 		t.linking = true
 		return true
@@ -119,9 +138,10 @@ func (t *goTracker) status(now time.Time) string {
 		return fmt.Sprintf("%s %s: %s compiled; now %s", t.name, el, t.count(), t.then)
 	}
 	if t.compiled == 0 && t.known && t.plan.toCompile == 0 {
+		// Nothing to compile: the trace only shows the cache being read.
 		return fmt.Sprintf("%s %s: all %d packages are in the build cache; now %s", t.name, el, t.plan.deps, t.then)
 	}
-	if t.compiled == 0 {
+	if len(t.finished) == 0 {
 		return fmt.Sprintf("%s %s: %s to compile, waiting for the first; then %s", t.name, el, t.total(), t.then)
 	}
 	return fmt.Sprintf("%s %s: package %s, now %s; then %s", t.name, el, t.count(), shorten(t.current, 60), t.then)
@@ -135,10 +155,22 @@ func (t *goTracker) total() string {
 }
 
 // count is "412 of 1700 (24%)", or "412" without a plan. A package the
-// plan did not expect (the total is a forecast) raises the total.
+// plan did not expect (the total is a forecast) raises the total. With the
+// build's trace, packages from the build cache count as done and the total
+// is every package of the build: "412 of 1700 (24%, 300 from the build
+// cache)".
 func (t *goTracker) count() string {
 	if !t.known {
 		return fmt.Sprint(t.compiled)
+	}
+	if t.traced {
+		n := len(t.finished)
+		total := max(t.plan.deps, n)
+		s := fmt.Sprintf("%d of %d (%d%%", n, total, 100*n/max(total, 1))
+		if cached := n - t.compiled; cached > 0 {
+			s += fmt.Sprintf(", %d from the build cache", cached)
+		}
+		return s + ")"
 	}
 	total := max(t.plan.toCompile, t.compiled)
 	pct := 100

@@ -76,6 +76,10 @@ func TestGoTrackerWarmAndUnknown(t *testing.T) {
 	if got, want := tr.status(t0.Add(3*time.Second)), "jaeger 3s: all 2325 packages are in the build cache; now link"; got != want {
 		t.Errorf("warm:\n got %q\nwant %q", got, want)
 	}
+	tr.built([]string{"a", "b"}) // the trace of a warm build: still all cached
+	if got, want := tr.status(t0.Add(4*time.Second)), "jaeger 4s: all 2325 packages are in the build cache; now link"; got != want {
+		t.Errorf("warm, traced:\n got %q\nwant %q", got, want)
+	}
 	u := newGoTracker("x", "link", t0)
 	u.listed(plan{}, false)
 	u.line("example.com/a")
@@ -89,6 +93,77 @@ func TestGoTrackerWarmAndUnknown(t *testing.T) {
 	o.line("example.com/b")
 	if got := o.status(t0); !strings.Contains(got, "package 2 of 2 (100%)") {
 		t.Errorf("over the forecast: %q", got)
+	}
+}
+
+// Packages found in the build cache count as done: another build sharing
+// the cache compiled them after go list forecast them (the progress used to
+// stop at the compiled share, 57%, and then say done).
+func TestGoTrackerCountsCachedPackages(t *testing.T) {
+	tr := newGoTracker("collector", "link .bin/c", t0)
+	tr.listed(plan{deps: 10, toCompile: 10, mains: map[string]bool{"example.com/cmd/c": true}}, true)
+	tr.built([]string{"internal/abi", "runtime", "example.com/a"})
+	if got, want := tr.status(t0.Add(5*time.Second)), "collector 5s: package 3 of 10 (30%, 3 from the build cache), now example.com/a; then link .bin/c"; got != want {
+		t.Errorf("cached only:\n got %q\nwant %q", got, want)
+	}
+	tr.line("example.com/b")
+	tr.built([]string{"example.com/b"}) // printed and traced: one package
+	if got, want := tr.status(t0.Add(6*time.Second)), "collector 6s: package 4 of 10 (40%, 3 from the build cache), now example.com/b; then link .bin/c"; got != want {
+		t.Errorf("mixed:\n got %q\nwant %q", got, want)
+	}
+	tr.built([]string{"p5", "p6", "p7", "p8", "p9"})
+	tr.line("example.com/cmd/c")
+	tr.built([]string{"example.com/cmd/c"})
+	if got, want := tr.status(t0.Add(7*time.Second)), "collector 7s: 10 of 10 (100%, 8 from the build cache) compiled; now link .bin/c"; got != want {
+		t.Errorf("linking:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestWithTrace(t *testing.T) {
+	got, ok := withTrace([]string{"go", "build", "-v", "."}, "/t/f")
+	if want := []string{"go", "build", "-debug-trace=/t/f", "-v", "."}; !ok || !slices.Equal(got, want) {
+		t.Errorf("withTrace = %q, %v; want %q", got, ok, want)
+	}
+	mine := []string{"go", "install", "-debug-trace", "/mine", "tool"}
+	if got, ok := withTrace(mine, "/t/f"); ok || !slices.Equal(got, mine) {
+		t.Errorf("withTrace kept the caller's trace? %q, %v", got, ok)
+	}
+}
+
+// The trace of a real go build names both packages of the module, whether
+// they were compiled or came from the build cache, and the reader copes
+// with a file read while half a line is written.
+func TestTraceReaderOnARealBuild(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go not in PATH")
+	}
+	tinyModule(t, false)
+	for _, round := range []string{"cold", "cached"} {
+		file := filepath.Join(t.TempDir(), "trace.json")
+		if out, err := exec.Command(goBin, "build", traceFlag+"="+file, "./a", "./b").CombinedOutput(); err != nil {
+			t.Fatalf("%s build: %v\n%s", round, err, out)
+		}
+		whole, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Half of the file first, then the rest, as while the build runs.
+		part := filepath.Join(t.TempDir(), "part.json")
+		if err := os.WriteFile(part, whole[:len(whole)/2], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := &traceReader{path: part}
+		got := r.poll()
+		if err := os.WriteFile(part, whole, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.poll()...)
+		got = append(got, r.poll()...) // nothing new
+		slices.Sort(got)
+		if want := []string{"example.com/m/a", "example.com/m/b"}; !slices.Equal(got, want) {
+			t.Errorf("%s build: packages built per the trace %q, want %q", round, got, want)
+		}
 	}
 }
 
@@ -190,7 +265,7 @@ func TestRunGoBuildColdCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"$ " + goBin + " build -v ./a ./b\n", "example.com/m/a\n", "example.com/m/b\n"} {
+	for _, want := range []string{"$ " + goBin + " build -debug-trace=", "example.com/m/a\n", "example.com/m/b\n"} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}

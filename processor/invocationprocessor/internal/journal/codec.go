@@ -21,12 +21,13 @@ import (
 // ErrCorrupt is wrapped by every decoding error.
 var ErrCorrupt = errors.New("corrupt stored ledger data")
 
-// maxValueDepth bounds the nesting of a stored attribute value; deeper
-// slices and maps are stored empty (no attribute the ledger reads nests).
-const maxValueDepth = 16
-
-// Encoder appends to a byte slice.
-type Encoder struct{ B []byte }
+// Encoder appends to a byte slice. A value it cannot store (depth.go:
+// nested deeper than MaxValueDepth) sets Err, which sticks; what it wrote
+// is then not to be stored.
+type Encoder struct {
+	B   []byte
+	Err error
+}
 
 func (e *Encoder) Byte1(v byte)       { e.B = append(e.B, v) }
 func (e *Encoder) Uvarint(v uint64)   { e.B = binary.AppendUvarint(e.B, v) }
@@ -235,7 +236,8 @@ func (e *Encoder) Value(v pcommon.Value, depth int) {
 		e.BytesLP(v.Bytes().AsRaw())
 	case pcommon.ValueTypeSlice:
 		e.Byte1(tagSlice)
-		if depth >= maxValueDepth {
+		if depth >= MaxValueDepth {
+			e.tooDeep()
 			e.Uvarint(0)
 			return
 		}
@@ -246,7 +248,8 @@ func (e *Encoder) Value(v pcommon.Value, depth int) {
 		}
 	case pcommon.ValueTypeMap:
 		e.Byte1(tagMap)
-		if depth >= maxValueDepth {
+		if depth >= MaxValueDepth {
+			e.tooDeep()
 			e.Uvarint(0)
 			return
 		}
@@ -278,8 +281,8 @@ func (d *Decoder) Value(v pcommon.Value, depth int) {
 	case tagBytes:
 		v.SetEmptyBytes().FromRaw(d.BytesLP())
 	case tagSlice:
-		if depth >= maxValueDepth {
-			d.Fail("value nested deeper than %d", maxValueDepth)
+		if depth >= MaxValueDepth {
+			d.Fail("value nested deeper than %d", MaxValueDepth)
 			return
 		}
 		n := d.Count(1)
@@ -289,8 +292,8 @@ func (d *Decoder) Value(v pcommon.Value, depth int) {
 			d.Value(sl.AppendEmpty(), depth+1)
 		}
 	case tagMap:
-		if depth >= maxValueDepth {
-			d.Fail("value nested deeper than %d", maxValueDepth)
+		if depth >= MaxValueDepth {
+			d.Fail("value nested deeper than %d", MaxValueDepth)
 			return
 		}
 		d.Attrs(v.SetEmptyMap(), depth+1)
@@ -339,7 +342,28 @@ func LinkAttr(k string) bool { return strings.HasPrefix(k, "invocation.") }
 // Span flags in a stored span.
 const (
 	spanHasParent = 1 << iota
+	// spanDropped: the SDK's limits dropped attributes, links or link
+	// attributes (three uvarints follow the parent). Records written
+	// before it never set it, so they decode as before.
+	spanDropped
 )
+
+// Dropped is what the SDK's limits dropped from a stored span: OTLP's
+// dropped_attributes_count and dropped_links_count, and the sum of its
+// links' dropped_attributes_count.
+type Dropped struct {
+	Attributes, Links, LinkAttributes uint32
+}
+
+// droppedOf reads a span's dropped counts.
+func droppedOf(sp ptrace.Span) Dropped {
+	d := Dropped{Attributes: sp.DroppedAttributesCount(), Links: sp.DroppedLinksCount()}
+	links := sp.Links()
+	for i := 0; i < links.Len(); i++ {
+		d.LinkAttributes = uint32(min(uint64(d.LinkAttributes)+uint64(links.At(i).DroppedAttributesCount()), 1<<31))
+	}
+	return d
+}
 
 // encodeSpan writes what the ledger reads from one Span: IDs, parent,
 // name, times, status code and kind, the attributes keep accepts (all when
@@ -352,13 +376,22 @@ func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
 	if !pid.IsEmpty() {
 		flags |= spanHasParent
 	}
+	dropped := droppedOf(sp)
+	if dropped != (Dropped{}) {
+		flags |= spanDropped
+	}
 	e.Byte1(flags)
 	if !pid.IsEmpty() {
 		e.SpanID(pid)
 	}
+	if flags&spanDropped != 0 {
+		e.Uvarint(uint64(dropped.Attributes))
+		e.Uvarint(uint64(dropped.Links))
+		e.Uvarint(uint64(dropped.LinkAttributes))
+	}
 	e.Str(sp.Name())
-	e.Byte1(byte(sp.Kind()))
-	e.Byte1(byte(sp.Status().Code()))
+	e.enum(int32(sp.Kind()))
+	e.enum(int32(sp.Status().Code()))
 	e.Uvarint(uint64(sp.StartTimestamp()))
 	e.Uvarint(uint64(sp.EndTimestamp()))
 	e.Attrs(sp.Attributes(), keep, 0)
@@ -381,6 +414,8 @@ type SpanHeader struct {
 	Kind       ptrace.SpanKind
 	Code       ptrace.StatusCode
 	Start, End uint64
+	// Dropped is what the SDK's limits dropped from the span.
+	Dropped Dropped
 }
 
 // Header decodes what precedes a stored span's attributes.
@@ -388,26 +423,19 @@ func (d *Decoder) Header() (h SpanHeader, ok bool) {
 	h.TraceID = d.TraceID()
 	h.SpanID = d.SpanID()
 	flags := d.Byte1()
-	if flags&^spanHasParent != 0 {
+	if flags&^(spanHasParent|spanDropped) != 0 {
 		d.Fail("bad span flags %#x", flags)
 		return h, false
 	}
 	if flags&spanHasParent != 0 {
 		h.Parent = d.SpanID()
 	}
+	if flags&spanDropped != 0 {
+		h.Dropped = Dropped{Attributes: d.count32(), Links: d.count32(), LinkAttributes: d.count32()}
+	}
 	h.Name = d.Str()
-	kind := d.Byte1()
-	if kind > byte(ptrace.SpanKindConsumer) {
-		d.Fail("bad span kind %d", kind)
-		return h, false
-	}
-	h.Kind = ptrace.SpanKind(kind)
-	code := d.Byte1()
-	if code > byte(ptrace.StatusCodeError) {
-		d.Fail("bad status code %d", code)
-		return h, false
-	}
-	h.Code = ptrace.StatusCode(code)
+	h.Kind = ptrace.SpanKind(d.enum())
+	h.Code = ptrace.StatusCode(d.enum())
 	h.Start, h.End = d.Uvarint(), d.Uvarint()
 	return h, d.Err == nil
 }
@@ -428,6 +456,8 @@ func (d *Decoder) Span(sp ptrace.Span) {
 	sp.Status().SetCode(h.Code)
 	sp.SetStartTimestamp(pcommon.Timestamp(h.Start))
 	sp.SetEndTimestamp(pcommon.Timestamp(h.End))
+	sp.SetDroppedAttributesCount(h.Dropped.Attributes)
+	sp.SetDroppedLinksCount(h.Dropped.Links)
 	d.Attrs(sp.Attributes(), 0)
 	n := d.Count(25)
 	for i := 0; i < n && d.Err == nil; i++ {
@@ -435,5 +465,19 @@ func (d *Decoder) Span(sp ptrace.Span) {
 		l.SetTraceID(d.TraceID())
 		l.SetSpanID(d.SpanID())
 		d.Attrs(l.Attributes(), 0)
+		if i == 0 {
+			// The sum is stored: it goes on the first link.
+			l.SetDroppedAttributesCount(h.Dropped.LinkAttributes)
+		}
 	}
+}
+
+// count32 decodes a dropped count, which fits in a uint32.
+func (d *Decoder) count32() uint32 {
+	v := d.Uvarint()
+	if v > 1<<32-1 {
+		d.Fail("dropped count %d out of range", v)
+		return 0
+	}
+	return uint32(v)
 }

@@ -33,6 +33,7 @@ type TelemetryBuilder struct {
 	ProcessorInvocationIncomingSummariesDropped metric.Int64Counter
 	ProcessorInvocationLedgerBytes              metric.Int64UpDownCounter
 	ProcessorInvocationOpenInvocations          metric.Int64UpDownCounter
+	ProcessorInvocationRefusedSpans             metric.Int64Counter
 	ProcessorInvocationSpansAfterForget         metric.Int64Counter
 	ProcessorInvocationSpansIndexed             metric.Int64Counter
 	ProcessorInvocationSpansWithoutTenant       metric.Int64Counter
@@ -115,6 +116,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_invocation_open_invocations",
 		metric.WithDescription("Number of invocations currently open (not yet given a final or incomplete summary). [Alpha]"),
 		metric.WithUnit("{invocation}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorInvocationRefusedSpans, err = builder.meter.Int64Counter(
+		"otelcol_processor_invocation_refused_spans",
+		metric.WithDescription("Number of spans in batches refused before they were acknowledged (a permanent error to the sender), by reason; see CONTRACT.md, What the processor accepts. [Alpha]"),
+		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorInvocationSpansAfterForget, err = builder.meter.Int64Counter(

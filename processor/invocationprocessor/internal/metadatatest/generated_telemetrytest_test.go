@@ -26,6 +26,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorInvocationIncomingSummariesDropped.Add(context.Background(), 1)
 	tb.ProcessorInvocationLedgerBytes.Add(context.Background(), 1)
 	tb.ProcessorInvocationOpenInvocations.Add(context.Background(), 1)
+	tb.ProcessorInvocationRefusedSpans.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansAfterForget.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansIndexed.Add(context.Background(), 1)
 	tb.ProcessorInvocationSpansWithoutTenant.Add(context.Background(), 1)
@@ -55,6 +56,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationOpenInvocations(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorInvocationRefusedSpans(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorInvocationSpansAfterForget(t, testTel,
