@@ -104,7 +104,7 @@ build: $(PROGRESS)
 
 # The same main package with -tags agentledger_local: the components of
 # local.yaml, jaeger.yaml and view.yaml only (no load balancing, auth or
-# pprof, hence no Kubernetes client), a cold build about half the full
+# pprof, hence no Kubernetes client), a cold build about a third of the full
 # one's (figures in the README). make demo runs it.
 build-local: $(PROGRESS)
 	@mkdir -p $(BIN)

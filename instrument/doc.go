@@ -83,16 +83,20 @@
 //     Ledger reports not_sampled:<call span name>. This covers the model
 //     calls, whose usage is the invocation's, without Sampler.
 //
+// A dropped span that no open span counts (its context carries only the
+// baggage, or its parent or context span ended) is counted on an open
+// turn (root or continuation) of its invocation in the same pipeline;
+// with none open, only the Ledger is told, so only the in-process answer
+// is incomplete. A dropped span is declared only in the SpanProcessor of
+// the provider that started it.
+//
 // What neither sees: without Sampler, a dropped span that is not a model
-// call of a wrapper (a tool span, a model call of a client the wrappers do
-// not cover), and the spans below it (sampled children of a dropped span
-// still arrive and are summed; dropped ones are lost); with or without
-// it, a span dropped under a remote parent (another process's span, which
-// this process cannot declare), or on a TracerProvider whose pipeline has
-// no SpanProcessor. A dropped model call whose context span has already
-// ended, or that the SpanProcessor does not track (beyond
-// WithMaxOpenSpans), is reported to the Ledger that holds its invocation
-// but declared to no span, so only the in-process answer is incomplete.
+// call of a wrapper or a Tracker's span (a tool span, a model call of a
+// client the wrappers do not cover) when no model call below it is
+// dropped too (sampled children of a dropped span still arrive and are
+// summed); with or without it, a span dropped under a remote parent
+// (another process's span, which this process cannot declare), or on a
+// TracerProvider whose pipeline has no SpanProcessor.
 // With a ParentBased sampler (the SDK's default) a sampled root samples
 // every span below it and nothing is dropped inside a recording
 // invocation: install Sampler when the inner sampler decides per span.

@@ -142,7 +142,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	}
 	// The ids the SDK may have cut are read whole from the baggage and
 	// the Tracker (spanids.go) before anything is keyed by them.
-	restoreIDs(parent, &st)
+	restoreIDs(parent, s, &st)
 	// Only lifecycle spans (which carry a role) and model calls need to
 	// know whether the Tracker started them.
 	client := s.SpanKind() == trace.SpanKindClient

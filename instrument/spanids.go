@@ -43,9 +43,12 @@ func isCut(got, full string) bool {
 // restoreIDs finds, before the ledger sees the span, the ids the SDK cut
 // on the span's own attributes: its invocation.id against the baggage,
 // and the role and session of a Tracker's span against the Tracker's.
-// Only a span that carries invocation.id or invocation.role is looked at.
-func restoreIDs(parent context.Context, st *spanStart) {
-	if !st.attrs.Marked {
+// Only a span that carries invocation.id or invocation.role (or a
+// Tracker's span that lost attributes) is looked at.
+func restoreIDs(parent context.Context, s sdktrace.ReadWriteSpan, st *spanStart) {
+	if !st.attrs.Marked && (s.DroppedAttributes() == 0 || s.InstrumentationScope().Name != ScopeName) {
+		// A Tracker's span that lost its attributes to the count limit
+		// at its start is looked at too.
 		return
 	}
 	if b := baggageInvocationID(parent); b != "" && b != st.attrs.ID && isCut(st.attrs.ID, b) {

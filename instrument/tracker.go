@@ -90,10 +90,15 @@ func (t *Tracker) start(ctx context.Context, name string, lc *lifecycle, opts ..
 	startCtx := context.WithValue(ctx, lifecycleKey{}, lc)
 	if t.processor.Load() != nil {
 		_, span := t.tracer.Start(startCtx, name, opts...)
+		// A lifecycle span the sampler dropped is declared as a model
+		// call is (drops.go): nothing else would count a dropped job or
+		// continuation.
+		NoteUnrecorded(ctx, span, name)
 		return trace.ContextWithSpan(ctx, span), span
 	}
 	probe := &startProbe{}
 	_, span := t.tracer.Start(context.WithValue(startCtx, probeKey{}, probe), name, opts...)
+	NoteUnrecorded(ctx, span, name)
 	if span.IsRecording() {
 		if probe.processor != nil {
 			t.processor.Store(probe.processor)

@@ -34,13 +34,16 @@ func init() { unrecorded.Install(NoteUnrecorded) }
 // Sampler returns a sampler that decides as inner does, except that a
 // span of an invocation that inner drops is recorded without being
 // sampled (sdktrace.RecordOnly) when its parent is a recording, sampled
-// span (of the invocation named by the baggage member invocation.id, or
-// by the parent's invocation.id), or when it has no parent and the
+// span or an ended, sampled span (of the invocation named by the baggage
+// member invocation.id, or by the parent's invocation.id), or when it has
+// no parent and the
 // baggage names an invocation (a root, or a span started with
 // trace.WithNewRoot, whose context span the SDK hides from samplers). It
 // is still not exported, but the SpanProcessor sees it start and counts it
 // in its parent's (or context span's) invocation.unrecorded (contract
-// v0.6 rule 3), so that neither the Ledger nor the collector says final
+// v0.6 rule 3), or, when no open span counts it (baggage only, ended
+// parent or context span), on an open turn of its invocation (drops.go),
+// so that neither the Ledger nor the collector says final
 // for an invocation with a span missing. A root recorded so is not
 // sampled, as before: Ledger.Wait answers not_sampled. A nil inner is
 // the SDK's default, ParentBased(AlwaysSample()).
@@ -126,11 +129,20 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 	if parent == nil || span == nil || span.IsRecording() {
 		return
 	}
-	psc := trace.SpanContextFromContext(parent)
-	if psc.IsValid() && (!psc.IsSampled() || psc.IsRemote()) {
-		// Its nearest sampled ancestor declares the subtree, or it is
-		// another process's.
+	ps := trace.SpanFromContext(parent)
+	psc := ps.SpanContext()
+	switch {
+	case psc.IsRemote():
+		// Another process's span.
 		return
+	case psc.IsValid() && !psc.IsSampled() && ps.IsRecording():
+		// A span Sampler recorded without sampling: its nearest sampled
+		// ancestor declares it, and so its subtree.
+		return
+	case psc.IsValid() && !psc.IsSampled():
+		// A dropped span nobody declared (no Sampler): declared below
+		// as one without a parent.
+		psc = trace.SpanContext{}
 	}
 	id := baggageInvocationID(parent)
 	if id == "" {

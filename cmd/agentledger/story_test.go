@@ -26,7 +26,8 @@ import (
 // final with exactly the scripted model's usage.
 
 // wakeBound is how soon after the woken turn's first model request the
-// host's watch must have fired.
+// host's watch must have fired (at the latest; the hold keeps the turn
+// running until it has).
 const wakeBound = time.Second
 
 // wokenTurn holds the woken turn's model request until the host says it
@@ -70,7 +71,10 @@ func (w *wokenTurn) checkWake(t *testing.T, lines []hostLine) {
 		woke := time.UnixMilli(int64(l.WokeAt))
 		d := woke.Sub(arrived)
 		t.Logf("the watch woke the host %v after the woken turn's first model request", d.Round(time.Millisecond))
-		if d > wakeBound || d < -wakeBound {
+		// Before the request is as good (OpenCode announces its turn when
+		// it creates the turn's message; under load the request may come
+		// later): the host learns of the turn no later than the bound after.
+		if d > wakeBound {
 			t.Errorf("the watch woke the host %v after the woken turn's first model request; want within %v", d, wakeBound)
 		}
 		return

@@ -492,6 +492,34 @@ func (c *collectorView) owesWork(ctx context.Context, session string) (bool, err
 	return c.client.OwesWork(ctx, session)
 }
 
+// collectorSettled waits, on the collector's session watch, until the
+// collector also owes nothing for session: the in-process ledger can be
+// final while the collector still settles a remote subtree
+// (remote_settle), which is owed work there. Without a collector it
+// returns at once; a collector that never settles fails with ctx.
+func (rt *Runtime) collectorSettled(ctx context.Context, session string) error {
+	if rt.collector == nil {
+		return nil
+	}
+	if err := rt.collector.flush(ctx); err != nil {
+		return fmt.Errorf("flush spans: %w", err)
+	}
+	token := ""
+	// Each round waits for a change; the session's changes are bounded
+	// (its invocations close once), so few rounds pass before ctx ends.
+	for round := 0; round < 64; round++ {
+		st, next, err := rt.collector.client.Watch(ctx, session, token, statusapi.MaxWatchWait)
+		if err != nil {
+			return fmt.Errorf("watch session %s: %w", session, err)
+		}
+		if !st.OwesWork && st.Version != 0 {
+			return nil
+		}
+		token = next
+	}
+	return fmt.Errorf("session %s: the collector still owes work after 64 changes", session)
+}
+
 // Wait waits for background jobs and continuations to finish, or ctx to
 // end.
 func (rt *Runtime) Wait(ctx context.Context) error {

@@ -349,6 +349,9 @@ func (d *driver) longBackground(ctx context.Context, session string) ([]string, 
 		return []string{id}, err
 	}
 	d.idle.Advance(idleWindow)
+	if err := d.rt.collectorSettled(ctx, session); err != nil {
+		return []string{id}, err
+	}
 	if reaped := d.rt.ReapIdle(ctx); !slices.Contains(reaped, session) {
 		return []string{id}, fmt.Errorf("after final, reaped %v, not %s", reaped, session)
 	}

@@ -82,3 +82,43 @@ func TestWithTurnID(t *testing.T) {
 		}
 	}
 }
+
+// TestAppServerTurnCompletedAfterExport: app-server's turn/completed
+// notification is handled after the turn's root was exported.
+func TestAppServerTurnCompletedAfterExport(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	bsp := sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBatchTimeout(time.Hour))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(instrument.NewSpanProcessor(bsp)))
+	defer tp.Shutdown(context.Background())
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(self, WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &Process{c: c, mode: modeAppServer, m: newMapper(c.tracer, c.tracker, c.cfg.agent, "", c.cfg.turnSync), starts: map[string]string{}}
+	const turn = "019b0000-aaaa-7bbb-8ccc-000000000002"
+	x.request([]byte(`{"id":7,"method":"turn/start","params":{"threadId":"th-1","input":[]}}`))
+	if x.line([]byte(`{"id":7,"result":{"turn":{"id":"`+turn+`","status":"inProgress","items":[]}}}`)) != nil {
+		t.Fatal("an edit for a response")
+	}
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Fatalf("%d spans exported before the turn completed", n)
+	}
+	if x.line([]byte(`{"method":"turn/completed","params":{"threadId":"th-1","turn":{"id":"`+turn+`","status":"completed","items":[]}}}`)) != nil {
+		t.Fatal("an edit for app-server's notification")
+	}
+	var roots int
+	for _, s := range exp.GetSpans() {
+		for _, a := range s.Attributes {
+			if a.Key == contract.AttrInvocationID && a.Value.AsString() == turn && !s.Parent.IsValid() {
+				roots++
+			}
+		}
+	}
+	if roots != 1 {
+		t.Fatalf("%d roots of the turn exported when turn/completed was handled, want 1 (%d spans)", roots, len(exp.GetSpans()))
+	}
+}

@@ -65,3 +65,21 @@ func TestWakeAfterItsTurn(t *testing.T) {
 		t.Errorf("%+v owes %+v", o, g.Owes(4, cfg))
 	}
 }
+
+// TestWakeTurnFromAnotherTraceIsNotTheTurn: a span with the turn's span
+// ID in another trace does not end the running turn quietly: the
+// invocation is never final (malformed_parentage).
+func TestWakeTurnFromAnotherTraceIsNotTheTurn(t *testing.T) {
+	cfg := wakeTestConfig()
+	var g Graph
+	g.Init(1)
+	root := Span{Name: "invoke_agent a", Trace: TraceID{1}, ID: SpanID{1}, Facts: Facts{Member: true, Role: RoleRoot, Children: Count{CountValid, 0}}}
+	wake := Span{Name: "wake_agent a", Trace: TraceID{2}, ID: SpanID{3}, Parent: SpanID{2}, Facts: Facts{Member: true, Role: RoleWake}}
+	forged := Span{Name: "continue_agent a", Trace: TraceID{9}, ID: SpanID{2}, Facts: Facts{Member: true, Role: RoleContinuation, Children: Count{CountValid, 1}}}
+	for i, s := range []*Span{&root, &wake, &forged} {
+		g.Arrive(s, int64(2+i), cfg)
+	}
+	if o := g.Obligations(10, 0, cfg); o.Status() == contract.StatusFinal {
+		t.Errorf("final with the turn forged in another trace: %+v, reasons %v", o, g.Reasons(10, cfg))
+	}
+}

@@ -300,6 +300,8 @@ func (s dfSpan) build(traceOf map[byte]byte) refmodel.Span {
 		name = "continue_agent a"
 	case s.Role == 4:
 		name = contract.SpanNameFollowupClosed
+	case s.Role == 7:
+		name = "wake_agent a"
 	case s.Op > 0:
 		name = []string{"", "chat", "execute_tool shell", "embeddings"}[s.Op]
 	}
@@ -319,7 +321,7 @@ func (s dfSpan) build(traceOf map[byte]byte) refmodel.Span {
 	if s.Inv < 7 {
 		put(contract.AttrInvocationID, refmodel.Str(dfInvs[s.Inv]))
 	}
-	if r := []string{"", contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleRoot, contract.RoleBackground, ""}[s.Role]; r != "" {
+	if r := []string{"", contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleRoot, contract.RoleBackground, contract.RoleWake}[s.Role]; r != "" {
 		put(contract.AttrRole, refmodel.Str(r))
 	}
 	if s.Op > 0 {
@@ -455,7 +457,7 @@ func dfOther(key string, v refmodel.Value, val byte) refmodel.Value {
 		case contract.AttrInvocationID:
 			choices = dfInvs
 		case contract.AttrRole:
-			choices = []string{contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed}
+			choices = []string{contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleWake}
 		case contract.AttrOperationName:
 			choices = contract.DefaultUsageOperations
 		case contract.AttrLink:

@@ -183,6 +183,11 @@ func (s *shard) forgetClosed(ts *tenantState, seq uint64, now int64, stats *stat
 	if inv.Dirty {
 		s.revise(inv, now)
 	}
+	if inv.owesAfterClose(now, s.cfg) {
+		// Its session's view loses what it owed: the status API then
+		// says the invocation is unknown, which a host reads as owing.
+		stats.owingForgotten++
+	}
 	s.forget(inv)
 	s.rememberClosed(inv.ID, inv.retentionEnd(s.cfg), now)
 	s.journal.end(s, now)

@@ -141,6 +141,9 @@ type stats struct {
 	afterForget, closedIDsDropped int64
 	opened, closed                int64
 	outboxDropped                 int64
+	// owingForgotten counts closed invocations a bound forgot while they
+	// still owed work (owes.go).
+	owingForgotten int64
 	// unrecorded counts spans indexed past status_spans (timeline.go).
 	unrecorded int64
 	// Evictions and forgettings by the byte budget, the tenant quotas

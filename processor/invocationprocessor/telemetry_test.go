@@ -52,6 +52,9 @@ func TestInternalTelemetry(t *testing.T) {
 		{Value: 2, Attributes: attribute.NewSet(attribute.String("bound", boundSpans))},
 		// Three closed invocations, two retention slots: inv-a is forgotten.
 		{Value: 1, Attributes: attribute.NewSet(attribute.String("bound", boundRetention))},
+		// inv-a was evicted while its tool's child was owed: it is forgotten
+		// owing work.
+		{Value: 1, Attributes: attribute.NewSet(attribute.String("bound", boundOwingForgotten))},
 	}, ignore...)
 	got, err := tt.GetMetric("otelcol_processor_invocation_finality_delay")
 	require.NoError(t, err)

@@ -135,6 +135,7 @@ func TestSessionWatchWakesOnEachChange(t *testing.T) {
 	const bgID = "watch-background"
 	root, chat1, tool, job, cont, chat2 := backgroundInvocation(0x60)
 	root.attrs[contract.AttrConversationID] = session
+	cont.attrs[contract.AttrChildren] = 2 // its chat and its wake span
 	tok = got.next
 	w = watchAsync(c, session, tok, watchWait)
 	exportOTLP(t, addrs.OTLPGRPC, batch(t0, bgID, root, chat1, tool))
@@ -160,6 +161,21 @@ func TestSessionWatchWakesOnEachChange(t *testing.T) {
 	if err != nil || next != tok {
 		t.Errorf("a watch with no change: token %s (was %s), err %v", next, tok, err)
 	}
+
+	// The runtime starts the notification's turn by itself: the turn's
+	// wake span, exported as it starts, wakes the watch although owes_work
+	// was true already, and the session owes the running turn.
+	wake := handSpan{trace: cont.trace, id: spanID(0x6e), parent: cont.id, name: "wake_agent e2e",
+		start: cont.start, end: cont.start, attrs: map[string]any{
+			contract.AttrRole: contract.RoleWake, contract.AttrConversationID: session, contract.AttrAgentName: "e2e",
+		}}
+	w = watchAsync(c, session, tok, watchWait)
+	exportOTLP(t, addrs.OTLPGRPC, batch(t0, bgID, wake))
+	got = wakeUntil(t, c, session, tok, w, func(s statusapi.Session) bool { return runningTurn(s) })
+	if !got.OwesWork {
+		t.Errorf("after the wake: %+v", got.Session)
+	}
+	tok = got.next
 
 	// The session wakes by itself: an unattributed turn (its model call
 	// still exporting) joins; owes_work was true already.
@@ -304,4 +320,15 @@ func TestSessionWatchIsBounded(t *testing.T) {
 	if r := getWatch(ctx, addrs.Status, "bounded", now.version, "200ms"); r.status != http.StatusOK || r.version != now.version {
 		t.Errorf("a watch after the waiters left: %+v, want 200 at version %d", r, now.version)
 	}
+}
+
+// runningTurn reports whether one of the session's invocations owes a
+// turn a wake span announced.
+func runningTurn(s statusapi.Session) bool {
+	for _, inv := range s.OpenInvocations {
+		if inv.Waiting != nil && slices.ContainsFunc(inv.Waiting.Owed, statusapi.Owed.RunningTurn) {
+			return true
+		}
+	}
+	return false
 }
