@@ -47,7 +47,9 @@ const (
 
 type config struct {
 	collector, cli, modules, node string
-	seed                          uint64
+	// python runs release_watch.py beside the host ("" skips it).
+	python string
+	seed   uint64
 	// shell is how long the background shell runs after it starts.
 	shell   time.Duration
 	timeout time.Duration
@@ -74,7 +76,10 @@ type Final struct {
 // Outcome is what the run found: the host's final summary and what the
 // scripted model served.
 type Outcome struct {
-	Final    Final
+	Final Final
+	// Python is release_watch.py's report of the same invocation (nil
+	// without python3).
+	Python   *Final
 	Served   scriptedmodel.Usage
 	Requests int
 }
@@ -91,6 +96,10 @@ func (o Outcome) Matches() error {
 		f.Usage.ReasoningOutputTokens != int64(s.ReasoningTokens) || f.ModelCalls != int64(o.Requests) {
 		return fmt.Errorf("the final summary %+v in %d model calls differs from what the model served, %+v in %d requests",
 			f.Usage, f.ModelCalls, s, o.Requests)
+	}
+	if p := o.Python; p != nil && (p.Status != f.Status || p.ID != f.ID || p.Usage != f.Usage || p.ModelCalls != f.ModelCalls) {
+		return fmt.Errorf("release_watch.py reported %s %+v in %d model calls for %s; the host %s %+v in %d for %s",
+			p.Status, p.Usage, p.ModelCalls, p.ID, f.Status, f.Usage, f.ModelCalls, f.ID)
 	}
 	return nil
 }
@@ -144,6 +153,9 @@ func locate(cfg *config) error {
 		} else {
 			missing = append(missing, "node (set "+envNode+" or install Node.js)")
 		}
+	}
+	if cfg.python == "" {
+		cfg.python, _ = exec.LookPath("python3")
 	}
 	if cfg.modules == "" {
 		cfg.modules = os.Getenv(envModules)
@@ -273,25 +285,67 @@ func run(ctx context.Context, cfg config, out io.Writer) (Outcome, error) {
 		return Outcome{}, err
 	}
 	var last string
+	var py *exec.Cmd
+	var pyOut strings.Builder
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
 		last = sc.Text()
 		fmt.Fprintln(out, last)
+		// The Python host's half, asked about the same session at the
+		// same moment: once, then watch, then report.
+		if _, rest, ok := strings.Cut(last, "(session "); ok && py == nil && cfg.python != "" {
+			session, _, _ := strings.Cut(rest, ",")
+			py = exec.CommandContext(ctx, cfg.python, filepath.Join(root, "examples", "host", "release_watch.py"), "http://"+addrs.Status, session)
+			py.Stdout, py.Stderr = &pyOut, &pyOut
+			if err := py.Start(); err != nil {
+				return Outcome{}, err
+			}
+		}
 	}
 	waitErr := cmd.Wait()
 	o := Outcome{}
+	if py != nil {
+		pyErr := py.Wait()
+		for _, l := range strings.Split(strings.TrimRight(pyOut.String(), "\n"), "\n") {
+			fmt.Fprintln(out, "release_watch.py: "+l)
+		}
+		if pyErr != nil {
+			return o, fmt.Errorf("release_watch.py: %w", pyErr)
+		}
+		f, err := parseFinal(lastLine(pyOut.String()))
+		if err != nil {
+			return o, fmt.Errorf("release_watch.py: %w", err)
+		}
+		o.Python = &f
+	}
 	o.Served, o.Requests = model.Sum("notification", "tool result", "launch", "plain")
-	status, body, ok := strings.Cut(last, " ")
-	if !ok || !strings.HasPrefix(body, "{") {
+	f, err := parseFinal(last)
+	if err != nil {
 		if waitErr != nil {
 			return o, fmt.Errorf("node host.mjs: %w\n--- collector log, last lines:\n%s", waitErr, col.Tail(20))
 		}
-		return o, fmt.Errorf("the host's last line is not a summary: %q", last)
+		return o, fmt.Errorf("the host: %w", err)
 	}
-	if err := json.Unmarshal([]byte(body), &o.Final); err != nil {
-		return o, fmt.Errorf("the host's summary %q: %w", body, err)
-	}
-	o.Final.Status = status
+	o.Final = f
 	return o, nil
+}
+
+// parseFinal reads a "<status> <json>" summary line.
+func parseFinal(line string) (Final, error) {
+	var f Final
+	status, body, ok := strings.Cut(line, " ")
+	if !ok || !strings.HasPrefix(body, "{") {
+		return f, fmt.Errorf("the last line is not a summary: %q", line)
+	}
+	if err := json.Unmarshal([]byte(body), &f); err != nil {
+		return f, fmt.Errorf("the summary %q: %w", body, err)
+	}
+	f.Status = status
+	return f, nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }

@@ -38,6 +38,10 @@ func TestHostExample(t *testing.T) {
 			t.Errorf("the host's output lacks %q", want)
 		}
 	}
+	// The Python half reported the same final summary (Matches compared it).
+	if cfg.python != "" && (o.Python == nil || !strings.Contains(out.String(), "\nrelease_watch.py: final {")) {
+		t.Errorf("python3 at %s, but release_watch.py reported no final summary", cfg.python)
+	}
 	if o.Final.BackgroundJobs != 1 || o.Final.Continuations != 1 || o.Requests != 3 {
 		t.Errorf("background jobs %d, continuations %d, model requests %d; want 1, 1, 3", o.Final.BackgroundJobs, o.Final.Continuations, o.Requests)
 	}
@@ -61,6 +65,10 @@ func TestMatches(t *testing.T) {
 	if err := good.Matches(); err != nil {
 		t.Fatal(err)
 	}
+	py := good.Final
+	if withPy := (Outcome{Final: good.Final, Python: &py, Served: served, Requests: 2}); withPy.Matches() != nil {
+		t.Fatal(withPy.Matches())
+	}
 	for name, spoil := range map[string]func(*Outcome){
 		"pending":        func(o *Outcome) { o.Final.Status = "pending" },
 		"input":          func(o *Outcome) { o.Final.Usage.InputTokens++ },
@@ -69,6 +77,8 @@ func TestMatches(t *testing.T) {
 		"cache creation": func(o *Outcome) { o.Final.Usage.CacheCreationInputTokens++ },
 		"reasoning":      func(o *Outcome) { o.Final.Usage.ReasoningOutputTokens++ },
 		"calls":          func(o *Outcome) { o.Final.ModelCalls++ },
+		"python pending": func(o *Outcome) { p := o.Final; p.Status = "pending"; o.Python = &p },
+		"python usage":   func(o *Outcome) { p := o.Final; p.Usage.OutputTokens++; o.Python = &p },
 	} {
 		o := good
 		spoil(&o)
