@@ -64,7 +64,8 @@ type Summary struct {
 	// foreign_followup, duplicate_link, orphan_job,
 	// followup_interrupted:<job name> for a job whose followup closed
 	// interrupted, usage_mismatch:<span name> for a turn whose runtime
-	// reported other usage than the model wire counted).
+	// reported other usage than the model wire counted; anomalies_cut
+	// when more than 64 others were seen, the last two never cut).
 	Anomalies []string
 	// Revision is 1 for the first final or incomplete summary and grows
 	// by one for each revision a span arriving later causes (contract

@@ -109,6 +109,9 @@ type pageRow struct {
 
 type pageLink struct {
 	Label string
+	// Short is the label in the page's table ("root", "2", "all"), which
+	// must fit 1400 px; Label is the title and the timeline's text.
+	Short string
 	URL   string
 }
 
@@ -209,15 +212,15 @@ func (p *pageRenderer) row(v statusapi.Invocation, now time.Time) pageRow {
 	}
 	if p.jaegerURL != "" {
 		for i, t := range v.TraceIDs {
-			label := "root trace"
+			label, short := "root trace", "root"
 			if i > 0 {
-				label = fmt.Sprintf("trace %d", i+1)
+				label, short = fmt.Sprintf("trace %d", i+1), fmt.Sprint(i+1)
 			}
-			r.Links = append(r.Links, pageLink{Label: label, URL: p.jaegerURL + "/trace/" + url.PathEscape(t)})
+			r.Links = append(r.Links, pageLink{Label: label, Short: short, URL: p.jaegerURL + "/trace/" + url.PathEscape(t)})
 		}
 		if v.Service != "" {
 			q := url.Values{"service": {v.Service}, "tags": {fmt.Sprintf(`{"invocation.id":%q}`, v.ID)}}
-			r.Links = append(r.Links, pageLink{Label: "all traces", URL: p.jaegerURL + "/search?" + q.Encode()})
+			r.Links = append(r.Links, pageLink{Label: "all traces", Short: "all", URL: p.jaegerURL + "/search?" + q.Encode()})
 		}
 	}
 	return r

@@ -27,10 +27,14 @@
 //
 // The span ends exactly once: at message_stop, on a stream error, or when
 // the caller closes the stream early (then
-// invocation.response.stream_closed_early=true). A stream that broke off
-// after it began has unknown usage: its span carries no gen_ai.usage and
-// no error status (the error is an exception event), so its invocation
-// closes incomplete (usage_missing), never final with a partial count. Retries by the SDK are one
+// invocation.response.stream_closed_early=true). How the call ended is
+// invocation.response.ending, from the one table of endings (CONTRACT.md,
+// "How a model call ended"): a call whose stream broke off, was closed
+// early, or carried an error event before message_stop, or that timed out
+// or got no response after it was sent, has unknown usage. Its span
+// carries no gen_ai.usage and no error status (the error is an exception
+// event), so its invocation closes incomplete (usage_missing), never
+// final with a partial count. Retries by the SDK are one
 // span with one "attempt" event each, and usage counted once; see the
 // otelopenai package for how attempts are tied together, and how a span
 // held open for a retry is exported when the process shuts its provider

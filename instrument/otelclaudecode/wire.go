@@ -185,15 +185,15 @@ func (m *mapper) attribute(req *http.Request, body []byte) wireproxy.Decision {
 		var inv *instrument.Invocation
 		ctx, inv = m.tracker.StartUnattributed(context.Background(), m.agent, m.session, instrument.UnattributedReason(reason))
 		inv.Span().SetAttributes(providerAttr)
-		return m.decision(ctx, func() { inv.End() })
+		return m.decision(ctx, agentID != "", func() { inv.End() })
 	}
-	return m.decision(ctx, nil)
+	return m.decision(ctx, agentID != "", nil)
 }
 
-// decision is the proxy's Decision for a call owned by ctx: the tool uses
-// its response asks for are owned by ctx too; end, when set, runs once
-// the call is done.
-func (m *mapper) decision(ctx context.Context, end func()) wireproxy.Decision {
+// decision is the proxy's Decision for a call owned by ctx (a subagent's
+// when subagent is set): the tool uses its response asks for are owned by
+// ctx too; end, when set, runs once the call is done.
+func (m *mapper) decision(ctx context.Context, subagent bool, end func()) wireproxy.Decision {
 	m.calls++
 	return wireproxy.Decision{
 		Ctx: ctx,
@@ -207,6 +207,7 @@ func (m *mapper) decision(ctx context.Context, end func()) wireproxy.Decision {
 			defer m.mu.Unlock()
 			m.calls--
 			m.wire.add(u)
+			m.wire.subagent = m.wire.subagent || subagent
 			if end != nil {
 				end()
 			}
@@ -456,6 +457,11 @@ type wireSum struct {
 	rawUsage
 	// unknown is set when a call ended without complete usage.
 	unknown bool
+	// subagent is set when a subagent's call ended in the window: the CLI
+	// reports a subagent's usage in the result of a window of its own
+	// choosing (measured under load: the one before or after the proxy's),
+	// so the window is not compared.
+	subagent bool
 }
 
 func (w *wireSum) add(u genaicall.Usage) {

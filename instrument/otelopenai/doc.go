@@ -24,10 +24,15 @@
 // the stream the caller reads, so usage is always recorded without
 // changing what the caller sees. The span ends exactly once: when the
 // stream's terminal event was read, when it fails, or when the caller
-// closes it early (then invocation.response.stream_closed_early=true). A
-// stream that broke off after it began has unknown usage: its span
-// carries no gen_ai.usage and no error status (the error is an exception
-// event), so its invocation closes incomplete (usage_missing), never final.
+// closes it early (then invocation.response.stream_closed_early=true).
+// How the call ended is invocation.response.ending, from the one table of
+// endings (CONTRACT.md, "How a model call ended"): a call whose stream
+// broke off, was closed early, or carried an error (a chat chunk with an
+// error object, a Responses error event or failed response) before its
+// terminal event, or that timed out or got no response after it was sent,
+// has unknown usage. Its span carries no gen_ai.usage and no error status
+// (the error is an exception event), so its invocation closes incomplete
+// (usage_missing), never final.
 //
 // Retries: the SDK runs its middleware once per attempt, inside its retry
 // loop. The middleware ties the attempts of one logical call together (by

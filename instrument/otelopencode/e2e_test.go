@@ -396,7 +396,10 @@ const bgTask = `{"description":"child job","prompt":"CHILD please work","subagen
 // background job's life; the subtests share one server (it takes 10-20 s
 // to start) and run one after the other.
 func TestServer(t *testing.T) {
-	s := startServer(t)
+	m := newModel(t)
+	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
+	m.usage = scriptedUsage
+	s := startServerWith(t, m, false, nil)
 	t.Run("foreground bash", func(t *testing.T) { testForegroundBash(t, s) })
 	t.Run("foreground subagent", func(t *testing.T) { testForegroundSubagent(t, s) })
 	t.Run("foreground subagent resumed", func(t *testing.T) { testForegroundSubagentResumed(t, s) })

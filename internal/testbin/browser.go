@@ -55,6 +55,14 @@ func (b Browser) DumpDOM(ctx context.Context, url string, budgetMS int) (string,
 	return string(out), err
 }
 
+// DumpDOMSized is DumpDOM in a window of width x height pixels, for pages
+// that report their own layout.
+func (b Browser) DumpDOMSized(ctx context.Context, url string, width, height, budgetMS int) (string, error) {
+	out, err := b.run(ctx, "--virtual-time-budget="+strconv.Itoa(budgetMS),
+		fmt.Sprintf("--window-size=%d,%d", width, height), "--dump-dom", url)
+	return string(out), err
+}
+
 // Screenshot loads url, lets scripts run for budgetMS of virtual time, and
 // writes a PNG of width x height pixels to path.
 func (b Browser) Screenshot(ctx context.Context, url, path string, width, height, budgetMS int) error {

@@ -25,6 +25,47 @@ import (
 // relative to the repository root.
 const screenshotPath = "out/status-page.png"
 
+// pageWidth is the window the status page must fit, with one line a row.
+const pageWidth = 1400
+
+// checkFits reads the layout the page reports about itself (its script
+// measures after each render): no horizontal scrolling at pageWidth, and
+// no row taller than one line of text and its mini-timeline.
+func checkFits(t *testing.T, dom string) {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(dom))
+	if err != nil {
+		t.Fatalf("parse the DOM: %v", err)
+	}
+	attrs := map[string]string{}
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode && n.Data == "body" {
+			for _, a := range n.Attr {
+				attrs[a.Key] = a.Val
+			}
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(doc)
+	var width, tallest int
+	if _, err := fmt.Sscan(attrs["data-scroll-width"], &width); err != nil {
+		t.Fatalf("the page reports no scroll width (data-scroll-width=%q)", attrs["data-scroll-width"])
+	}
+	if _, err := fmt.Sscan(attrs["data-tallest-row"], &tallest); err != nil {
+		t.Fatalf("the page reports no row height (data-tallest-row=%q)", attrs["data-tallest-row"])
+	}
+	t.Logf("status page at %d px: %d px wide, tallest row %d px", pageWidth, width, tallest)
+	if width > pageWidth {
+		t.Errorf("the status page is %d px wide in a %d px window: it scrolls sideways", width, pageWidth)
+	}
+	if tallest == 0 || tallest > 40 {
+		t.Errorf("the tallest row is %d px: rows are not one line", tallest)
+	}
+}
+
 // TestStatusPageInBrowser runs the demo (every scenario) and, while its
 // collector runs, loads the invocation status page in headless Chromium:
 // every invocation the agent reported has a row with its final status and
@@ -46,10 +87,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 			return err
 		}
 		// 5 s of virtual time: the page refreshes every 2 s.
-		dom, err := browser.DumpDOM(ctx, pageURL, 5000)
+		dom, err := browser.DumpDOMSized(ctx, pageURL, pageWidth, 900, 5000)
 		if err != nil {
 			return err
 		}
+		checkFits(t, dom)
 		rows, refreshes, err := pageRows(dom)
 		if err != nil {
 			return err
@@ -90,7 +132,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("%d rows, want %d (one per invocation)", len(rows), len(results)+1)
 		}
 		shot := filepath.Join(root, screenshotPath)
-		if err := browser.Screenshot(ctx, pageURL, shot, 1400, 900, 2500); err != nil {
+		if err := browser.Screenshot(ctx, pageURL, shot, pageWidth, 900, 2500); err != nil {
 			return err
 		}
 		t.Logf("screenshot: %s", shot)

@@ -49,9 +49,8 @@ const (
 	attrResendCount        = string(semconv.HTTPRequestResendCountKey)
 	// headerRetryCount is the attempt number the Stainless-generated SDKs
 	// (OpenAI's and Anthropic's) send with every request.
-	headerRetryCount    = "X-Stainless-Retry-Count"
-	eventAttempt        = "attempt"
-	errTypeStreamClosed = "stream_error"
+	headerRetryCount = "X-Stainless-Retry-Count"
+	eventAttempt     = "attempt"
 )
 
 // Scope names the wrapper a Middleware traces for.
