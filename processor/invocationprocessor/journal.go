@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/durable"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
@@ -13,7 +14,7 @@ import (
 // one call where a section begins and ends, one per span indexed, per
 // invocation forgotten, per id remembered, and one when the next consumer
 // accepted summaries. Without storage it is noJournal; with storage it is
-// the shard's *shardPersist (storage.go writes what it queues). Every method
+// the shard's *shardPersist (internal/durable writes what it queues). Every method
 // but sent runs with the shard's mu held; sent takes it.
 type shardJournal interface {
 	begin(s *shard)
@@ -222,7 +223,7 @@ func (ps *shardPersist) end(s *shard, now int64) {
 	ps.nextSeq++
 	value := journal.EncodeOps(journal.KindLog, []journal.Op{ps.op})
 	ps.unwritten++
-	ps.store.enqueue(&pendingRecord{shard: ps.part, key: journal.LogKey(ps.part, ps.op.Seq), value: value, held: made})
+	ps.store.log.Enqueue(&durable.Record{Part: ps.part, Key: journal.LogKey(ps.part, ps.op.Seq), Value: value, Held: made})
 }
 
 // sent records that the next consumer accepted summaries.
