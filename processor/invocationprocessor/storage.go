@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/durable"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // With a storage extension the ledger's state survives restarts. Each
@@ -146,9 +147,10 @@ func (p *invocationProcessor) startStore(ctx context.Context, host component.Hos
 	db.client = client
 	db.metrics = newStoreMetrics(p)
 	db.log = durable.New(durable.Config{
-		Name:    db.id.String(),
-		Client:  client,
-		Release: db.release,
+		Name:          db.id.String(),
+		EncodeSummary: func(sum *summary.Summary) []byte { return encodeSummary(sum, &p.trust) },
+		Client:        client,
+		Release:       db.release,
 		Written: func(ctx context.Context, n int64, took time.Duration) {
 			db.metrics.writeLatency.Record(ctx, took.Seconds())
 			db.metrics.bytesWritten.Add(ctx, n)
@@ -193,7 +195,7 @@ func (p *invocationProcessor) load(ctx context.Context) {
 	db.shards = p.shards
 	restored := 0
 	for i, s := range p.shards {
-		ps := &shardPersist{part: i, store: db, trust: &p.trust, tainted: map[string]int64{}, resIndex: map[pcommon.Resource]int{}}
+		ps := &shardPersist{part: i, store: db, tainted: map[string]int64{}, resIndex: map[pcommon.Resource]int{}}
 		s.mu.Lock()
 		s.journal = ps
 		s.mu.Unlock()

@@ -19,21 +19,94 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
+
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
-// Record is a log record waiting to be written.
+// Record is a log record waiting to be written. A shard builds it under
+// its lock (Op, Arena, Summaries: plain data, owned by the record once
+// queued); the Log encodes it when it writes, after the shard's lock is
+// released, so concurrent batches do not wait on the encoding.
 type Record struct {
 	// Part is the partition (shard) whose record this is.
 	Part int
 	// Key is the storage key it is written under.
 	Key string
-	// Value is the encoded record.
-	Value []byte
 	// Held is how many summaries of the partition this record holds back
 	// until it is written.
 	Held int
 
+	// Op is the locked section's operation. Its facts and resources
+	// point into Arena; its EvEmit events get their summary bytes from
+	// Summaries when the record is encoded.
+	Op journal.Op
+	// Arena holds the encoded facts and resources of Op (see Keep).
+	Arena []byte
+	// Summaries are the summaries made in the section, each with the
+	// index of its event in Op.Events.
+	Summaries []Pending
+
+	// Value is the encoded record: set by Encode (or by the caller, for
+	// a record built already encoded).
+	Value []byte
+
 	ticket uint64
+}
+
+// Pending is a summary whose bytes its event still lacks.
+type Pending struct {
+	Event   int
+	Summary summary.Summary
+}
+
+// recordPool keeps records, with their slices' capacity, between
+// sections: a record is returned once it is written and released.
+var recordPool = sync.Pool{New: func() any { return new(Record) }}
+
+// NewRecord returns an empty record, reusing a written one's buffers.
+func NewRecord() *Record { return recordPool.Get().(*Record) }
+
+// Keep copies b into the record's arena and returns the copy. A full
+// arena is replaced, not grown: earlier copies stay valid in the old one.
+func (r *Record) Keep(b []byte) []byte {
+	if len(r.Arena)+len(b) > cap(r.Arena) {
+		r.Arena = make([]byte, 0, max(64<<10, 2*len(b)))
+	}
+	start := len(r.Arena)
+	r.Arena = append(r.Arena, b...)
+	return r.Arena[start:len(r.Arena):len(r.Arena)]
+}
+
+// Encode sets r.Value from r.Op, encoding each pending summary with
+// summaryBytes first. A record already encoded is left as is.
+func (r *Record) Encode(summaryBytes func(*summary.Summary) []byte) {
+	if r.Value != nil {
+		return
+	}
+	for i := range r.Summaries {
+		p := &r.Summaries[i]
+		r.Op.Events[p.Event].Summary = summaryBytes(&p.Summary)
+	}
+	r.Value = journal.EncodeOps(journal.KindLog, []journal.Op{r.Op})
+}
+
+// Reset empties r, keeping its buffers' capacity.
+func (r *Record) Reset() {
+	clear(r.Op.Events)
+	clear(r.Op.Resources)
+	clear(r.Summaries)
+	*r = Record{
+		Op:        journal.Op{Events: r.Op.Events[:0], Resources: r.Op.Resources[:0]},
+		Arena:     r.Arena[:0],
+		Summaries: r.Summaries[:0],
+	}
+}
+
+// recycle returns a written record to the pool.
+func (r *Record) recycle() {
+	r.Reset()
+	recordPool.Put(r)
 }
 
 // Writer is what the log needs of a storage client.
@@ -45,6 +118,8 @@ type Writer interface {
 type Config struct {
 	// Name names the storage in errors.
 	Name string
+	// EncodeSummary encodes a summary as the record stores it.
+	EncodeSummary func(*summary.Summary) []byte
 	// Client writes the records.
 	Client Writer
 	// Release hands the summaries held by written records to their
@@ -117,6 +192,7 @@ func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	ops := make([]*storage.Operation, len(recs))
 	var n int64
 	for i, r := range recs {
+		r.Encode(l.cfg.EncodeSummary)
 		ops[i] = storage.SetOperation(r.Key, r.Value)
 		n += int64(len(r.Value))
 	}
@@ -136,7 +212,11 @@ func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	l.durable = recs[len(recs)-1].ticket
 	l.lastErr = nil
 	l.qmu.Unlock()
-	return l.cfg.Release(recs), nil
+	released := l.cfg.Release(recs)
+	for _, r := range recs {
+		r.recycle()
+	}
+	return released, nil
 }
 
 // CommitThrough writes the queue and reports an error unless every record
