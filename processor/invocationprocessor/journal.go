@@ -125,7 +125,8 @@ func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
 		ps.resIndex[r.res] = ri
 	}
 	ps.enc.B, ps.enc.Err = ps.enc.B[:0], nil
-	ps.enc.Span(r.span, journal.FactAttr, journal.LinkAttr)
+	_, id := summary.SplitKey(r.id)
+	ps.enc.Fact(r.span, id)
 	if ps.enc.Err != nil {
 		ps.unstorable(s, r, now, stats)
 		return

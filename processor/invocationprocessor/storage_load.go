@@ -225,7 +225,8 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 					ps.lostAtLoad = append(ps.lostAtLoad, ev.ID)
 				}
 			case journal.EvFact:
-				d := journal.Decoder{B: ev.Fact}
+				_, id := summary.SplitKey(ev.ID)
+				d := journal.Decoder{B: ev.Fact, ID: id}
 				decodeFacts(&d, &facts, &p.rules)
 				if d.Err == nil && d.Remaining() != 0 {
 					d.Fail("%d trailing bytes", d.Remaining())
