@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/instrument/internal/clock"
+	"github.com/agentledger/agentledger/instrument/internal/flush"
 )
 
 // Defaults of the ledger, the same as the collector processor's.
@@ -54,6 +55,9 @@ type config struct {
 	closedRecords      int
 	maxOpenSpans       int
 	reporter           *ExportReporter
+	// wakeFlush bounds the flush after a wake span (WithWakeFlush); 0 is
+	// none.
+	wakeFlush time.Duration
 }
 
 // newTrackerConfig is the configuration of a Tracker (or ContextFromEnv).
@@ -147,6 +151,28 @@ func WithTracerProvider(tp trace.TracerProvider) TrackerOption {
 		if tp != nil {
 			c.tracerProvider = tp
 		}
+	})
+}
+
+// WithWakeFlush makes the Tracker export each wake span it ends (the
+// start of a turn the runtime started by itself: StartContinuation,
+// StartUnattributed, ConsumeFollowup) at once instead of on the
+// exporter's schedule, so that the collector's session watch wakes a
+// host while the turn runs: after the wake span ends, a goroutine of the
+// Tracker's own flushes its TracerProvider, waiting at most timeout
+// (0 is the adapters' default bound of 2s; a negative timeout is no
+// flush, as without the option). The caller never waits for it; asks
+// made while a flush runs coalesce into one more flush; a flush that
+// fails or times out is reported to the OpenTelemetry error handler and
+// the spans go on the schedule. The flush keeps the model calls a client
+// wrapper holds open for a retry. The adapters (otelclaudecode,
+// otelopencode, otelcodex) set it with their WithFlushTimeout.
+func WithWakeFlush(timeout time.Duration) TrackerOption {
+	return trackerOption(func(c *config) {
+		if timeout == 0 {
+			timeout = flush.DefaultTimeout
+		}
+		c.wakeFlush = timeout
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentledger/agentledger/contract"
+	"github.com/agentledger/agentledger/instrument/internal/flush"
 )
 
 // Tracker starts the lifecycle spans of invocations: roots, background
@@ -43,6 +44,9 @@ type Tracker struct {
 	// maxRootNames agents (a runtime has a few).
 	rootNames    sync.Map
 	rootNamesLen atomic.Int32
+	// wakeFlush exports a wake span at once (WithWakeFlush); nil for
+	// none.
+	wakeFlush *flush.Background
 }
 
 // maxRootNames bounds Tracker.rootNames.
@@ -57,6 +61,9 @@ func NewTracker(opts ...TrackerOption) *Tracker {
 	t := &Tracker{
 		tracer:      cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		propagators: cfg.propagators,
+	}
+	if cfg.wakeFlush > 0 {
+		t.wakeFlush = flush.NewBackground(flush.New(cfg.tracerProvider, cfg.wakeFlush))
 	}
 	meter := cfg.meterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	// An error leaves a usable no-op instrument.

@@ -14,7 +14,8 @@ import (
 // collector that a turn the runtime started by itself is running, when it
 // starts rather than when it ends: a zero-length child "wake_agent
 // {agent}" of the turn's span with invocation.role = wake, ended at once
-// so the exporter sends it with the next batch. Until the turn's span
+// so the exporter sends it with the next batch, or at once with
+// WithWakeFlush (the adapters' default). Until the turn's span
 // arrives the invocation owes it (running_turn), and the collector's
 // session watch wakes when the wake arrives.
 
@@ -59,5 +60,7 @@ func (t *Tracker) wake(ctx context.Context, agent, session string, continues ...
 		trace.WithLinks(links...),
 		trace.WithAttributes(attrs...))
 	span.End(trace.WithTimestamp(now))
+	// With WithWakeFlush, sent now rather than with the next batch.
+	t.wakeFlush.Kick()
 	return context.WithValue(ctx, wokenKey{}, true)
 }

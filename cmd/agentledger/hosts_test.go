@@ -276,7 +276,9 @@ const openCodeBin = ".cache/opencode/node_modules/opencode-linux-x64/bin/opencod
 // provider's baseURL is the proxy's model-wire proxy in front of the
 // scripted model: each prompt is an invocation whose id is its user
 // message's id, final in the collector, and the collector's totals
-// balance the scripted model's (title requests included).
+// balance the scripted model's (title requests included). A prompt_async
+// prompt through the proxy is an invocation too, which the collector
+// knows when the host reads the session's idle on the event stream.
 func TestOpenCodeSDK(t *testing.T) {
 	t.Logf("scripted usage seed %d (AGENTLEDGER_USAGE_SEED=%d repeats it)", usageSeed, usageSeed)
 	model := scriptedmodel.NewRouter(scriptedUsage, scriptedmodel.Rule{Name: "answer",
@@ -289,7 +291,8 @@ func TestOpenCodeSDK(t *testing.T) {
 	lines := runHost(t, "opencode.test.mjs", []string{
 		"PROXY_URL=" + stack.proxyURL, "OPENCODE_URL=" + stack.serveURL, "STATUS_URL=http://" + col.Addrs.Status,
 	})
-	if len(lines) != 2 {
+	// Two prompts, then one prompt_async asked about at its idle.
+	if len(lines) != 3 {
 		t.Fatalf("the host reported %v", lines)
 	}
 	closed := closedSummaries(t, col.Addrs.TracesFile, len(lines))

@@ -83,7 +83,6 @@ func newPipeline(ctx context.Context, c exportConfig, service string, errs io.Wr
 		fmt.Fprintf(errs, "agentledger: %v\n", err)
 	}))
 	var next sdktrace.SpanProcessor
-	var wake *wakeFlusher
 	if c.exporter == "otlp" {
 		var exp sdktrace.SpanExporter
 		var err error
@@ -95,10 +94,9 @@ func newPipeline(ctx context.Context, c exportConfig, service string, errs io.Wr
 		if err != nil {
 			return nil, fmt.Errorf("OTLP exporter (%s): %w", c.protocol, err)
 		}
+		// A wake span is flushed at once by the adapter
+		// (instrument.WithWakeFlush, bounded by c.flush).
 		next = sdktrace.NewBatchSpanProcessor(exp)
-		if c.flush > 0 {
-			wake = newWakeFlusher(next, c.flush)
-		}
 	}
 	// Later detectors win: OTEL_SERVICE_NAME over the default name.
 	res, err := resource.New(ctx,
@@ -114,10 +112,6 @@ func newPipeline(ctx context.Context, c exportConfig, service string, errs io.Wr
 		// that nothing says final without it.
 		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.AlwaysSample()))),
 		sdktrace.WithResource(res),
-	}
-	if wake != nil {
-		// After the batch processor: the wake is queued when it is told.
-		opts = append(opts, sdktrace.WithSpanProcessor(wake))
 	}
 	return sdktrace.NewTracerProvider(opts...), nil
 }

@@ -1,6 +1,7 @@
 package otelclaudecode
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -204,6 +205,21 @@ func compacts(r scriptedmodel.Request) bool {
 // compaction answered between two requests of A's turn is A's, one after
 // A's last request is B's (its query compacts before asking).
 func testAutoCompaction(t *testing.T, h *harness) {
+	// Whether the CLI compacts before B's request is its own decision
+	// (seen to vary with the machine's load under -race): a session that
+	// did not compact is still checked exact, and the scenario runs again,
+	// at most three times, until one did.
+	for attempt := 1; attempt <= 3; attempt++ {
+		if autoCompactionOnce(t, h, attempt) {
+			return
+		}
+	}
+	t.Fatalf("the CLI did not compact by itself in 3 sessions: %v", h.router.Labels())
+}
+
+// autoCompactionOnce runs one session of testAutoCompaction, checks it and
+// reports whether the CLI compacted in it.
+func autoCompactionOnce(t *testing.T, h *harness, attempt int) bool {
 	h.router.SetRules(
 		rule("compaction", compacts, says("<summary>A ran a command; B asked a question.</summary>")),
 		rule("A-tool", asks("AUTO-A"), calls(scriptedmodel.BashCall("echo alpha", "say alpha", false))),
@@ -212,7 +228,7 @@ func testAutoCompaction(t *testing.T, h *harness) {
 		}, says("A done")),
 		rule("B", asks("AUTO-B"), says("B done")),
 	)
-	p := h.start(t, h.client(t, "auto_compaction", "CLAUDE_CODE_AUTO_COMPACT_WINDOW=20000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=1"))
+	p := h.start(t, h.client(t, fmt.Sprintf("auto_compaction_%d", attempt), "CLAUDE_CODE_AUTO_COMPACT_WINDOW=20000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=1"))
 	a := h.prompt(t, p, "AUTO-A: run a command")
 	b := h.prompt(t, p, "AUTO-B: just answer")
 	sa := h.waitID(t, p, a.InvocationID)
@@ -241,7 +257,7 @@ func testAutoCompaction(t *testing.T, h *harness) {
 		want[owner].ModelCalls++
 	}
 	if compactions == 0 {
-		t.Fatalf("the CLI did not compact by itself: %v", h.router.Labels())
+		t.Logf("session %d: the CLI did not compact by itself: %v", attempt, h.router.Labels())
 	}
 	for i, sum := range []instrument.Summary{sa, sb} {
 		name := []string{"A", "B"}[i]
@@ -249,6 +265,7 @@ func testAutoCompaction(t *testing.T, h *harness) {
 		checkUsage(t, name, sum, want[i])
 	}
 	h.balance(t, p.SessionID())
+	return compactions > 0
 }
 
 // aDone reports whether A's turn had answered its last request ("A-after")

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 )
 
 // fakeResultCLI is a CLI that reads one prompt, saves it to dir/prompt,
@@ -142,5 +146,24 @@ func TestNamePrompt(t *testing.T) {
 	out, id := namePrompt([]byte(` {"type":"user"}` + "\n"))
 	if want := ` {"uuid":"` + id + `","type":"user"}` + "\n"; string(out) != want || len(id) != 36 {
 		t.Fatalf("namePrompt = %q, want %q", out, want)
+	}
+}
+
+// TestWakeExportedAtOnce: a turn the CLI starts by itself (here a model
+// request no prompt owns: an unattributed turn) exports its wake span
+// through the Client's flush, not on the exporter's schedule, an hour
+// away; the proxy's decision does not wait for it.
+func TestWakeExportedAtOnce(t *testing.T) {
+	tp, exp := genaitest.WakeProvider(t)
+	c, err := New("/bin/sh", WithTracerProvider(tp), WithUpstream("http://127.0.0.1:9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMapper(c.tracer, c.tracker, c.cfg.agent, "s-wake")
+	body, _ := json.Marshal(map[string]any{"model": "m", "stream": true, "messages": []map[string]any{user(text("nobody asked"))}})
+	d := m.attribute(httptest.NewRequest(http.MethodPost, "/v1/messages", bytes.NewReader(body)), body)
+	id := instrument.InvocationIDFromContext(d.Ctx)
+	if w := exp.WaitWake(t); w.Invocation != id || id == "" {
+		t.Fatalf("wake of %q exported, want the unattributed turn %q", w.Invocation, id)
 	}
 }

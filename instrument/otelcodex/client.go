@@ -65,7 +65,7 @@ func New(bin string, opts ...Option) (*Client, error) {
 	return &Client{
 		bin:      bin,
 		cfg:      cfg,
-		tracker:  instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators)),
+		tracker:  instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators), instrument.WithWakeFlush(cfg.flushTimeout)),
 		tracer:   cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		upstream: up,
 	}, nil

@@ -28,6 +28,12 @@ const ExecFieldTurnID = "turn_id"
 // spans then go on the exporter's schedule); 0 is the default. A flush
 // that fails or times out is reported to the OpenTelemetry error handler
 // and the result is passed on all the same.
+//
+// The same bound applies to the export of each wake span (a turn the
+// runtime started by itself, announced when it starts): the Client's
+// Tracker flushes the provider in the background after it
+// (instrument.WithWakeFlush), coalescing flushes asked for while one
+// runs, and never holds up the runtime's output for it.
 func WithFlushTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.flushTimeout = d })
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
 )
 
 // TestExecTurnEndAfterExport: the turn.completed line Exec passes on is
@@ -120,5 +121,28 @@ func TestAppServerTurnCompletedAfterExport(t *testing.T) {
 	}
 	if roots != 1 {
 		t.Fatalf("%d roots of the turn exported when turn/completed was handled, want 1 (%d spans)", roots, len(exp.GetSpans()))
+	}
+}
+
+// TestWakeExportedAtOnce: a turn Codex starts by itself (here a model
+// request of a turn the Client never saw start: an unattributed turn)
+// exports its wake span through the Client's flush, not on the
+// exporter's schedule, an hour away; the proxy's decision does not wait
+// for it.
+func TestWakeExportedAtOnce(t *testing.T) {
+	tp, exp := genaitest.WakeProvider(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(self, WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMapper(c.tracer, c.tracker, c.cfg.agent, "", c.cfg.turnSync)
+	d := ask(t, m, request("019b0000-aaaa-7bbb-8ccc-0000000000aa", map[string]any{"type": "message", "role": "user", "content": "nobody asked"}))
+	id := owner(d)
+	if w := exp.WaitWake(t); w.Invocation != id || id == "" {
+		t.Fatalf("wake of %q exported, want the unattributed turn %q", w.Invocation, id)
 	}
 }

@@ -60,7 +60,7 @@ func New(baseURL string, hc *http.Client, opts ...Option) (*Client, error) {
 		hc = http.DefaultClient
 	}
 	cfg := newConfig(opts)
-	tracker := instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators))
+	tracker := instrument.NewTracker(instrument.WithTracerProvider(cfg.tracerProvider), instrument.WithPropagators(cfg.propagators), instrument.WithWakeFlush(cfg.flushTimeout))
 	tracer := cfg.tracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(Version()))
 	api := &serverAPI{base: u, hc: hc, propagators: cfg.propagators}
 	stats := newTelemetry(cfg.meterProvider)

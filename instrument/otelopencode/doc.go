@@ -104,7 +104,22 @@
 // Users of another client of the server, such as the generated Go SDK,
 // route its requests through Client.Transport: every POST
 // /session/:id/message it sends then becomes an invocation as with
-// Client.Prompt (prompt_async through the Transport is not recorded).
+// Client.Prompt, and every POST /session/:id/prompt_async one as with
+// Client.PromptAsync (the response's Agentledger-Invocation-Id names it).
+// The result of a prompt_async prompt is the session's idle: the event
+// stream read through the Transport (GET /event, /global/event) passes a
+// session.idle (or session.status idle) on only once the Client's own
+// stream has handled it, which ends the prompt's root, and the spans were
+// flushed, so a host that acts on the idle finds the invocation in the
+// collector. Each wait is bounded by the flush timeout (WithFlushTimeout;
+// a negative one passes the stream unchanged), and holds the events after
+// the idle back with it. Other events (an assistant message's completion)
+// are not results: the root is still open then.
+//
+// A turn OpenCode starts by itself (a continuation, an unattributed turn)
+// exports its wake span at once: the Client's Tracker flushes the
+// provider in the background after it (instrument.WithWakeFlush, bounded
+// by the flush timeout), never holding up the turn.
 //
 // # Two ways of counting
 //

@@ -18,9 +18,10 @@ const DefaultFlushTimeout = flush.DefaultTimeout
 // results on at once (the spans then go on the exporter's schedule); 0
 // is the default. A flush that fails or times out is reported to the
 // OpenTelemetry error handler and the result is passed on all the same.
-// The event stream (session.idle) is passed on as it comes: a host that
-// prompts asynchronously and waits for session.idle may ask before the
-// export; it should wait for the prompt's answer instead.
+// The same bound applies to a session's idle on the event stream read
+// through Transport, which is held until the Client handled it and
+// flushed (see Client.Transport), and to the background export of each
+// wake span (instrument.WithWakeFlush).
 func WithFlushTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.flushTimeout = d })
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
+	"github.com/agentledger/agentledger/instrument/internal/genaitest"
+	"github.com/agentledger/agentledger/instrument/internal/wireproxy"
 )
 
 // TestTransportAnswersAfterExport: the answer to POST
@@ -57,4 +59,25 @@ func TestTransportAnswersAfterExport(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWakeExportedAtOnce: a turn OpenCode starts by itself (here a model
+// request of a session the Client tracks no message of: an unattributed
+// turn) exports its wake span through the Client's flush, not on the
+// exporter's schedule, an hour away; the proxy's decision does not wait
+// for it.
+func TestWakeExportedAtOnce(t *testing.T) {
+	tp, exp := genaitest.WakeProvider(t)
+	c, err := New("http://127.0.0.1:9", nil, WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.m.wire = true
+	w := &wireAttributor{m: c.m, wait: time.Millisecond, toolOwners: wireproxy.NewToolOwners(0)}
+	d := w.attribute(wireReq("ses_nobody", chatBody), []byte(chatBody))
+	id := invocationOf(d.Ctx)
+	if x := exp.WaitWake(t); x.Invocation != id || id == "" {
+		t.Fatalf("wake of %q exported, want the unattributed turn %q", x.Invocation, id)
+	}
+	d.Done(zeroUsage)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -36,11 +37,15 @@ type mapper struct {
 	// started is closed and replaced whenever an assistant message is
 	// first seen, for the proxy's requests that wait for theirs.
 	started chan struct{}
+	// idled is closed and replaced whenever a session goes idle, for a
+	// host's idle event that waits for the Client's (awaitIdle).
+	idled chan struct{}
 }
 
 func newMapper(tracer trace.Tracer, tracker *instrument.Tracker, stats *telemetry, maxSessions, maxJobs int) *mapper {
 	return &mapper{
 		started:  make(chan struct{}),
+		idled:    make(chan struct{}),
 		tracer:   tracer,
 		tracker:  tracker,
 		stats:    stats,
@@ -55,6 +60,7 @@ func (m *mapper) handle(ev event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := ev.Properties
+	m.act(ev)
 	switch ev.Type {
 	case evSessionCreated, evSessionUpdated:
 		if p.Info != nil && p.Info.ID != "" {
@@ -112,6 +118,8 @@ func (m *mapper) registerAsync(session, msgID, text string, ctx context.Context,
 	s := m.sessions.use(session)
 	s.tracked = true
 	s.users[msgID] = &userMsg{owner: ctx, sent: true, finish: finish, text: text}
+	// The prompt makes the session act: its idle ends the prompt's turn.
+	s.acting = true
 	s.maxMsg = max(s.maxMsg, msgID)
 }
 
@@ -228,4 +236,55 @@ func (m *mapper) completed(session, msgID string) (bool, <-chan struct{}) {
 		}
 	}
 	return false, m.seen
+}
+
+// act marks the session of a message or part event, or of a busy status,
+// acting until its next idle.
+func (m *mapper) act(ev event) {
+	p := ev.Properties
+	var id string
+	switch {
+	case ev.Type == evMessageUpdated && p.Info != nil:
+		id = p.Info.SessionID
+	case ev.Type == evMessagePartUpdated && p.Part != nil:
+		id = p.Part.SessionID
+	case ev.Type == evSessionStatus && p.Status != nil && p.Status.Type != "idle":
+		id = p.SessionID
+	}
+	if id != "" {
+		m.sessions.use(id).acting = true
+	}
+}
+
+// awaitIdle returns once the Client's own event stream has handled the
+// idle of session that a host's event stream just delivered: at once when
+// the session has not acted since its last idle (the Client saw this idle
+// first, or nothing of the session), else when its next idle is handled
+// or after d. It reports whether it waited d in vain.
+func (m *mapper) awaitIdle(session string, d time.Duration) bool {
+	m.mu.Lock()
+	s := m.sessions.lookup(session)
+	if s == nil || !s.acting {
+		m.mu.Unlock()
+		return false
+	}
+	n, ch := s.idles, m.idled
+	m.mu.Unlock()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ch:
+		case <-timer.C:
+			return true
+		}
+		m.mu.Lock()
+		s = m.sessions.lookup(session)
+		if s == nil || s.idles != n {
+			m.mu.Unlock()
+			return false
+		}
+		ch = m.idled
+		m.mu.Unlock()
+	}
 }

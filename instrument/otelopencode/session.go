@@ -20,6 +20,11 @@ type sessionState struct {
 	// tracked is set on a session this Client sent a prompt to, and on
 	// the child sessions of their subagents.
 	tracked bool
+	// acting is set when the session was prompted or did something since
+	// its last idle, which will end it; idles counts its idles. A host's
+	// idle event waits on them (eventGate).
+	acting bool
+	idles  uint64
 	// owner is the context that non-notification turns of a child
 	// session run in: the job's background span, or the task tool's span
 	// of a foreground subagent.

@@ -20,6 +20,10 @@ var errDeleted = errors.New("opencode: session deleted")
 // a turn are closed as abandoned (see abandon).
 func (m *mapper) idle(id string) {
 	s := m.sessions.use(id)
+	s.acting = false
+	s.idles++
+	close(m.idled)
+	m.idled = make(chan struct{})
 	if m.awaitsJob(s) && len(s.orphans) > 0 {
 		// A child session whose turns ran without any job naming it: they
 		// are recorded as unattributed turns rather than lost.

@@ -72,7 +72,7 @@ func (f Flusher) Flush() error {
 	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), keepParkedKey{}, true), f.timeout)
 	defer cancel()
 	if err := f.tp.ForceFlush(ctx); err != nil {
-		err = fmt.Errorf("flushing spans before a result (bounded by %s): %w", f.timeout, err)
+		err = fmt.Errorf("flushing spans (bounded by %s): %w", f.timeout, err)
 		otel.Handle(err)
 		return err
 	}

@@ -109,3 +109,55 @@ func TestFlushKeepsParkedCalls(t *testing.T) {
 		t.Fatal("any context keeps parked calls")
 	}
 }
+
+// stepProvider is a TracerProvider whose ForceFlush tells started and
+// waits for release.
+type stepProvider struct {
+	noop.TracerProvider
+	started chan struct{}
+	release chan struct{}
+}
+
+func (p *stepProvider) ForceFlush(context.Context) error {
+	p.started <- struct{}{}
+	<-p.release
+	return nil
+}
+
+// TestBackgroundCoalesces: Kick returns while a flush runs; the asks made
+// meanwhile make one flush more, not one each.
+func TestBackgroundCoalesces(t *testing.T) {
+	p := &stepProvider{started: make(chan struct{}), release: make(chan struct{})}
+	b := NewBackground(New(p, time.Minute))
+	done := make(chan error, 4)
+	b.done = func(err error) { done <- err }
+	b.Kick()
+	<-p.started // the first flush runs, held
+	b.Kick()
+	b.Kick()
+	p.release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-p.started // one more for the two asks
+	p.release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	running, again := b.running, b.again
+	b.mu.Unlock()
+	if running || again {
+		t.Fatalf("after the coalesced flush: running %v, again %v; want idle", running, again)
+	}
+	select {
+	case <-p.started:
+		t.Fatal("a third flush for asks a flush covered")
+	default:
+	}
+	var off *Background = NewBackground(New(p, -1))
+	if off != nil {
+		t.Fatal("a Background for a Flusher that flushes nothing")
+	}
+	off.Kick() // nil: nothing
+}
