@@ -1,7 +1,8 @@
 // Package durable is the invocation ledger's write path to its storage
 // extension: a queue of log records, each one locked section of a shard,
-// written in queue order in one storage Batch per commit, with the
-// summaries each record held back released only once it is written.
+// encoded when it is written (not under the shard's lock) and written in
+// queue order in one storage Batch per commit, with the summaries each
+// record held back released only once it is written.
 //
 // It knows nothing of shards or invocations: a record names its
 // partition, its key and how many summaries it holds, and the processor's
