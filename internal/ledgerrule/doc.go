@@ -19,8 +19,10 @@
 // absent.
 //
 // Where to start reading: facts.go (Lookup, SpanReader.Read, Facts: a
-// span's reading), then Graph.Arrive in graph_arrive.go (one span's
-// arrival, the rule's conditions as state), graph_parent.go,
+// span's reading), graph_span.go (a Span, the Result of its arrival),
+// then Graph.Arrive in graph_arrive.go (one span's arrival, the rule's
+// conditions as state; graph_usage.go sums a model call's usage),
+// graph_parent.go,
 // graph_links.go and graph_detached.go (the parts of the graph), and
 // graph_close.go (Obligations, Reasons, AnomaliesFor, Shut); status.go
 // turns Obligations into a status, and graph_state.go is the Graph's

@@ -210,6 +210,10 @@ func decodeFacts(d *journal.Decoder, f *spanFacts, cfg *ledgerConfig) {
 	var r factReader
 	r.begin(f, h.Name, h.TraceID, h.SpanID, h.Parent, h.Start, h.End, h.Code == ptrace.StatusCodeError)
 	f.Dropped = ledgerrule.Dropped{Attributes: h.Dropped.Attributes, Links: h.Dropped.Links, LinkAttributes: h.Dropped.LinkAttributes}
+	if h.IDOmitted {
+		// Stored without it (journal.Encoder.Fact): it was this string.
+		r.attr(contract.AttrInvocationID, pcommon.NewValueStr(d.ID))
+	}
 	n := d.Count(2)
 	for i := 0; i < n && d.Err == nil; i++ {
 		k := d.Key()

@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/durable"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
@@ -13,7 +14,7 @@ import (
 // one call where a section begins and ends, one per span indexed, per
 // invocation forgotten, per id remembered, and one when the next consumer
 // accepted summaries. Without storage it is noJournal; with storage it is
-// the shard's *shardPersist (storage.go writes what it queues). Every method
+// the shard's *shardPersist (internal/durable writes what it queues). Every method
 // but sent runs with the shard's mu held; sent takes it.
 type shardJournal interface {
 	begin(s *shard)
@@ -45,19 +46,17 @@ var (
 type shardPersist struct {
 	part  int
 	store *store
-	// trust marks the summaries stored as they will be sent (trust.go).
-	trust *trust
 
 	// The current locked section.
 	active   bool
 	observed int // outbox length already journalled
 	mark     int // outbox length when the section began
-	op       journal.Op
+	// rec is the section's record: its operation, the arena of its
+	// encoded facts and resources, and its summaries, which the durable
+	// log encodes once it is queued (after the lock is released).
+	rec      *durable.Record
 	resIndex map[pcommon.Resource]int
 	enc      journal.Encoder
-	// arena holds the section's encoded facts and resources, which its
-	// events slice, until journalEnd encodes the record.
-	arena []byte
 
 	// marks are delivery marks (and forgets outside a section)
 	// waiting for the shard's next record.
@@ -95,22 +94,12 @@ func (ps *shardPersist) begin(s *shard) {
 	ps.invs = len(s.invs)
 	ps.mark = len(s.outbox)
 	ps.observed = ps.mark
-	clear(ps.op.Events)
-	ps.op.Events = ps.op.Events[:0]
-	ps.op.Resources = ps.op.Resources[:0]
-	ps.arena = ps.arena[:0]
-	clear(ps.resIndex)
-}
-
-// keep copies b into the section's arena and returns the copy. A full
-// arena is replaced, not grown: earlier copies stay valid in the old one.
-func (ps *shardPersist) keep(b []byte) []byte {
-	if len(ps.arena)+len(b) > cap(ps.arena) {
-		ps.arena = make([]byte, 0, max(64<<10, 2*len(b)))
+	if ps.rec == nil {
+		ps.rec = durable.NewRecord()
+	} else {
+		ps.rec.Reset()
 	}
-	start := len(ps.arena)
-	ps.arena = append(ps.arena, b...)
-	return ps.arena[start:len(ps.arena):len(ps.arena)]
+	clear(ps.resIndex)
 }
 
 // fact records one span about to be indexed (before s.ensure, so a lost
@@ -131,17 +120,18 @@ func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
 			ps.unstorable(s, r, now, stats)
 			return
 		}
-		ps.op.Resources = append(ps.op.Resources, ps.keep(ps.enc.B))
-		ri = len(ps.op.Resources)
+		ps.rec.Op.Resources = append(ps.rec.Op.Resources, ps.rec.Keep(ps.enc.B))
+		ri = len(ps.rec.Op.Resources)
 		ps.resIndex[r.res] = ri
 	}
 	ps.enc.B, ps.enc.Err = ps.enc.B[:0], nil
-	ps.enc.Span(r.span, journal.FactAttr, journal.LinkAttr)
+	_, id := summary.SplitKey(r.id)
+	ps.enc.Fact(r.span, id)
 	if ps.enc.Err != nil {
 		ps.unstorable(s, r, now, stats)
 		return
 	}
-	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvFact, ID: r.id, Res: ri, Fact: ps.keep(ps.enc.B)})
+	ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvFact, ID: r.id, Res: ri, Fact: ps.rec.Keep(ps.enc.B)})
 }
 
 // unstorable fails closed on a span the encoder could not store, which
@@ -153,7 +143,7 @@ func (ps *shardPersist) unstorable(s *shard, r *indexRef, now int64, stats *stat
 	taintInvocation(s.ensure(r.id, now, stats))
 	until := satAdd(now, satAdd(s.cfg.openTimeout, s.cfg.retention))
 	ps.tainted[r.id] = max(ps.tainted[r.id], until)
-	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvTaint, ID: r.id, Until: until})
+	ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvTaint, ID: r.id, Until: until})
 }
 
 // forget records that inv is being forgotten.
@@ -163,7 +153,7 @@ func (ps *shardPersist) forget(s *shard, inv *invocation) {
 	}
 	if ps.active {
 		ps.observe(s)
-		ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvForget, ID: inv.ID})
+		ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvForget, ID: inv.ID})
 		return
 	}
 	// Outside a journalled section (no such path today): keep the event
@@ -178,18 +168,21 @@ func (ps *shardPersist) remember(s *shard, id string, until int64) {
 		return
 	}
 	ps.observe(s)
-	ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvRemember, ID: id, Until: until})
+	ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvRemember, ID: id, Until: until})
 }
 
 // observe journals the summaries added to the outbox since the last look.
+// Their bytes are encoded with the record, after the lock is released: a
+// summary is plain data once made.
 func (ps *shardPersist) observe(s *shard) {
 	for ; ps.observed < len(s.outbox); ps.observed++ {
 		sum := &s.outbox[ps.observed]
-		ev := journal.Event{Kind: journal.EvEmit, ID: sum.ID, Status: sum.Status, Revision: sum.Revision, Summary: encodeSummary(sum, ps.trust)}
+		ev := journal.Event{Kind: journal.EvEmit, ID: sum.ID, Status: sum.Status, Revision: sum.Revision}
 		if inv, ok := s.invs[sum.ID]; ok && sum.Revision == 1 {
 			ev.Forced = inv.Forced
 		}
-		ps.op.Events = append(ps.op.Events, ev)
+		ps.rec.Summaries = append(ps.rec.Summaries, durable.Pending{Event: len(ps.rec.Op.Events), Summary: *sum})
+		ps.rec.Op.Events = append(ps.rec.Op.Events, ev)
 	}
 }
 
@@ -210,19 +203,24 @@ func (ps *shardPersist) end(s *shard, now int64) {
 		clear(s.outbox[ps.mark:])
 		s.outbox = s.outbox[:ps.mark]
 	}
+	rec := ps.rec
 	if len(ps.marks) > 0 {
-		ps.op.Events = append(ps.marks, ps.op.Events...)
+		rec.Op.Events = append(ps.marks, rec.Op.Events...)
+		for i := range rec.Summaries {
+			rec.Summaries[i].Event += len(ps.marks)
+		}
 		ps.marks = nil
 	}
-	if len(ps.op.Events) == 0 {
+	if len(rec.Op.Events) == 0 {
 		return
 	}
-	ps.op.Seq = ps.nextSeq
-	ps.op.Time = now
+	rec.Op.Seq = ps.nextSeq
+	rec.Op.Time = now
 	ps.nextSeq++
-	value := journal.EncodeOps(journal.KindLog, []journal.Op{ps.op})
+	rec.Part, rec.Key, rec.Held = ps.part, journal.LogKey(ps.part, rec.Op.Seq), made
 	ps.unwritten++
-	ps.store.enqueue(&pendingRecord{shard: ps.part, key: journal.LogKey(ps.part, ps.op.Seq), value: value, held: made})
+	ps.rec = nil // the log owns it now, and encodes it when it writes
+	ps.store.log.Enqueue(rec)
 }
 
 // sent records that the next consumer accepted summaries.

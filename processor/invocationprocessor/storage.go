@@ -14,7 +14,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/durable"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // With a storage extension the ledger's state survives restarts. Each
@@ -64,15 +66,6 @@ const (
 // errNotStarted is returned by ConsumeTraces before Start loaded the state.
 var errNotStarted = errors.New("invocation processor: storage not loaded yet (Start has not run)")
 
-// pendingRecord is a log record waiting to be written.
-type pendingRecord struct {
-	shard  int
-	key    string
-	value  []byte
-	held   int // summaries of this record held back until it is written
-	ticket uint64
-}
-
 // store is the processor's link to the storage extension.
 type store struct {
 	id      component.ID // the storage extension
@@ -81,20 +74,12 @@ type store struct {
 	logger  *zap.Logger
 	metrics *storeMetrics
 
-	// qmu guards queue, nextTicket, durable and lastErr. It is taken
-	// under a shard's mu (records are queued in the shard's order), never
-	// the other way round.
-	qmu        sync.Mutex
-	queue      []*pendingRecord
-	nextTicket uint64
-	durable    uint64
-	lastErr    error
-
-	// wmu serialises writes, so a partition's records are written in
-	// order. It is never taken while a shard's mu or qmu is held.
-	wmu sync.Mutex
+	// log queues and writes the shards' records (internal/durable); set
+	// when the client is.
+	log *durable.Log
 	// cmu serialises compactions (storage_compact.go), which run beside
-	// writes; taken before wmu or a shard's mu, never under them.
+	// writes; taken before the log's write lock or a shard's mu, never
+	// under them.
 	cmu sync.Mutex
 
 	compactNext int   // round robin over partitions; guarded by cmu
@@ -161,6 +146,20 @@ func (p *invocationProcessor) startStore(ctx context.Context, host component.Hos
 	}
 	db.client = client
 	db.metrics = newStoreMetrics(p)
+	db.log = durable.New(durable.Config{
+		Name:          db.id.String(),
+		EncodeSummary: func(sum *summary.Summary) []byte { return encodeSummary(sum, &p.trust) },
+		Client:        client,
+		Release:       db.release,
+		Written: func(ctx context.Context, n int64, took time.Duration) {
+			db.metrics.writeLatency.Record(ctx, took.Seconds())
+			db.metrics.bytesWritten.Add(ctx, n)
+		},
+		Failed: func(ctx context.Context, records int, err error, took time.Duration) {
+			db.metrics.writeLatency.Record(ctx, took.Seconds())
+			db.fail(ctx, opWrite, err, fmt.Sprintf("writing %d ledger records failed; their batches are refused and retried", records))
+		},
+	})
 	p.load(ctx)
 	db.loaded = true
 	return nil
@@ -196,7 +195,7 @@ func (p *invocationProcessor) load(ctx context.Context) {
 	db.shards = p.shards
 	restored := 0
 	for i, s := range p.shards {
-		ps := &shardPersist{part: i, store: db, trust: &p.trust, tainted: map[string]int64{}, resIndex: map[pcommon.Resource]int{}}
+		ps := &shardPersist{part: i, store: db, tainted: map[string]int64{}, resIndex: map[pcommon.Resource]int{}}
 		s.mu.Lock()
 		s.journal = ps
 		s.mu.Unlock()
@@ -206,7 +205,7 @@ func (p *invocationProcessor) load(ctx context.Context) {
 		restored += len(s.invs)
 		s.mu.Unlock()
 	}
-	if _, err := db.commit(ctx); err != nil {
+	if _, err := db.log.Commit(ctx); err != nil {
 		db.fail(ctx, opWrite, err, "writing the records made while loading failed; they are retried")
 	}
 	db.metrics.invocations.Add(ctx, int64(restored))
@@ -227,101 +226,27 @@ func (p *invocationProcessor) reshard(n int) {
 	p.shards, p.bounds, p.outboxLimit = fresh.shards, fresh.bounds, fresh.outboxLimit
 }
 
-func (db *store) enqueue(r *pendingRecord) {
-	db.qmu.Lock()
-	defer db.qmu.Unlock()
-	db.nextTicket++
-	r.ticket = db.nextTicket
-	db.queue = append(db.queue, r)
-}
-
-// lastTicket is the ticket of the latest record queued.
-func (db *store) lastTicket() uint64 {
-	db.qmu.Lock()
-	defer db.qmu.Unlock()
-	return db.nextTicket
-}
-
-// commit writes every queued record in one storage Batch, in queue order,
-// and then releases the summaries they held. On failure the records stay
-// queued, in order, for the next commit. It returns the shards whose
-// outboxes got summaries.
-func (db *store) commit(ctx context.Context) (released []int, err error) {
-	db.wmu.Lock()
-	defer db.wmu.Unlock()
-	return db.commitLocked(ctx)
-}
-
-func (db *store) commitLocked(ctx context.Context) ([]int, error) {
-	db.qmu.Lock()
-	recs := db.queue
-	db.queue = nil
-	db.qmu.Unlock()
-	if len(recs) == 0 {
-		return nil, nil
-	}
-	ops := make([]*storage.Operation, len(recs))
-	var n int64
-	for i, r := range recs {
-		ops[i] = storage.SetOperation(r.key, r.value)
-		n += int64(len(r.value))
-	}
-	began := time.Now()
-	err := db.client.Batch(ctx, ops...)
-	db.metrics.writeLatency.Record(ctx, time.Since(began).Seconds())
-	if err != nil {
-		db.qmu.Lock()
-		db.queue = append(recs, db.queue...)
-		db.lastErr = err
-		db.qmu.Unlock()
-		db.fail(ctx, opWrite, err, fmt.Sprintf("writing %d ledger records failed; their batches are refused and retried", len(recs)))
-		return nil, fmt.Errorf("invocation processor: writing ledger state to %s: %w", db.id, err)
-	}
-	db.metrics.bytesWritten.Add(ctx, n)
-	db.qmu.Lock()
-	db.durable = recs[len(recs)-1].ticket
-	db.lastErr = nil
-	db.qmu.Unlock()
-	return db.release(recs), nil
-}
-
 // shards is set by the processor after the store is loaded; release needs
 // them to hand held summaries to the outboxes.
-func (db *store) release(recs []*pendingRecord) []int {
+func (db *store) release(recs []*durable.Record) []int {
 	var out []int
 	for _, r := range recs {
-		s := db.shards[r.shard]
+		s := db.shards[r.Part]
 		s.mu.Lock()
 		ps := s.partition()
 		ps.unwritten--
-		ps.logBytes += int64(len(r.value))
-		if r.held > 0 {
-			s.outbox = append(s.outbox, ps.held[:r.held]...)
-			clear(ps.held[:r.held])
-			ps.held = ps.held[r.held:]
+		ps.logBytes += int64(len(r.Value))
+		if r.Held > 0 {
+			s.outbox = append(s.outbox, ps.held[:r.Held]...)
+			clear(ps.held[:r.Held])
+			ps.held = ps.held[r.Held:]
 		}
 		s.mu.Unlock()
-		if r.held > 0 && (len(out) == 0 || out[len(out)-1] != r.shard) {
-			out = append(out, r.shard)
+		if r.Held > 0 && (len(out) == 0 || out[len(out)-1] != r.Part) {
+			out = append(out, r.Part)
 		}
 	}
 	return out
-}
-
-// commitThrough writes the queue and reports an error unless every record
-// up to ticket is durable.
-func (db *store) commitThrough(ctx context.Context, ticket uint64) ([]int, error) {
-	released, err := db.commit(ctx)
-	db.qmu.Lock()
-	durable, last := db.durable, db.lastErr
-	db.qmu.Unlock()
-	if durable >= ticket {
-		return released, nil
-	}
-	if err == nil {
-		err = fmt.Errorf("invocation processor: ledger state not written to %s: %w", db.id, last)
-	}
-	return released, err
 }
 
 // ready is called before a batch is indexed: records that failed to be
@@ -331,20 +256,17 @@ func (db *store) ready(ctx context.Context) error {
 	if !db.loaded {
 		return errNotStarted
 	}
-	db.qmu.Lock()
-	backlog := len(db.queue) > 0 && db.lastErr != nil
-	db.qmu.Unlock()
-	if !backlog {
+	if !db.log.Backlog() {
 		return nil
 	}
-	_, err := db.commit(ctx)
+	_, err := db.log.Commit(ctx)
 	return err
 }
 
 // commitBatch makes a batch's records durable before it is acknowledged,
 // and adds the shards whose summaries were released to touched.
 func (p *invocationProcessor) commitBatch(ctx context.Context, touched *[]*shard) error {
-	released, err := p.store.commitThrough(ctx, p.store.lastTicket())
+	released, err := p.store.log.CommitThrough(ctx, p.store.log.LastTicket())
 	for _, i := range released {
 		s := p.shards[i]
 		if !slicesContainsShard(*touched, s) {
@@ -367,7 +289,7 @@ func slicesContainsShard(l []*shard, s *shard) bool {
 // (and any that failed before), sends the summaries they released, and
 // compacts at most one partition.
 func (p *invocationProcessor) storeTick(ctx context.Context, now int64) error {
-	released, err := p.store.commit(ctx)
+	released, err := p.store.log.Commit(ctx)
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
@@ -396,16 +318,16 @@ func (p *invocationProcessor) closeStore(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	var errs []error
-	if _, err := db.commit(ctx); err != nil {
+	if _, err := db.log.Commit(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	db.cmu.Lock()
 	defer db.cmu.Unlock()
-	db.wmu.Lock()
-	defer db.wmu.Unlock()
-	if err := db.client.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("invocation processor: closing storage client: %w", err))
-	}
+	db.log.Exclusive(func() {
+		if err := db.client.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("invocation processor: closing storage client: %w", err))
+		}
+	})
 	db.loaded = false
 	return errors.Join(errs...)
 }

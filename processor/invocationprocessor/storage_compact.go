@@ -109,9 +109,9 @@ func chunkOps(ops []journal.Op) [][]byte {
 
 // maybeCompact compacts the first partition, in round-robin order, whose
 // log has outgrown its snapshot (and compactMinBytes), if none of its
-// records is waiting to be written. It holds cmu, not wmu: batches keep
-// committing their records (which go to log keys after the compacted
-// ones) while a partition is read, folded and rewritten.
+// records is waiting to be written. It holds cmu, not the log's write
+// lock: batches keep committing their records (which go to log keys after
+// the compacted ones) while a partition is read, folded and rewritten.
 func (p *invocationProcessor) maybeCompact(ctx context.Context, now int64) {
 	db := p.store
 	db.cmu.Lock()

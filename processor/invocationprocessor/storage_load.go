@@ -116,14 +116,14 @@ func (p *invocationProcessor) loadPartition(ctx context.Context, s *shard, ps *s
 	s.journal.begin(s)
 	if lostAll {
 		ps.taintAll = max(ps.taintAll, lostUntil)
-		ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvTaintAll, Until: lostUntil})
+		ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvTaintAll, Until: lostUntil})
 		for _, inv := range s.invs {
 			taintInvocation(inv)
 		}
 	}
 	for _, id := range lostIDs {
 		ps.tainted[id] = max(ps.tainted[id], lostUntil)
-		ps.op.Events = append(ps.op.Events, journal.Event{Kind: journal.EvTaint, ID: id, Until: lostUntil})
+		ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvTaint, ID: id, Until: lostUntil})
 		if inv, ok := s.invs[id]; ok {
 			taintInvocation(inv)
 		}
@@ -225,7 +225,8 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 					ps.lostAtLoad = append(ps.lostAtLoad, ev.ID)
 				}
 			case journal.EvFact:
-				d := journal.Decoder{B: ev.Fact}
+				_, id := summary.SplitKey(ev.ID)
+				d := journal.Decoder{B: ev.Fact, ID: id}
 				decodeFacts(&d, &facts, &p.rules)
 				if d.Err == nil && d.Remaining() != 0 {
 					d.Fail("%d trailing bytes", d.Remaining())

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -134,4 +135,58 @@ func TestReplayUnreadableSpanClosesIncomplete(t *testing.T) {
 	}
 	assert.True(t, found, "the log names the invocation, the record and the reason: %v", logs.All())
 	h.shutdown()
+}
+
+// A journalled span leaves out its invocation.id (the event's key holds
+// it); records written before, which stored it, replay the same. Both
+// forms restart an open invocation that then closes final with the
+// canonical totals.
+func TestReplayReadsSpansWithAndWithoutTheirID(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "left out", true: "stored as before"}[old], func(t *testing.T) {
+			s := scenario("inv-1", 0)
+			mem, clk := crashWithUndelivered(t, s[:4]...) // pending, undelivered
+			reader, err := newProcessor(settingsForTest(), createDefaultConfig().(*Config), consumertest.NewNop(), clk, 1)
+			require.NoError(t, err)
+			defer reader.tel.Shutdown()
+			rules := &reader.rules
+			grew := 0
+			damageStored(t, mem, journal.EvFact, func(ev *journal.Event) {
+				sp := ptrace.NewSpan()
+				d := journal.Decoder{B: ev.Fact, ID: ev.ID}
+				d.Span(sp)
+				require.NoError(t, d.Err)
+				v, ok := sp.Attributes().Get(contract.AttrInvocationID)
+				require.True(t, ok)
+				require.Equal(t, "inv-1", v.Str())
+				if !old {
+					return
+				}
+				var e journal.Encoder
+				e.Span(sp, journal.FactAttr, journal.LinkAttr)
+				if len(e.B) > len(ev.Fact) {
+					grew++
+				}
+				// The ledger reads the same facts from both forms.
+				var was, now spanFacts
+				decodeFacts(&journal.Decoder{B: ev.Fact, ID: ev.ID}, &now, rules)
+				decodeFacts(&journal.Decoder{B: e.B}, &was, rules)
+				require.Equal(t, was, now)
+				ev.Fact = e.B
+			})
+			if old {
+				require.Positive(t, grew, "the facts were stored without the id")
+			}
+			h, _ := restartObserved(t, mem, clk)
+			h.consume(batch(s[4:]...))
+			sums := h.of("inv-1")
+			require.NotEmpty(t, sums)
+			last := sums[len(sums)-1]
+			assertStatus(t, last, contract.StatusFinal, 1)
+			assert.Equal(t, int64(150), intAttr(last, contract.AttrUsageInputTokens))
+			assert.Equal(t, int64(15), intAttr(last, contract.AttrUsageOutputTokens))
+			assert.Equal(t, int64(6), intAttr(last, contract.AttrSpans))
+			h.shutdown()
+		})
+	}
 }

@@ -44,6 +44,9 @@ type Decoder struct {
 	B   []byte
 	off int
 	Err error
+	// ID is the invocation id of the event whose span is decoded: a span
+	// stored by Encoder.Fact may have left its invocation.id out.
+	ID string
 }
 
 func (d *Decoder) Fail(format string, args ...any) {
@@ -346,6 +349,11 @@ const (
 	// attributes (three uvarints follow the parent). Records written
 	// before it never set it, so they decode as before.
 	spanDropped
+	// spanIDOmitted: the span's one invocation.id attribute, a string
+	// equal to the invocation id its event is keyed by, is not stored
+	// (Encoder.Fact); the reader puts it back from the key (Decoder.ID).
+	// Records written before it never set it, so they decode as before.
+	spanIDOmitted
 )
 
 // Dropped is what the SDK's limits dropped from a stored span: OTLP's
@@ -365,10 +373,36 @@ func droppedOf(sp ptrace.Span) Dropped {
 	return d
 }
 
-// encodeSpan writes what the ledger reads from one Span: IDs, parent,
-// name, times, status code and kind, the attributes keep accepts (all when
-// nil), and links with the link attributes linkKeep accepts.
+// Span writes what the ledger reads from one Span: IDs, parent, name,
+// times, status code and kind, the attributes keep accepts (all when nil),
+// and links with the link attributes linkKeep accepts.
 func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
+	e.span(sp, keep, linkKeep, false)
+}
+
+// Fact writes a span's facts (Span with FactAttr and LinkAttr) for the
+// invocation id: when the span carries invocation.id once, as that id, the
+// value is left out, since the event's key holds it. Any other
+// invocation.id (repeated, not a string, another id) is stored as read,
+// so that it replays as it was read live.
+func (e *Encoder) Fact(sp ptrace.Span, id string) {
+	e.span(sp, FactAttr, LinkAttr, omittable(sp.Attributes(), id))
+}
+
+// omittable reports whether m holds invocation.id exactly once, as the
+// string id.
+func omittable(m pcommon.Map, id string) bool {
+	n, same := 0, false
+	for k, v := range m.All() {
+		if k == contract.AttrInvocationID {
+			n++
+			same = v.Type() == pcommon.ValueTypeStr && v.Str() == id
+		}
+	}
+	return n == 1 && same
+}
+
+func (e *Encoder) span(sp ptrace.Span, keep, linkKeep func(string) bool, omitID bool) {
 	e.TraceID(sp.TraceID())
 	e.SpanID(sp.SpanID())
 	var flags byte
@@ -379,6 +413,9 @@ func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
 	dropped := droppedOf(sp)
 	if dropped != (Dropped{}) {
 		flags |= spanDropped
+	}
+	if omitID {
+		flags |= spanIDOmitted
 	}
 	e.Byte1(flags)
 	if !pid.IsEmpty() {
@@ -394,7 +431,11 @@ func (e *Encoder) Span(sp ptrace.Span, keep, linkKeep func(string) bool) {
 	e.enum(int32(sp.Status().Code()))
 	e.Uvarint(uint64(sp.StartTimestamp()))
 	e.Uvarint(uint64(sp.EndTimestamp()))
-	e.Attrs(sp.Attributes(), keep, 0)
+	if omitID {
+		e.Attrs(sp.Attributes(), func(k string) bool { return k != contract.AttrInvocationID && (keep == nil || keep(k)) }, 0)
+	} else {
+		e.Attrs(sp.Attributes(), keep, 0)
+	}
 	links := sp.Links()
 	e.Uvarint(uint64(links.Len()))
 	for i := 0; i < links.Len(); i++ {
@@ -416,6 +457,9 @@ type SpanHeader struct {
 	Start, End uint64
 	// Dropped is what the SDK's limits dropped from the span.
 	Dropped Dropped
+	// IDOmitted: the span's invocation.id is the event's id and was not
+	// stored (Encoder.Fact); the reader supplies it.
+	IDOmitted bool
 }
 
 // Header decodes what precedes a stored span's attributes.
@@ -423,7 +467,7 @@ func (d *Decoder) Header() (h SpanHeader, ok bool) {
 	h.TraceID = d.TraceID()
 	h.SpanID = d.SpanID()
 	flags := d.Byte1()
-	if flags&^(spanHasParent|spanDropped) != 0 {
+	if flags&^(spanHasParent|spanDropped|spanIDOmitted) != 0 {
 		d.Fail("bad span flags %#x", flags)
 		return h, false
 	}
@@ -432,6 +476,13 @@ func (d *Decoder) Header() (h SpanHeader, ok bool) {
 	}
 	if flags&spanDropped != 0 {
 		h.Dropped = Dropped{Attributes: d.count32(), Links: d.count32(), LinkAttributes: d.count32()}
+	}
+	if flags&spanIDOmitted != 0 {
+		if d.ID == "" {
+			d.Fail("a span's invocation.id was left out and no id was given")
+			return h, false
+		}
+		h.IDOmitted = true
 	}
 	h.Name = d.Str()
 	h.Kind = ptrace.SpanKind(d.enum())
@@ -459,6 +510,9 @@ func (d *Decoder) Span(sp ptrace.Span) {
 	sp.SetDroppedAttributesCount(h.Dropped.Attributes)
 	sp.SetDroppedLinksCount(h.Dropped.Links)
 	d.Attrs(sp.Attributes(), 0)
+	if h.IDOmitted {
+		sp.Attributes().PutStr(contract.AttrInvocationID, d.ID)
+	}
 	n := d.Count(25)
 	for i := 0; i < n && d.Err == nil; i++ {
 		l := sp.Links().AppendEmpty()
