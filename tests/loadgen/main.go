@@ -30,6 +30,14 @@
 // pass-through, its storage directory's size, and what a restart on that
 // directory costs (time until ready, the first batch after it, the size
 // once the ledger and file_storage compacted).
+// With -sweep, instead of rounds, it measures every combination of
+// sizes, job shares and export workers (-sweep "invocations=10000,100000
+// jobs=0,0.25,1 workers=1,8"), each against a pass-through run of the
+// same workload with the same workers, and prints a Markdown table, a row
+// per combination: spans/s, ratio to pass-through, p99 last span ->
+// final, each collector's peak resident set (VmHWM of the process it
+// started) and the count final with exact totals (with -storage, a row
+// for the storage pipeline too). One workload is in memory at a time.
 // With -profile, contrib's pprof extension in the collector saves each
 // run's CPU, allocation and mutex profiles:
 //
@@ -37,6 +45,7 @@
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -pending-delay 1s
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -storage -rounds 3
 //	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -profile /tmp/prof
+//	go -C tests run ./loadgen -collector ../.bin/otelcol-agentledger -sweep "invocations=10000,100000 jobs=0,0.25,1 workers=1,8"
 //
 // Without -collector it measures a collector already running with one of
 // those configs, started with LOADGEN_RECEIVER_ENDPOINT set to -listen:
@@ -92,7 +101,10 @@ type options struct {
 	// storage, with collector, adds the storage pipeline (storage.yaml)
 	// to every round; fsync sets its file_storage's fsync.
 	storage, fsync bool
-	workload       workloadConfig
+	// sweep, with collector, is -sweep's value: a table of runs instead
+	// of rounds ("": none).
+	sweep    string
+	workload workloadConfig
 }
 
 func main() {
@@ -110,6 +122,7 @@ func main() {
 	flag.BoolVar(&o.storage, "storage", false, "with -collector: also run the invocation pipeline with file_storage (storage.yaml) in every round, and print its ratios to memory mode and pass-through and its storage directory's size")
 	flag.BoolVar(&o.fsync, "fsync", false, "with -storage: file_storage with fsync: true")
 	flag.StringVar(&o.featureGates, "feature-gates", "", "with -collector: the collector's --feature-gates, e.g. +pdata.useProtoPooling")
+	flag.StringVar(&o.sweep, "sweep", "", "with -collector: measure every combination of space-separated key=list pairs, e.g. \"invocations=10000,100000,1000000 jobs=0,0.25,1 workers=1,8\" (a key left out takes -invocations, -jobs or -workers), each against a pass-through run of the same workload and workers, and print a table: spans/s, ratio, p99 last span -> final, collector RSS peak, final & exact count")
 	flag.IntVar(&o.workload.invocations, "invocations", 10000, "invocations to send")
 	flag.Float64Var(&o.workload.jobs, "jobs", 0.25, "share of invocations with a background job and a continuation")
 	flag.Float64Var(&o.workload.duplicates, "duplicates", 0.02, "share of spans sent twice")
@@ -143,9 +156,25 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.fsync && !o.storage {
 		return errors.New("-fsync needs -storage")
 	}
-	w := newWorkload(o.workload)
-	fmt.Fprintf(out, "workload: %d invocations, %d spans (%d sends with duplicates) in %d requests of up to %d\n",
-		len(w.invocations), len(w.spans), len(w.sends), len(w.requests), o.workload.batch)
+	var spec sweepSpec
+	if o.sweep != "" {
+		if o.collector == "" {
+			return errors.New("-sweep needs -collector")
+		}
+		var err error
+		if spec, err = parseSweep(o.sweep, sweepSpec{invocations: []int{o.workload.invocations}, jobs: []float64{o.workload.jobs}, workers: []int{o.workers}}); err != nil {
+			return err
+		}
+	}
+	if o.sweep != "" && o.profileDir != "" {
+		return errors.New("-sweep does not take -profile")
+	}
+	var w *workload
+	if o.sweep == "" {
+		w = newWorkload(o.workload)
+		fmt.Fprintf(out, "workload: %d invocations, %d spans (%d sends with duplicates) in %d requests of up to %d\n",
+			len(w.invocations), len(w.spans), len(w.sends), len(w.requests), o.workload.batch)
+	}
 
 	if o.collector == "" {
 		rec, err := startReceiver(o.listen)
@@ -183,6 +212,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
+	}
+	if o.sweep != "" {
+		return runSweep(ctx, o, spec, dir, out)
 	}
 	var ratios, isolated, durable, durablePass []float64
 	for round := range max(o.rounds, 1) {

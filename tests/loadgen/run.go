@@ -87,6 +87,9 @@ type result struct {
 	// restart what starting it again on that directory measured.
 	storage *dirSize
 	restart *restartFigures
+	// rssPeak is, with -collector, the collector process's peak resident
+	// set (VmHWM) in bytes, read just before it stopped; 0 when not read.
+	rssPeak int64
 }
 
 // spansPerSecond is the end-to-end throughput: spans sent over the time
@@ -325,6 +328,7 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 	}
 	res, err := measure(ctx, p, otlp, rec, w, o.workers)
 	res.pendingDelay = o.pendingDelay.String()
+	res.rssPeak = peakRSS(proc.PID())
 	if err != nil {
 		err = fmt.Errorf("%w\ncollector log:\n%s", err, proc.Tail(20))
 	} else if prof != nil {
