@@ -151,3 +151,23 @@ func TestLoadgenSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestFitsInMemory: a sweep whose largest size would not fit in three
+// quarters of the available memory is refused with the figures named;
+// one that fits, or an unknown amount available, is not.
+func TestFitsInMemory(t *testing.T) {
+	if err := fitsInMemory(100000, 23<<30); err != nil {
+		t.Errorf("100,000 in 23 GiB: %v", err)
+	}
+	if err := fitsInMemory(1000000, 0); err != nil {
+		t.Errorf("unknown memory: %v", err)
+	}
+	err := fitsInMemory(1000000, 23<<30)
+	if err == nil || !strings.Contains(err.Error(), "1000000 invocations need about 26.7 GiB") || !strings.Contains(err.Error(), "of the 23.0 GiB available") {
+		t.Errorf("1,000,000 in 23 GiB: err = %v", err)
+	}
+	meminfo := "MemTotal:       24683880 kB\nMemFree:        13312000 kB\nMemAvailable:   23850000 kB\n"
+	if got := parseMeminfoField([]byte(meminfo), "MemAvailable:"); got != 23850000<<10 {
+		t.Errorf("MemAvailable = %d", got)
+	}
+}
