@@ -163,7 +163,7 @@ func TestFitsInMemory(t *testing.T) {
 		t.Errorf("unknown memory: %v", err)
 	}
 	err := fitsInMemory(1000000, 23<<30)
-	if err == nil || !strings.Contains(err.Error(), "1000000 invocations need about 26.7 GiB") || !strings.Contains(err.Error(), "of the 23.0 GiB available") {
+	if err == nil || !strings.Contains(err.Error(), "1000000 invocations need about 30.5 GiB") || !strings.Contains(err.Error(), "of the 23.0 GiB available") {
 		t.Errorf("1,000,000 in 23 GiB: err = %v", err)
 	}
 	meminfo := "MemTotal:       24683880 kB\nMemFree:        13312000 kB\nMemAvailable:   23850000 kB\n"
