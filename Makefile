@@ -64,7 +64,7 @@ TEST_ENV := AGENTLEDGER_E2E=$(E2E) \
 # Go build cache.
 MODULES := $(shell find . -name go.mod -not -path './tools/*' -not -path './.*/*' -printf '%h\n' | sort)
 
-.PHONY: help build build-local agentledger jaeger prometheus chromium opencode claude codex sdk-hosts test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
+.PHONY: help build build-local agentledger jaeger prometheus chromium opencode claude codex sdk-hosts host-example test tidy-check consumer-check ocb-check demo dashboards fuzz bench vet clean
 
 help:
 	@echo "make demo          run the reference agent through the collector and print each invocation's ledger"
@@ -81,6 +81,7 @@ help:
 	@echo "make claude        npm install @anthropic-ai/claude-code@$(CLAUDE_VERSION) into .cache/claude"
 	@echo "make codex         npm install @openai/codex@$(CODEX_VERSION) into .cache/codex"
 	@echo "make sdk-hosts     npm install the TypeScript SDKs the drop-ins' host tests drive ($(SDK_HOSTS_PKG)) into .cache/sdk-hosts"
+	@echo "make host-example  the README's TypeScript host (examples/host/host.mjs, Claude Agent SDK through the drop-in) against the collector and a scripted model"
 	@echo "make dashboards    regenerate the Grafana dashboards"
 	@echo "make fuzz          short fuzz runs (FUZZTIME=$(FUZZTIME) each)"
 	@echo "make bench         benchmarks, BENCHCOUNT=$(BENCHCOUNT) interleaved rounds, into out/bench.txt; benchstat compares modes (-col /mode)"
@@ -119,6 +120,14 @@ agentledger: $(PROGRESS)
 	@mkdir -p $(BIN)
 	@cd cmd/agentledger && $(PROGRESS) -name agentledger -log $(LOGS)/agentledger-build.log -- \
 		$(GO) build -v -o $(AGENTLEDGER_BIN) .
+
+# The README's "From TypeScript or Python" loop, runnable: examples/host
+# starts the collector and a scripted model, builds the drop-in and runs
+# host.mjs (prompt, result, ask once, release and watch, reattach, final
+# summary), then checks the summary against what the model served.
+host-example: build claude sdk-hosts
+	@AGENTLEDGER_COLLECTOR_BIN=$(COLLECTOR_BIN) CLAUDE_BIN=$(CLAUDE_BIN) AGENTLEDGER_SDK_MODULES=$(SDK_HOSTS_PREFIX)/node_modules \
+		$(GO) -C examples run ./host
 
 # Jaeger's module has replace directives, so `go install ...@v1.76.0` cannot
 # build it; tools/jaeger pins it as a Go tool instead.
