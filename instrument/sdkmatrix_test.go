@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -329,14 +328,10 @@ func checkMatrix(t *testing.T, seed uint64, m matrixSettings) {
 		if known && s.Status == StatusFinal && got != mp.served {
 			t.Fatalf("%s: ledger final with %+v, served %+v", where, got, mp.served)
 		}
-		// A span no count declares (a worker's call) that the held
-		// queue dropped is one the collector cannot know of: the
-		// contract's answer is the Ledger's export_lost, which the host
-		// reads (CONTRACT.md, in-process item 8). Which spans the queue
-		// drops depends on when its goroutine takes the first one, so
-		// only then may the collector's final miss usage.
-		exportLost := known && hasReasonKind(s.Reasons, contract.ReasonExportLost)
-		if v.Final && v.Totals != mp.served && !exportLost {
+		// A span no count declares (a worker's call) that the held queue
+		// dropped (which ones depends on when its goroutine takes the
+		// first) is declared to the collector by the ExportReporter.
+		if v.Final && v.Totals != mp.served {
 			t.Fatalf("%s: collector final with %+v, served %+v (reasons %v)", where, v.Totals, mp.served, v.Reasons)
 		}
 		if v.Final {
@@ -344,20 +339,10 @@ func checkMatrix(t *testing.T, seed uint64, m matrixSettings) {
 		} else {
 			matrixFinals[1]++
 		}
-		if (known && s.Status == StatusFinal) != v.Final && !(exportLost && v.Final) {
+		if (known && s.Status == StatusFinal) != v.Final {
 			t.Fatalf("%s: ledger %s %v, collector final=%v %v", where, s.Status, s.Reasons, v.Final, v.Reasons)
 		}
 	}
-}
-
-// hasReasonKind reports whether one of reasons is of kind.
-func hasReasonKind(reasons []string, kind string) bool {
-	for _, r := range reasons {
-		if r == kind || strings.HasPrefix(r, kind+":") {
-			return true
-		}
-	}
-	return false
 }
 
 // TestSDKSettingsMatrix runs random points of the matrix; the seed is
