@@ -26,7 +26,7 @@ const (
 	// span at start from the W3C baggage member of the same name.
 	AttrInvocationID = "invocation.id"
 	// AttrRole marks lifecycle spans: RoleRoot, RoleBackground,
-	// RoleContinuation, RoleFollowupClosed, RoleWake.
+	// RoleContinuation, RoleFollowupClosed, RoleWake, RoleUnrecorded.
 	AttrRole = "invocation.role"
 	// AttrChildren is the number of direct child spans started in the same
 	// process before the span ended (int).
@@ -108,6 +108,14 @@ const (
 	// ends. Its parent is the turn's span, which the invocation owes until
 	// it arrives (ReasonRunningTurn).
 	RoleWake = "wake"
+	// RoleUnrecorded (agentledger vNEXT, SDK settings) marks an
+	// unrecorded-span declaration: a zero-length root span of its own
+	// trace, named as the span it declares, with invocation.unrecorded =
+	// 1, that the instrumentation exports (past the sampler) for a span
+	// of the invocation the sampler dropped when no open span of the
+	// invocation in its process can count it. The rule reads any span
+	// with this role as not_sampled:<span name>, whatever its count.
+	RoleUnrecorded = "unrecorded"
 )
 
 // Values of AttrLink.

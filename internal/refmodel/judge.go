@@ -189,6 +189,11 @@ func (inv *invocation) obligations(m *member) {
 			inv.flag(contract.ReasonRunningTurn, name)
 		}
 	}
+	if m.role == contract.RoleUnrecorded {
+		// vNEXT (SDK settings): an unrecorded-span declaration stands for
+		// a span that was never exported, whatever its count says.
+		inv.flag(contract.ReasonNotSampled, name)
+	}
 	if c := m.unrecorded; c.present {
 		switch {
 		case !c.valid:
