@@ -5,10 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/processor"
-	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -16,51 +12,8 @@ import (
 
 	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument"
-	"github.com/agentledger/agentledger/internal/testbin"
-	"github.com/agentledger/agentledger/processor/invocationprocessor"
+	"github.com/agentledger/agentledger/tests/internal/otlpreplay"
 )
-
-// collector is a running processor that spans are fed to batch by batch.
-type collector struct {
-	p    processor.Traces
-	sink *consumertest.TracesSink
-}
-
-func newCollector(t *testing.T) *collector {
-	t.Helper()
-	f := invocationprocessor.NewFactory()
-	sink := new(consumertest.TracesSink)
-	p, err := f.CreateTraces(context.Background(), processortest.NewNopSettings(f.Type()), f.CreateDefaultConfig(), sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
-	return &collector{p: p, sink: sink}
-}
-
-func (c *collector) feed(t *testing.T, spans []tracetest.SpanStub) {
-	t.Helper()
-	if err := c.p.ConsumeTraces(context.Background(), toTraces(spans)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// last returns the latest summary of id emitted so far.
-func (c *collector) last(id string) (testbin.Summary, bool) {
-	var last testbin.Summary
-	found := false
-	for _, td := range c.sink.AllTraces() {
-		for _, s := range testbin.SummariesFromTraces(td) {
-			if s.InvocationID == id && (!found || s.Revision >= last.Revision) {
-				last, found = s, true
-			}
-		}
-	}
-	return last, found
-}
 
 // TestLateDropRevisesFinal: an invocation the collector already closed
 // final, with exact totals, loses a model call to the sampler after its
@@ -102,9 +55,9 @@ func TestLateDropRevisesFinal(t *testing.T) {
 				rootSC := trace.SpanContextFromContext(ctx)
 				inv.End()
 
-				col := newCollector(t)
-				col.feed(t, mem.GetSpans())
-				first, ok := col.last(inv.ID())
+				col := otlpreplay.Start(t)
+				col.Feed(t, tracetest.SpanStubs(mem.GetSpans()).Snapshots())
+				first, ok := col.Latest(inv.ID())
 				if !ok || first.Status != contract.StatusFinal || first.InputTokens != 100 {
 					t.Fatalf("before the late call the collector says %+v (found %v), want final with 100 input tokens", first, ok)
 				}
@@ -134,8 +87,8 @@ func TestLateDropRevisesFinal(t *testing.T) {
 				if len(late) == 0 {
 					t.Fatal("nothing was exported for the dropped call: the collector cannot know of it")
 				}
-				col.feed(t, late)
-				got, _ := col.last(inv.ID())
+				col.Feed(t, tracetest.SpanStubs(late).Snapshots())
+				got, _ := col.Latest(inv.ID())
 				if got.Status == contract.StatusFinal || got.Revision <= first.Revision ||
 					!slices.Contains(got.IncompleteReasons, contract.ReasonNotSampled+":chat late") {
 					t.Fatalf("after the late drop the collector says revision %d %s %v, want a later revision, not final, with not_sampled:chat late",
