@@ -26,7 +26,7 @@ const (
 	// span at start from the W3C baggage member of the same name.
 	AttrInvocationID = "invocation.id"
 	// AttrRole marks lifecycle spans: RoleRoot, RoleBackground,
-	// RoleContinuation, RoleFollowupClosed, RoleWake.
+	// RoleContinuation, RoleFollowupClosed, RoleWake, RoleUnrecorded.
 	AttrRole = "invocation.role"
 	// AttrChildren is the number of direct child spans started in the same
 	// process before the span ended (int).
@@ -70,14 +70,14 @@ const (
 	// the usage the model wire counted: AnomalyUsageMismatch. The counted
 	// usage stays the invocation's; finality is unchanged.
 	AttrUsageMismatch = "invocation.usage.mismatch"
-	// AttrSDKLimit (string, agentledger vNEXT SDK settings) is set by the
+	// AttrSDKLimit (string, agentledger v0.14 SDK settings) is set by the
 	// instrumentation on a span whose invocation or session id the SDK's
 	// AttributeValueLengthLimit cut: the span is exported with the full
 	// id restored and this attribute naming the limit
 	// ("attribute_value_length"). Such an invocation is never final:
 	// ReasonSDKLimit.
 	AttrSDKLimit = "invocation.sdk_limit"
-	// AttrDoubleInstrumented (bool, agentledger vNEXT SDK settings) is set
+	// AttrDoubleInstrumented (bool, agentledger v0.14 SDK settings) is set
 	// true by the instrumentation on a model call that started inside
 	// another model call of the same process (two instrumentations of one
 	// call): its usage would be counted twice. Such an invocation is
@@ -101,13 +101,21 @@ const (
 	RoleBackground     = "background"
 	RoleContinuation   = "continuation"
 	RoleFollowupClosed = "followup_closed"
-	// RoleWake (agentledger vNEXT) marks a wake span: a zero-length child
+	// RoleWake (agentledger v0.12) marks a wake span: a zero-length child
 	// of a turn the runtime started by itself (a continuation, an
 	// unattributed root, a turn that read a job's notification), exported
 	// when that turn starts, so the collector learns of the turn before it
 	// ends. Its parent is the turn's span, which the invocation owes until
 	// it arrives (ReasonRunningTurn).
 	RoleWake = "wake"
+	// RoleUnrecorded (agentledger v0.14, SDK settings) marks an
+	// unrecorded-span declaration: a zero-length root span of its own
+	// trace, named as the span it declares, with invocation.unrecorded =
+	// 1, that the instrumentation exports (past the sampler) for a span
+	// of the invocation the sampler dropped when no open span of the
+	// invocation in its process can count it. The rule reads any span
+	// with this role as not_sampled:<span name>, whatever its count.
+	RoleUnrecorded = "unrecorded"
 )
 
 // Values of AttrLink.
@@ -341,23 +349,23 @@ const (
 	ReasonMissingDetached = "missing_detached"
 	// ReasonRunningTurn: a wake span (RoleWake) arrived and the turn it
 	// announces has not ended yet: its parent span, the turn's, has not
-	// arrived ("running_turn:<wake span name>", agentledger vNEXT).
+	// arrived ("running_turn:<wake span name>", agentledger v0.12).
 	ReasonRunningTurn = "running_turn"
 	// ReasonSDKLimit: the OpenTelemetry SDK's span limits dropped
 	// attributes, links or link attributes of a span of the invocation, or
 	// cut an id ("sdk_limit:<attributes|links|link_attributes|
-	// attribute_value_length> on <span name>", agentledger vNEXT).
+	// attribute_value_length> on <span name>", agentledger v0.14).
 	ReasonSDKLimit = "sdk_limit"
 	// ReasonExportLost: the in-process export pipeline lost spans of the
 	// invocation that the in-process ledger counted (a full batch queue, a
 	// failed export): the collector can never see them ("export_lost:
-	// <queue|failed>", in-process only, agentledger vNEXT).
+	// <queue|failed>", in-process only, agentledger v0.14).
 	ReasonExportLost = "export_lost"
 	// ReasonDoubleInstrumented: a model call of the invocation ran inside
 	// another model call of the invocation (two instrumentations of one
 	// call, e.g. an SDK's own gen_ai spans under or over a wrapper's), so
 	// its usage would be counted twice ("double_instrumented:<span name>",
-	// agentledger vNEXT).
+	// agentledger v0.14).
 	ReasonDoubleInstrumented = "double_instrumented"
 
 	AnomalyExtraChildren   = "extra_children"

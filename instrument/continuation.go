@@ -35,7 +35,7 @@ type Continuation struct {
 // that is the root of a new trace, with a followup link to each job's
 // span, and the jobs' invocation id in the returned context. All carriers
 // must name the same invocation. It exports the turn's wake span at once
-// (a child "wake_agent {agent}", CONTRACT.md vNEXT): call it when the
+// (a child "wake_agent {agent}", CONTRACT.md v0.12): call it when the
 // turn starts, before its first model request.
 func (t *Tracker) StartContinuation(ctx context.Context, agent, session string, carriers ...Carrier) (context.Context, *Continuation, error) {
 	if len(carriers) == 0 {

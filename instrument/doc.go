@@ -86,16 +86,21 @@
 // A dropped span that no open span counts (its context carries only the
 // baggage, or its parent or context span ended) is counted on an open
 // turn (root or continuation) of its invocation in the same pipeline;
-// with none open, only the Ledger is told, so only the in-process answer
-// is incomplete. A dropped span is declared only in the SpanProcessor of
-// the provider that started it.
+// with none open, and under another process's sampled span when the
+// baggage names the invocation, the SpanProcessor exports a declaration
+// in its place, past the sampler: a zero-length root span named as the
+// dropped one with invocation.role = unrecorded, which the Ledger and the
+// collector both read as not_sampled:<span name> (a final summary the
+// collector already emitted is revised incomplete). A dropped span is
+// declared only in the SpanProcessor of the provider that started it.
 //
 // What neither sees: without Sampler, a dropped span that is not a model
 // call of a wrapper or a Tracker's span (a tool span, a model call of a
 // client the wrappers do not cover) when no model call below it is
 // dropped too (sampled children of a dropped span still arrive and are
-// summed); with or without it, a span dropped under a remote parent
-// (another process's span, which this process cannot declare), or on a
+// summed), or one dropped before its SpanProcessor saw any span of its
+// provider; with or without it, a span dropped under another process's
+// span that was not sampled (that process declares its drops), or on a
 // TracerProvider whose pipeline has no SpanProcessor.
 // With a ParentBased sampler (the SDK's default) a sampled root samples
 // every span below it and nothing is dropped inside a recording

@@ -3,6 +3,7 @@ package instrument
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -15,13 +16,15 @@ import (
 // trace.WithNewRoot from an ended span's context, or under an ended
 // parent. Such a span is counted in invocation.unrecorded on an open,
 // sampled turn span (root or continuation) of its invocation in the same
-// pipeline, so that the collector reads it too; with none open, only the
-// pipeline's Ledger is told (not_sampled:<name>), and the collector
-// cannot know (CONTRACT.md, SDK settings).
+// pipeline, so that the collector reads it too (CONTRACT.md, SDK
+// settings).
 //
 // Each pipeline hears only of its own spans: a span is declared in the
 // SpanProcessor whose provider started it (a SpanProcessor learns its
 // providers from the spans it sees start).
+//
+// With no turn open, the span is declared by a span of its own, exported
+// past the sampler (declaration.go), which both halves read.
 
 // declareOrphanDropLocked counts a span st of invocation st.id that is
 // not sampled and that no parent or context span declared, on an open
@@ -64,9 +67,9 @@ func (p *SpanProcessor) tellLedgerDrop(id, name string) {
 	}
 }
 
-// noteProviderLocked records that provider tp starts spans through this
-// SpanProcessor. p.mu must be held.
-func (p *SpanProcessor) noteProviderLocked(tp trace.TracerProvider) {
+// noteProviderLocked records that provider tp, whose resource is res,
+// starts spans through this SpanProcessor. p.mu must be held.
+func (p *SpanProcessor) noteProviderLocked(tp trace.TracerProvider, res *resource.Resource) {
 	if tp == nil || tp == p.lastProvider {
 		return
 	}
@@ -78,19 +81,21 @@ func (p *SpanProcessor) noteProviderLocked(tp trace.TracerProvider) {
 	}
 	if len(p.providers) < maxProviders {
 		p.providers = append(p.providers, tp)
+		p.resources = append(p.resources, res)
 	}
 }
 
-// serves reports whether tp's spans pass through this SpanProcessor.
-func (p *SpanProcessor) serves(tp trace.TracerProvider) bool {
+// serves reports whether tp's spans pass through this SpanProcessor, and
+// the resource of tp's spans.
+func (p *SpanProcessor) serves(tp trace.TracerProvider) (*resource.Resource, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, known := range p.providers {
+	for i, known := range p.providers {
 		if known == tp {
-			return true
+			return p.resources[i], true
 		}
 	}
-	return false
+	return nil, false
 }
 
 // endedInvocation returns the invocation id an ended SDK span of ctx

@@ -4,12 +4,15 @@ import (
 	"context"
 	"math"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/ledger"
 )
 
@@ -29,6 +32,10 @@ import (
 //	r := instrument.NewExportReporter(exporter)
 //	sp := instrument.NewSpanProcessor(sdktrace.NewBatchSpanProcessor(r), instrument.WithExportReporter(r))
 //
+// The collector is told too: for each invocation that lost spans, the
+// reporter exports straight to the exporter an unrecorded-span
+// declaration named "export_lost <reason>", which it reads as never final.
+//
 // A failed export is reported when the exporter returns its error. A span
 // the queue dropped is reported at the next ForceFlush or Shutdown of the
 // provider (every span handed on before it must then have been exported),
@@ -36,6 +43,14 @@ import (
 // exportLag more spans were handed on after it.
 type ExportReporter struct {
 	next sdktrace.SpanExporter
+
+	// exportMu serializes the exports to next: the batching processor's
+	// and the declarations of lost spans (declareLost), so that next is
+	// never called concurrently, as the SDK promises exporters.
+	exportMu sync.Mutex
+	// res is the resource of the latest exported span, for the
+	// declarations; guarded by exportMu.
+	res *resource.Resource
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -137,7 +152,12 @@ func (r *ExportReporter) handed(sc trace.SpanContext, id string) {
 // reports them lost when the export failed, and reports the spans that
 // later batches skipped.
 func (r *ExportReporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	r.exportMu.Lock()
+	if len(spans) > 0 {
+		r.res = spans[0].Resource()
+	}
 	err := r.next.ExportSpans(ctx, spans)
+	r.exportMu.Unlock()
 	lost := make(lostSet)
 	r.mu.Lock()
 	batchMin := uint64(math.MaxUint64)
@@ -199,7 +219,34 @@ func (r *ExportReporter) report(report func(id string, l lostExports), lost lost
 	for id, l := range lost {
 		report(id, l)
 	}
+	r.declareLost(lost)
 }
+
+// declareLost exports, straight to next, an unrecorded-span declaration
+// (declaration.go) named "export_lost <reason>" for each invocation that
+// lost spans, so that the collector, which can never see them, is never
+// final without them either (not_sampled:export_lost <reason>; a final
+// it emitted is revised). A declaration whose export fails is lost too:
+// the Ledger already says export_lost.
+func (r *ExportReporter) declareLost(lost lostSet) {
+	if len(lost) == 0 {
+		return
+	}
+	r.exportMu.Lock()
+	defer r.exportMu.Unlock()
+	now := time.Now()
+	decls := make([]sdktrace.ReadOnlySpan, 0, len(lost))
+	for id, l := range lost {
+		decls = append(decls, declarationSpan(id, contract.ReasonExportLost+" "+l.detail, r.res, now))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), declareLostTimeout)
+	defer cancel()
+	_ = r.next.ExportSpans(ctx, decls)
+}
+
+// declareLostTimeout bounds the export of the declarations of lost
+// spans.
+const declareLostTimeout = 10 * time.Second
 
 // Shutdown implements sdktrace.SpanExporter.
 func (r *ExportReporter) Shutdown(ctx context.Context) error { return r.next.Shutdown(ctx) }

@@ -110,7 +110,7 @@ type SessionState struct {
 	// Tracker.StartUnattributed and not yet ended.
 	UnattributedTurns int
 	// Owed lists what the session's invocations are owed, as the
-	// collector's status API lists it (CONTRACT.md vNEXT, "Owed means
+	// collector's status API lists it (CONTRACT.md v0.12, "Owed means
 	// everything owed"): declared children, followups, detached spans,
 	// remote subtrees settling, turns a wake span announced, and
 	// owing_forgotten:<invocation id> for an invocation the ledger had to

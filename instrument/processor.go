@@ -7,9 +7,11 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentledger/agentledger/contract"
 	"github.com/agentledger/agentledger/instrument/internal/flush"
 	"github.com/agentledger/agentledger/instrument/internal/parked"
 )
@@ -79,8 +81,9 @@ type SpanProcessor struct {
 	// (drops.go).
 	turnsByID map[string]*spanRecord
 	// providers are the providers whose spans this processor saw start,
-	// lastProvider the latest (drops.go).
+	// with the resource of each, lastProvider the latest (drops.go).
 	providers    []trace.TracerProvider
+	resources    []*resource.Resource
 	lastProvider trace.TracerProvider
 }
 
@@ -167,7 +170,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 		// (rule 4). Lifecycle spans are declared otherwise.
 		st.detachedFrom, st.late, st.dropped = p.detachedStart(parent, st.id, st.sc)
 	}
-	p.noteProviderLocked(s.TracerProvider())
+	p.noteProviderLocked(s.TracerProvider(), s.Resource())
 	// A span the sampler did not sample that no parent or context span
 	// counts (drops.go): an open turn of its invocation declares it.
 	orphanDrop := !st.sc.IsSampled() && st.id != "" && !st.dropped
@@ -176,8 +179,13 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	}
 	rec := p.trackLocked(s, &st, ours)
 	p.mu.Unlock()
-	if orphanDrop {
+	switch {
+	case orphanDrop && st.attrs.Role == contract.RoleRoot:
 		p.tellLedgerDrop(st.id, s.Name())
+	case orphanDrop:
+		// No open span of the invocation counts it: it is declared by a
+		// span of its own (declaration.go).
+		p.declareDrop(st.id, s.Name(), s.Resource(), s.StartTime())
 	}
 	p.noteOwner(parent, ours, client)
 	p.stamp(parent, s, rec, &st)

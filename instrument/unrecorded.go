@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"time"
 	"weak"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -43,7 +44,9 @@ func init() { unrecorded.Install(NoteUnrecorded) }
 // in its parent's (or context span's) invocation.unrecorded (contract
 // v0.6 rule 3), or, when no open span counts it (baggage only, ended
 // parent or context span), on an open turn of its invocation (drops.go),
-// so that neither the Ledger nor the collector says final
+// or, with none open, by a declaration span (declaration.go); so is a
+// span dropped below another process's sampled span when the baggage
+// names its invocation. So neither the Ledger nor the collector says final
 // for an invocation with a span missing. A root recorded so is not
 // sampled, as before: Ledger.Wait answers not_sampled. A nil inner is
 // the SDK's default, ParentBased(AlwaysSample()).
@@ -54,7 +57,8 @@ func init() { unrecorded.Install(NoteUnrecorded) }
 //		sdktrace.WithSampler(instrument.Sampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1)))),
 //		sdktrace.WithSpanProcessor(sp))
 //
-// A span inner drops below a span that is not sampled is dropped as
+// A span inner drops below a span that is not sampled (here or in
+// another process) is dropped as
 // inner says: its nearest sampled ancestor already declares the subtree.
 // Processors registered beside the SpanProcessor see the recorded spans
 // (with IsSampled false); the SDK's batching and simple processors do not
@@ -87,8 +91,16 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 		if baggageInvocationID(p.ParentContext) == "" {
 			return res
 		}
-	case !psc.IsSampled() || psc.IsRemote():
+	case !psc.IsSampled():
 		return res
+	case psc.IsRemote():
+		// Another process's sampled span (a subprocess that received the
+		// invocation's context): recorded when the baggage names the
+		// invocation, so that the SpanProcessor declares the span by a
+		// span of its own (declaration.go).
+		if baggageInvocationID(p.ParentContext) == "" {
+			return res
+		}
 	case !parent.IsRecording():
 		// An ended span of the invocation (its late children are counted
 		// by nobody): recorded, so that the SpanProcessor declares the
@@ -117,9 +129,11 @@ func (s sampler) Description() string { return "agentledger.Sampler{" + s.inner.
 // invocation.unrecorded (contract v0.6 rule 3); when parent carries only
 // the invocation id (baggage), or its span has ended, an open turn (root
 // or continuation) of the invocation counts it. The SpanProcessor's Ledger
-// makes the invocation incomplete with not_sampled:<name>; with no turn
-// open, only the Ledger can tell (the collector then cannot). A
-// recording span, or a parent outside any invocation, is ignored.
+// makes the invocation incomplete with not_sampled:<name>. With no turn
+// open, or under another process's sampled span, the SpanProcessor
+// exports a declaration span in its place (declaration.go), which both
+// halves read as not_sampled:<name>. A recording span, or a parent
+// outside any invocation, is ignored.
 //
 // The client wrappers (otelopenai, otelanthropic, otelopencode,
 // otelclaudecode) call it for every model call they start, so that a
@@ -132,9 +146,13 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 	ps := trace.SpanFromContext(parent)
 	psc := ps.SpanContext()
 	switch {
-	case psc.IsRemote():
-		// Another process's span.
+	case psc.IsRemote() && !psc.IsSampled():
+		// Another process's span, not sampled: that process declared it.
 		return
+	case psc.IsRemote():
+		// Another process's sampled span: no span here counts the
+		// dropped one; it is declared as one without a parent.
+		psc = trace.SpanContext{}
 	case psc.IsValid() && !psc.IsSampled() && ps.IsRecording():
 		// A span Sampler recorded without sampling: its nearest sampled
 		// ancestor declares it, and so its subtree.
@@ -150,7 +168,8 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 	}
 	tp := span.TracerProvider()
 	for _, p := range processors.list() {
-		if !p.serves(tp) {
+		res, ok := p.serves(tp)
+		if !ok {
 			continue
 		}
 		if psc.IsValid() && p.noteUnrecorded(psc, id, name) {
@@ -160,9 +179,13 @@ func NoteUnrecorded(parent context.Context, span trace.Span, name string) {
 			continue
 		}
 		p.mu.Lock()
-		p.declareOrphanDropLocked(id)
+		counted := p.declareOrphanDropLocked(id)
 		p.mu.Unlock()
-		p.tellLedgerDrop(id, name)
+		if counted {
+			p.tellLedgerDrop(id, name)
+		} else {
+			p.declareDrop(id, name, res, time.Now())
+		}
 		return
 	}
 }

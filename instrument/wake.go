@@ -10,7 +10,7 @@ import (
 	"github.com/agentledger/agentledger/contract"
 )
 
-// A wake span (CONTRACT.md vNEXT, "A wake is an event") tells the
+// A wake span (CONTRACT.md v0.12, "A wake is an event") tells the
 // collector that a turn the runtime started by itself is running, when it
 // starts rather than when it ends: a zero-length child "wake_agent
 // {agent}" of the turn's span with invocation.role = wake, ended at once

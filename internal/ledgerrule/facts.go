@@ -171,6 +171,8 @@ const (
 	RoleContinuation
 	RoleFollowupClosed
 	RoleWake
+	// RoleUnrecorded: an unrecorded-span declaration (graph_unrecorded.go).
+	RoleUnrecorded
 )
 
 // CountState says how a declared count reads.
@@ -343,6 +345,8 @@ func (r *SpanReader) Read(cfg *Config, f *Facts) {
 			f.Role = RoleFollowupClosed
 		case contract.RoleWake:
 			f.Role = RoleWake
+		case contract.RoleUnrecorded:
+			f.Role = RoleUnrecorded
 		}
 	}
 	f.Children = r.count(KeyChildren, cfg)

@@ -342,6 +342,7 @@ func (g *Graph) taintsOf(s *Span) {
 		g.AddTaint(LinkMalformedReason(name))
 	}
 	g.sdkLimitTaints(s)
+	g.declarationTaint(s)
 	if s.Unrecorded.Declared() {
 		if n, ok := count(s.Unrecorded); !ok {
 			g.AddInvalid(ReasonInvalidCount + ":" + name)

@@ -24,7 +24,7 @@ const (
 	stateIsShut
 	stateDirty
 	stateRare
-	stateWakes // vNEXT: pending wake spans follow the rare part
+	stateWakes // v0.12: pending wake spans follow the rare part
 )
 
 // SpanState flags in the stored state.

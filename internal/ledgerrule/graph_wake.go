@@ -2,7 +2,7 @@ package ledgerrule
 
 import "github.com/agentledger/agentledger/contract"
 
-// A wake span (invocation.role = wake, CONTRACT.md vNEXT) announces a turn
+// A wake span (invocation.role = wake, CONTRACT.md v0.12) announces a turn
 // the runtime started by itself: it is exported when the turn starts, a
 // zero-length child of the turn's span. Until that parent span arrives the
 // turn is running: the invocation owes it (running_turn), as an

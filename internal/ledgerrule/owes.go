@@ -10,7 +10,7 @@ import (
 
 // Owed is one piece of work an invocation is still owed: a span it waits
 // for that will come only if the work it stands for runs to its end. It
-// is the one definition of "owes work" (CONTRACT.md vNEXT, "Owed means
+// is the one definition of "owes work" (CONTRACT.md v0.12, "Owed means
 // everything owed"): both halves answer owes_work from Graph.Owes, and
 // list each item with what it waits for.
 type Owed struct {

@@ -24,8 +24,10 @@
 // exactly (the kinds of anomaly it computes). It knows nothing of open_timeout, eviction, retention,
 // shutdown, pending summaries or tenants: those can only make an
 // invocation incomplete, never final, so they cannot make a wrong `final`
-// right. Of vNEXT it models the wake span: a member with invocation.role
-// = wake whose parent span ID is no member's owes running_turn.
+// right. Of v0.12 it models the wake span: a member with invocation.role
+// = wake whose parent span ID is no member's owes running_turn; and the
+// unrecorded-span declaration: a member with invocation.role = unrecorded
+// is not_sampled, whatever its count.
 //
 // Where to start reading: Evaluate in model.go (one invocation's verdict
 // from the delivered spans), then judge.go (the conditions, checked one by

@@ -183,11 +183,16 @@ func (inv *invocation) obligations(m *member) {
 		}
 	}
 	if p := m.span.ParentSpanID; m.role == contract.RoleWake && p != (SpanID{}) && p != m.span.SpanID {
-		// vNEXT: a wake span's turn is owed until the turn's span, its
+		// v0.12: a wake span's turn is owed until the turn's span, its
 		// parent, is a member.
 		if _, arrived := inv.byID[p]; !arrived {
 			inv.flag(contract.ReasonRunningTurn, name)
 		}
+	}
+	if m.role == contract.RoleUnrecorded {
+		// v0.14 (SDK settings): an unrecorded-span declaration stands for
+		// a span that was never exported, whatever its count says.
+		inv.flag(contract.ReasonNotSampled, name)
 	}
 	if c := m.unrecorded; c.present {
 		switch {

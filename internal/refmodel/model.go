@@ -348,7 +348,7 @@ func tracksTarget(l Link) bool {
 	return vs[0].Str == contract.LinkFollowup || vs[0].Str == contract.LinkDetachedFrom
 }
 
-// sdkLimits flags what the SDK's span limits took from a span (vNEXT SDK
+// sdkLimits flags what the SDK's span limits took from a span (v0.14 SDK
 // settings): dropped attributes, links or link attributes, and an id the
 // instrumentation restored after a value length limit cut it
 // (invocation.sdk_limit; a malformed or empty value names that limit).

@@ -457,7 +457,7 @@ func dfOther(key string, v refmodel.Value, val byte) refmodel.Value {
 		case contract.AttrInvocationID:
 			choices = dfInvs
 		case contract.AttrRole:
-			choices = []string{contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleWake}
+			choices = []string{contract.RoleRoot, contract.RoleBackground, contract.RoleContinuation, contract.RoleFollowupClosed, contract.RoleWake, contract.RoleUnrecorded}
 		case contract.AttrOperationName:
 			choices = contract.DefaultUsageOperations
 		case contract.AttrLink:

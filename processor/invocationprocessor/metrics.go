@@ -29,7 +29,7 @@ const (
 	// summary counts it).
 	boundStatusSpans = "status_spans"
 	// A closed invocation forgotten by a bound while it still owed work
-	// (counted besides the bound that forgot it; CONTRACT.md vNEXT).
+	// (counted besides the bound that forgot it; CONTRACT.md v0.12).
 	boundOwingForgotten = "owing_forgotten"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/agentledger/agentledger/internal/ledgerrule"
 )
 
-// What an invocation owes is ledgerrule.Graph.Owes (CONTRACT.md vNEXT,
+// What an invocation owes is ledgerrule.Graph.Owes (CONTRACT.md v0.12,
 // "Owed means everything owed"), less what an open_timeout close wrote
 // off: only a timeout writes owed work off. Eviction and shutdown close
 // an invocation too, but the work it owed still runs, so its view keeps

@@ -212,7 +212,7 @@ func TestStatusRemoteSettlingThenFinalOnTick(t *testing.T) {
 	require.NotNil(t, v.Waiting.RemoteSettling)
 	assert.Equal(t, []string{"execute_tool shell"}, v.Waiting.RemoteSettling.Spans)
 	assert.Equal(t, arrived.Add(2*time.Second), v.Waiting.RemoteSettling.Until)
-	// vNEXT: an unsettled remote subtree is owed work (its process may
+	// v0.12: an unsettled remote subtree is owed work (its process may
 	// still send spans).
 	assert.True(t, v.Waiting.OwesWork(), "a remote subtree settling is work the session owes")
 	require.Len(t, v.Waiting.Owed, 1)

@@ -27,6 +27,11 @@ type setting struct {
 	// worker: one call from a context that carries only the invocation
 	// id; nested: one call inside another.
 	worker, nested bool
+	// late: once no turn is open (root and continuation ended), calls
+	// named "chat late" from a worker's context, from an ended span's
+	// context and under another process's sampled span (the root's
+	// context as a subprocess receives it, with the baggage).
+	late bool
 	// lossy: the setting loses or cuts what the rule reads, or usage:
 	// never final.
 	lossy bool
@@ -55,6 +60,9 @@ var settings = []setting{
 	{name: "Sampler, worker call dropped", sampler: instrument.Sampler(dropNamed("chat worker")), worker: true, lossy: true},
 	{name: "no Sampler, worker call dropped", sampler: dropNamed("chat worker"), worker: true, lossy: true},
 	{name: "no Sampler, tool dropped", sampler: dropNamed("execute_tool shell")},
+	{name: "Sampler, late calls dropped", sampler: instrument.Sampler(dropNamed("chat late")), late: true, lossy: true},
+	{name: "no Sampler, late calls dropped", sampler: dropNamed("chat late"), late: true, lossy: true},
+	{name: "late calls recorded", late: true},
 	{name: "batch queue drops", batch: true, lossy: true},
 	{name: "double instrumentation", nested: true, lossy: true},
 }
@@ -133,6 +141,9 @@ func run(t *testing.T, s setting, rng *rand.Rand) (instrument.Summary, []tracete
 		outer.End()
 	}
 	_, job := tracker.StartBackground(ctx, "shell")
+	ectx, ended := tp.Tracer("example.com/agent").Start(ctx, "execute_tool edit")
+	ended.End()
+	rootSC := trace.SpanContextFromContext(ctx)
 	inv.End()
 	job.EndWithFollowup(nil)
 	cctx, cont, err := tracker.StartContinuation(context.Background(), "coder", "session-0123456789abcdef-0123456789abcdef", job.Carrier())
@@ -142,6 +153,16 @@ func run(t *testing.T, s setting, rng *rand.Rand) (instrument.Summary, []tracete
 	_, c = call(cctx, "chat after")
 	c.End()
 	cont.End()
+	if s.late {
+		wctx, err := instrument.ContextWithInvocation(context.Background(), inv.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lctx := range []context.Context{wctx, ectx, trace.ContextWithRemoteSpanContext(wctx, rootSC)} {
+			_, c = call(lctx, "chat late")
+			c.End()
+		}
+	}
 	if g != nil {
 		close(g.release)
 	}

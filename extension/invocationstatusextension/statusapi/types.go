@@ -139,7 +139,7 @@ type Waiting struct {
 	// a closed view's Waiting counts those it left out here).
 	Truncated int `json:"truncated,omitempty"`
 	// Owed lists everything the invocation is still owed, each with what
-	// it waits for (CONTRACT.md vNEXT, "Owed means everything owed"):
+	// it waits for (CONTRACT.md v0.12, "Owed means everything owed"):
 	// declared children, followups (also those a job arriving after the
 	// invocation closed re-opened), detached spans, remote subtrees not
 	// yet settled, and turns a wake span announced that have not ended.

@@ -127,6 +127,8 @@ func roleName(r ledgerrule.Role) string {
 		return contract.RoleFollowupClosed
 	case ledgerrule.RoleWake:
 		return contract.RoleWake
+	case ledgerrule.RoleUnrecorded:
+		return contract.RoleUnrecorded
 	}
 	return ""
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // What an invocation owes in process is what the collector says it owes
-// (ledgerrule.Graph.Owes, CONTRACT.md vNEXT "Owed means everything
+// (ledgerrule.Graph.Owes, CONTRACT.md v0.12 "Owed means everything
 // owed"), less what its open_timeout wrote off, plus what only the
 // process sees: the jobs, continuations, unattributed turns and undeclared
 // spans that started and have not ended. Eviction, the open timeout and

@@ -91,3 +91,8 @@ func notSampled(id string) bool {
 	_, ok := n.ids[id]
 	return ok
 }
+
+// RootNotSampled reports whether a Tracker of this process started
+// invocation id with a root that was not sampled: nothing of it is
+// recorded, here or in the collector.
+func RootNotSampled(id string) bool { return notSampled(id) }

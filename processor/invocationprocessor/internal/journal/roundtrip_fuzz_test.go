@@ -142,6 +142,31 @@ func (f *fuzzBytes) span(sp ptrace.Span) {
 		l.SetSpanID([8]byte(id[4:12]))
 		f.attrs(l.Attributes())
 	}
+	// What the SDK's limits dropped (the span flag spanDropped): mostly
+	// nothing, else counts from 1 up to the largest a uint32 holds, on
+	// the span and on each link (whose sum is stored).
+	if f.next()%2 == 1 {
+		sp.SetDroppedAttributesCount(f.count())
+		sp.SetDroppedLinksCount(f.count())
+		for _, l := range sp.Links().All() {
+			l.SetDroppedAttributesCount(f.count())
+		}
+	}
+}
+
+// count returns a dropped count: 0, small, or near and at the largest a
+// uint32 holds.
+func (f *fuzzBytes) count() uint32 {
+	switch c := f.next(); c % 4 {
+	case 0:
+		return 0
+	case 1:
+		return uint32(c / 4)
+	case 2:
+		return math.MaxUint32 - uint32(c/4)
+	default:
+		return uint32(f.u64())
+	}
 }
 
 // canonical returns what a stored map reads back as: a repeated key keeps
@@ -229,7 +254,8 @@ func mapDeeperThanMax(m pcommon.Map) bool {
 // OTLP receiver can hand over: arbitrary attribute values (every type,
 // empty and nil, NaN and -0, invalid UTF-8, repeated keys, chains across
 // MaxValueDepth), arbitrary resources, scopes' attributes and spans (any
-// int32 kind and status code, links): either the value is within
+// int32 kind and status code, links, the counts the SDK's limits
+// dropped from the span and its links): either the value is within
 // MaxValueDepth, encodes without error and decodes to itself, or TooDeep
 // finds it (the processor refuses its batch before acknowledging it) and
 // the encoder reports ErrTooDeep instead of storing a cut value.
@@ -239,6 +265,8 @@ func FuzzCodecRoundTrip(f *testing.F) {
 	f.Add([]byte{3, 8, 17, 0, 0, 8, 17, 1, 4, 0})     // 17 deep, in maps too
 	f.Add([]byte{3, 8, 64, 0, 0, 8, 65, 0})           // at and beyond the limit
 	f.Add([]byte{5, 5, 7, 4, 5, 1, 5, 1, 1, 9, 5, 1}) // repeats, nested maps
+	// A span with links whose dropped counts are near the uint32 bound.
+	f.Add(append(make([]byte, 16+1+1+16+3), 2, 0, 0, 2, 0, 0, 1, 6, 254, 3, 1, 2, 2))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := &fuzzBytes{b: data}
 		res := pcommon.NewResource()
@@ -294,6 +322,16 @@ func FuzzCodecRoundTrip(f *testing.F) {
 			got.Name() != sp.Name() || got.Kind() != sp.Kind() || got.Status().Code() != sp.Status().Code() ||
 			got.StartTimestamp() != sp.StartTimestamp() || got.EndTimestamp() != sp.EndTimestamp() {
 			t.Fatalf("span header read back differently")
+		}
+		// The dropped counts come back, their flag set exactly when one is
+		// not 0 (a span that dropped nothing is stored as before the flag
+		// existed); the links' counts come back as their stored sum.
+		if got.DroppedAttributesCount() != sp.DroppedAttributesCount() || got.DroppedLinksCount() != sp.DroppedLinksCount() ||
+			droppedOf(got) != droppedOf(sp) {
+			t.Fatalf("dropped counts read back as %+v, sent %+v", droppedOf(got), droppedOf(sp))
+		}
+		if flagged := e.B[24]&spanDropped != 0; flagged != (droppedOf(sp) != Dropped{}) {
+			t.Fatalf("dropped flag %v for dropped counts %+v", flagged, droppedOf(sp))
 		}
 		if !sameMap(canonical(sp.Attributes()), got.Attributes()) || got.Links().Len() != sp.Links().Len() {
 			t.Fatalf("span attributes or links read back differently")
