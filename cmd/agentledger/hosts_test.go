@@ -363,31 +363,7 @@ func TestCodexSDK(t *testing.T) {
 	plainSrv := scriptedmodel.New(scriptedmodel.Options{Responder: codexModel().Respond}).Start()
 	t.Cleanup(plainSrv.Close)
 
-	// Codex warns about its helper binaries under the system's temporary
-	// directory: its homes go under the repository's out/.
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(filepath.Join(root, "out"), "agentledger-codex-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	bin := testbin.BuildT(t, "cmd/agentledger")
-	link := filepath.Join(dir, "bin", "codex")
-	home, project := filepath.Join(dir, "home"), filepath.Join(dir, "project")
-	for _, d := range []string{filepath.Dir(link), home, project} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(bin, link); err != nil {
-		t.Fatal(err)
-	}
+	link, home, project := codexHostDirs(t, "agentledger-codex-")
 	lines := runHost(t, "codex.test.mjs", []string{
 		"AGENTLEDGER_CODEX=" + link, "CODEX_CLI=" + cli,
 		"MODEL_URL=" + srv.URL() + "/v1", "PLAIN_MODEL_URL=" + plainSrv.URL() + "/v1",
@@ -422,4 +398,37 @@ func TestCodexSDK(t *testing.T) {
 		t.Errorf("collector totals in %d out %d cache read %d reasoning %d calls %d; the scripted model answered %+v in %d requests (%v)",
 			in, out, cacheRead, reasoning, calls, want, n, model.Labels())
 	}
+}
+
+// codexHostDirs makes a directory for one Codex host under the
+// repository's out/ (Codex warns about its helper binaries under the
+// system's temporary directory), removed at the end of the test, with the
+// drop-in linked as bin/codex, and returns the link, a home and a project
+// directory.
+func codexHostDirs(t *testing.T, prefix string) (link, home, project string) {
+	t.Helper()
+	root, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(filepath.Join(root, "out"), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin := testbin.BuildT(t, "cmd/agentledger")
+	link = filepath.Join(dir, "bin", "codex")
+	home, project = filepath.Join(dir, "home"), filepath.Join(dir, "project")
+	for _, d := range []string{filepath.Dir(link), home, project} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(bin, link); err != nil {
+		t.Fatal(err)
+	}
+	return link, home, project
 }

@@ -236,31 +236,7 @@ func TestCodexHostStory(t *testing.T) {
 	model := codexModel()
 	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
 	t.Cleanup(srv.Close)
-	// Codex warns about its helper binaries under the system's temporary
-	// directory: its home goes under the repository's out/.
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(filepath.Join(root, "out"), "agentledger-codex-story-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	bin := testbin.BuildT(t, "cmd/agentledger")
-	link := filepath.Join(dir, "bin", "codex")
-	home, project := filepath.Join(dir, "home"), filepath.Join(dir, "project")
-	for _, d := range []string{filepath.Dir(link), home, project} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(bin, link); err != nil {
-		t.Fatal(err)
-	}
+	link, home, project := codexHostDirs(t, "agentledger-codex-story-")
 	lines := runHost(t, "codex_story.test.mjs", []string{
 		"AGENTLEDGER_CODEX=" + link, "CODEX_CLI=" + cli, "MODEL_URL=" + srv.URL() + "/v1",
 		"OTLP_HTTP=http://" + col.Addrs.OTLPHTTP, "STATUS_URL=http://" + col.Addrs.Status,
