@@ -121,13 +121,13 @@ agentledger: $(PROGRESS)
 	@cd cmd/agentledger && $(PROGRESS) -name agentledger -log $(LOGS)/agentledger-build.log -- \
 		$(GO) build -v -o $(AGENTLEDGER_BIN) .
 
-# The README's "From TypeScript or Python" loop, runnable: examples/host
+# The README's "From TypeScript or Python" loop, runnable: tests/hostexample
 # starts the collector and a scripted model, builds the drop-in and runs
 # host.mjs (prompt, result, ask once, release and watch, reattach, final
 # summary), then checks the summary against what the model served.
 host-example: build claude sdk-hosts
 	@AGENTLEDGER_COLLECTOR_BIN=$(COLLECTOR_BIN) CLAUDE_BIN=$(CLAUDE_BIN) AGENTLEDGER_SDK_MODULES=$(SDK_HOSTS_PREFIX)/node_modules \
-		$(GO) -C examples run ./host
+		$(GO) -C tests run ./hostexample
 
 # Jaeger's module has replace directives, so `go install ...@v1.76.0` cannot
 # build it; tools/jaeger pins it as a Go tool instead.

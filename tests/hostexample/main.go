@@ -1,11 +1,11 @@
-// Command host runs the README's TypeScript host (host.mjs: the Claude
+// Command hostexample runs the README's TypeScript host (host.mjs: the Claude
 // Agent SDK through agentledger's drop-in) against a real collector and a
 // scripted model, and checks that the invocation's final summary, as the
 // host read it from the collector's status API, adds up to exactly what
 // the model served (random usage from a printed seed).
 //
 //	make build claude sdk-hosts
-//	make host-example            (or: go -C examples run ./host)
+//	make host-example            (or: go -C tests run ./hostexample)
 //
 // It starts the collector (.bin/otelcol-agentledger,
 // collector-config/local.yaml, free loopback ports), the scripted model
