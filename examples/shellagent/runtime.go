@@ -453,8 +453,12 @@ func (rt *Runtime) ReapIdle(ctx context.Context) []string {
 		}
 		if st := rt.ledger.Session(id); askLedger && st.OwesWork {
 			if sessions[id].firstKept() {
+				owed := make([]string, 0, len(st.Owed))
+				for _, o := range st.Owed {
+					owed = append(owed, o.Reason)
+				}
 				rt.log.Info("idle session owes work; kept", "session", id, "source", "ledger",
-					"open_jobs", len(st.OpenJobs), "expected_followups", len(st.ExpectedFollowups))
+					"open_jobs", len(st.OpenJobs), "expected_followups", len(st.ExpectedFollowups), "owed", owed)
 			}
 			continue
 		}
