@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,32 +21,90 @@ import (
 // duplicates and a shuffle so that every path of the processor is taken.
 var tiny = workloadConfig{invocations: 40, jobs: 0.5, duplicates: 0.1, window: 60, batch: 37, seed: 7}
 
+// referenceWorkload builds the workload of cfg the way the load
+// generator did before it streamed: every span in memory, the end order
+// shuffled in place within the window, the duplicates drawn over the
+// whole order, then batched. It returns the spans, the send order (span
+// indexes, duplicates included) and each invocation's record.
+func referenceWorkload(cfg workloadConfig) ([]span, []int, []expected) {
+	s := newStream(cfg)
+	var spans []span
+	want := make([]expected, cfg.invocations)
+	for i := range cfg.invocations {
+		job := s.gen.Float64() < cfg.jobs
+		want[i] = genInvocation(s.gen, i, s.base.Add(time.Duration(i)*time.Millisecond), job, func(sp span) { spans = append(spans, sp) })
+	}
+	order := make([]int, len(spans))
+	for i := range order {
+		order[i] = i
+	}
+	if cfg.window > 1 {
+		for i := range order {
+			j := i + s.shuf.IntN(min(cfg.window, len(order)-i))
+			order[i], order[j] = order[j], order[i]
+		}
+	}
+	later := make(map[int][]int)
+	for pos, si := range order {
+		if s.dup.Float64() < cfg.duplicates {
+			at := pos + 1 + s.dup.IntN(max(cfg.window, 1))
+			later[at] = append(later[at], si)
+		}
+	}
+	var sends []int
+	for pos := 0; pos <= len(order) || len(later) > 0; pos++ {
+		sends = append(sends, later[pos]...)
+		delete(later, pos)
+		if pos < len(order) {
+			sends = append(sends, order[pos])
+		}
+	}
+	seen := make([]bool, len(spans))
+	for n, si := range sends {
+		if !seen[si] {
+			seen[si] = true
+			want[spans[si].inv].lastRequest = int32(n / cfg.batch)
+		}
+	}
+	return spans, sends, want
+}
+
 // TestWorkload checks the generated workload against itself: every span
 // is sent, some twice, in an order that differs from the end order, and
 // each invocation's expected totals are those of its spans.
 func TestWorkload(t *testing.T) {
-	w := newWorkload(tiny)
-	sent := make([]int, len(w.spans))
-	for _, s := range w.sends {
+	spans, sends, want := referenceWorkload(tiny)
+	sent := make([]int, len(spans))
+	for _, s := range sends {
 		sent[s]++
 	}
 	dups := 0
 	for i, n := range sent {
 		if n == 0 {
-			t.Fatalf("span %d (%s) is never sent", i, w.spans[i].name)
+			t.Fatalf("span %d (%s) is never sent", i, spans[i].name)
 		}
 		dups += n - 1
 	}
-	if dups == 0 || len(w.sends) != len(w.spans)+dups {
-		t.Errorf("%d sends of %d spans with %d duplicates", len(w.sends), len(w.spans), dups)
+	if dups == 0 || len(sends) != len(spans)+dups {
+		t.Errorf("%d sends of %d spans with %d duplicates", len(sends), len(spans), dups)
 	}
-	if slices := w.sends[:len(w.spans)]; isSorted(slices) {
+	if isSorted(sends[:len(spans)]) {
 		t.Error("the send order is the end order: nothing shuffled")
 	}
-	totals := make([]invocation, len(w.invocations))
-	for _, s := range w.spans {
-		inv := &totals[s.inv]
+	type totals struct {
+		spans         int
+		input, output int64
+		mask          uint16
+	}
+	sums := make([]totals, len(want))
+	for _, s := range spans {
+		inv := &sums[s.inv]
 		inv.spans++
+		i, slot, ok := spanSlot(s.id)
+		if !ok || i != s.inv || inv.mask&(1<<(slot-1)) != 0 {
+			t.Fatalf("span %v of invocation %d: slot %d of invocation %d (ok %t), or a slot taken twice", s.id, s.inv, slot, i, ok)
+		}
+		inv.mask |= 1 << (slot - 1)
 		for _, a := range s.attrs {
 			switch a.key {
 			case "gen_ai.usage.input_tokens":
@@ -56,10 +115,13 @@ func TestWorkload(t *testing.T) {
 		}
 	}
 	jobs := 0
-	for i, want := range w.invocations {
-		got := totals[i]
-		if got.spans != want.spans || got.input != want.input || got.output != want.output {
-			t.Errorf("invocation %d: spans %d input %d output %d, want %+v", i, got.spans, got.input, got.output, want)
+	for i, want := range want {
+		got := sums[i]
+		if got.spans != int(want.spans) || got.input != int64(want.input) || got.output != int64(want.output) || got.mask != want.mask {
+			t.Errorf("invocation %d: spans %d input %d output %d mask %b, want %+v", i, got.spans, got.input, got.output, got.mask, want)
+		}
+		if id, low, ok := parseInvocationID(want.invocationID(i)); !ok || id != i || low != want.idLow {
+			t.Errorf("invocation %d: its id %s reads back as %d %x %t", i, want.invocationID(i), id, low, ok)
 		}
 		if want.spans == 14 {
 			jobs++
@@ -70,21 +132,69 @@ func TestWorkload(t *testing.T) {
 			t.Errorf("invocation %d has %d spans, want 11 or 14", i, want.spans)
 		}
 	}
-	if jobs == 0 || jobs == len(w.invocations) {
-		t.Errorf("%d of %d invocations have a job", jobs, len(w.invocations))
+	if jobs == 0 || jobs == len(want) {
+		t.Errorf("%d of %d invocations have a job", jobs, len(want))
 	}
-	if n := newWorkload(tiny); len(n.sends) != len(w.sends) || n.invocations[3] != w.invocations[3] {
+	if _, n, w := referenceWorkload(tiny); len(n) != len(sends) || w[3] != want[3] {
 		t.Error("the same seed made another workload")
 	}
 }
 
-func isSorted(xs []int) bool {
-	for i := 1; i < len(xs); i++ {
-		if xs[i] < xs[i-1] {
-			return false
+// TestStreamedWorkloadIsTheReference: the streamed workload (planned,
+// then generated again request by request) sends the reference's spans,
+// duplicates included, in the reference's order, batched the same way,
+// with the same record per invocation; for several windows, the first
+// smaller than an invocation and one larger than the workload.
+func TestStreamedWorkloadIsTheReference(t *testing.T) {
+	for _, window := range []int{0, 1, 5, 60, 100000} {
+		cfg := tiny
+		cfg.window = window
+		spans, sends, want := referenceWorkload(cfg)
+		w := newStreamedWorkload(cfg)
+		if w.spans != len(spans) || w.sends != len(sends) || w.nRequests != (len(sends)+cfg.batch-1)/cfg.batch {
+			t.Fatalf("window %d: %d spans %d sends %d requests, the reference %d %d %d", window, w.spans, w.sends, w.nRequests,
+				len(spans), len(sends), (len(sends)+cfg.batch-1)/cfg.batch)
+		}
+		if !slices.Equal(w.want, want) {
+			t.Errorf("window %d: the records differ from the reference's", window)
+		}
+		type key struct {
+			trace pcommon.TraceID
+			id    pcommon.SpanID
+		}
+		counts := map[key]int{}
+		n := 0
+		next := w.requestFeed()
+		for r := 0; ; r++ {
+			req, ok := next()
+			if !ok {
+				break
+			}
+			for _, sp := range req.Traces().ResourceSpans().At(0).ScopeSpans().At(0).Spans().All() {
+				if n >= len(sends) {
+					t.Fatalf("window %d: more than the reference's %d sends", window, len(sends))
+				}
+				ref := spans[sends[n]]
+				if sp.SpanID() != ref.id || sp.TraceID() != ref.trace || n/cfg.batch != r {
+					t.Fatalf("window %d: send %d (request %d) is %v, the reference's %v (request %d)", window, n, r, sp.SpanID(), ref.id, n/cfg.batch)
+				}
+				counts[key{sp.TraceID(), sp.SpanID()}]++
+				n++
+			}
+		}
+		if n != len(sends) {
+			t.Fatalf("window %d: %d sends, the reference %d", window, n, len(sends))
+		}
+		// The same multiset, asserted apart from the order.
+		for _, si := range sends {
+			counts[key{spans[si].trace, spans[si].id}]--
+		}
+		for k, c := range counts {
+			if c != 0 {
+				t.Fatalf("window %d: span %v sent %+d times more than in the reference", window, k.id, c)
+			}
 		}
 	}
-	return true
 }
 
 // TestLoadgenRunsTheCollector runs the load generator as `-collector`
@@ -253,4 +363,13 @@ func TestEchoCarriesEverySummaryOnce(t *testing.T) {
 			t.Fatalf("summary %d is %v, want %v", n, id, want)
 		}
 	}
+}
+
+func isSorted(xs []int) bool {
+	for i := 1; i < len(xs); i++ {
+		if xs[i] < xs[i-1] {
+			return false
+		}
+	}
+	return true
 }

@@ -37,7 +37,11 @@
 // per combination: spans/s, ratio to pass-through, p99 last span ->
 // final, each collector's peak resident set (VmHWM of the process it
 // started) and the count final with exact totals (with -storage, a row
-// for the storage pipeline too). One workload is in memory at a time.
+// for the storage pipeline too). The sweep streams its workloads: each
+// run generates the spans again from -seed, a window and a batch at a
+// time, and what stays in memory is a fixed-size record per invocation
+// (what its summary must say, what came back), so 1,000,000 invocations
+// take a few hundred MiB.
 // With -profile, contrib's pprof extension in the collector saves each
 // run's CPU, allocation and mutex profiles:
 //
@@ -173,7 +177,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.sweep == "" {
 		w = newWorkload(o.workload)
 		fmt.Fprintf(out, "workload: %d invocations, %d spans (%d sends with duplicates) in %d requests of up to %d\n",
-			len(w.invocations), len(w.spans), len(w.sends), len(w.requests), o.workload.batch)
+			len(w.want), w.spans, w.sends, w.nRequests, o.workload.batch)
 	}
 
 	if o.collector == "" {

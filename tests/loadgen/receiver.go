@@ -15,19 +15,34 @@ import (
 )
 
 // summary is the first closing (final or incomplete) summary of one
-// invocation, as it arrived.
+// invocation, as it arrived, and the spans of it that came back: a
+// fixed-size record per invocation.
 type summary struct {
-	at                time.Time
-	status            string
-	reasons           []string
+	// at is the summary's arrival in Unix nanoseconds; 0: none came.
+	at                int64
 	input, output     int64
 	afterIn, afterOut int64
 	spans             int64
+	// back has bit slot-1 set for each of the invocation's spans that came
+	// back (spanSlot).
+	back uint16
+	// final: the summary's status is final; any other status is in the
+	// receiver's closing map with its reasons.
+	final bool
+}
+
+// closing is the status and reasons of a closing summary that is not
+// final (rare: each is a wrong invocation).
+type closing struct {
+	status  string
+	reasons []string
 }
 
 // receiver is the OTLP/gRPC endpoint the collector exports to: it notes
 // every span that comes back and the arrival of each invocation's first
-// closing summary, and says when everything expected is back.
+// closing summary, and says when everything expected is back. What it
+// keeps is bounded by the invocations (a summary record each), not by the
+// spans.
 type receiver struct {
 	ptraceotlp.UnimplementedGRPCServer
 
@@ -36,15 +51,19 @@ type receiver struct {
 
 	// mu guards the fields below.
 	mu sync.Mutex
-	// echoed holds the spans seen again (trace and span ID), summaries
-	// aside; wantSpans is how many distinct ones are expected.
-	echoed    map[[24]byte]struct{}
-	wantSpans int
-	// summaries are by invocation id; wantSummaries (a set of ids) is
-	// which are expected, nil when none are.
-	summaries     map[string]summary
-	wantSummaries map[string]bool
-	pending       int
+	// want is the workload's invocations; got their summaries and spans
+	// back, by index; backSpans counts the distinct spans back,
+	// wantSpans how many are expected.
+	want                 []expected
+	got                  []summary
+	backSpans, wantSpans int
+	// summarised: closing summaries are expected, one per invocation;
+	// closings counts the invocations that have theirs; notFinal holds
+	// the closing summaries that are not final, by index.
+	summarised bool
+	closings   int
+	notFinal   map[int]closing
+	pending    int
 	// wantExtra is how many marked summary spans that no invocation
 	// expects (an echo run's) must come back; extra counts them.
 	wantExtra, extra int
@@ -69,23 +88,20 @@ func startReceiver(addr string) (*receiver, error) {
 	return r, nil
 }
 
-// expect resets the receiver for a run that sends spans distinct spans
-// and, when ids is not empty, waits for their closing summaries too; and
-// for extra summary spans that no id expects. With capture it keeps a
-// copy of the summaries that come back (captured).
-func (r *receiver) expect(spans int, ids []string, extra int, capture bool) {
+// expect resets the receiver for a run that sends the spans of the
+// invocations in want (spans distinct ones) and, with summarised, waits
+// for their closing summaries too; and for extra summary spans that no
+// invocation expects. With capture it keeps a copy of the summaries that
+// come back (captured).
+func (r *receiver) expect(want []expected, spans int, summarised bool, extra int, capture bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.echoed = make(map[[24]byte]struct{}, spans)
-	r.wantSpans = spans
-	r.summaries = make(map[string]summary, len(ids))
-	r.wantSummaries = nil
-	if len(ids) > 0 {
-		r.wantSummaries = make(map[string]bool, len(ids))
-		for _, id := range ids {
-			r.wantSummaries[id] = true
-		}
-	}
+	r.want = want
+	r.got = make([]summary, len(want))
+	r.backSpans, r.wantSpans = 0, spans
+	r.summarised = summarised
+	r.closings = 0
+	r.notFinal = map[int]closing{}
 	r.pending = 0
 	r.wantExtra, r.extra = extra, 0
 	r.captured = nil
@@ -129,14 +145,10 @@ func (r *receiver) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptra
 					continue
 				}
 				if sp.Name() != contract.SpanNameSummary {
-					var key [24]byte
-					tid, sid := sp.TraceID(), sp.SpanID()
-					copy(key[:16], tid[:])
-					copy(key[16:], sid[:])
-					r.echoed[key] = struct{}{}
+					r.noteSpan(sp.SpanID())
 					continue
 				}
-				if r.wantSummaries == nil {
+				if !r.summarised {
 					r.extra++
 					continue
 				}
@@ -144,11 +156,26 @@ func (r *receiver) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptra
 			}
 		}
 	}
-	if r.done != nil && r.doneAt.IsZero() && len(r.echoed) >= r.wantSpans && len(r.summaries) >= len(r.wantSummaries) && r.extra >= r.wantExtra {
+	if r.done != nil && r.doneAt.IsZero() && r.backSpans >= r.wantSpans && (!r.summarised || r.closings >= len(r.want)) && r.extra >= r.wantExtra {
 		r.doneAt = now
 		close(r.done)
 	}
 	return ptraceotlp.NewExportResponse(), nil
+}
+
+// noteSpan sets the bit of a workload span that came back, counting it
+// the first time. r.mu must be held.
+func (r *receiver) noteSpan(id pcommon.SpanID) {
+	i, slot, ok := spanSlot(id)
+	if !ok || i >= len(r.got) {
+		return
+	}
+	bit := uint16(1) << (slot - 1)
+	if r.want[i].mask&bit == 0 || r.got[i].back&bit != 0 {
+		return
+	}
+	r.got[i].back |= bit
+	r.backSpans++
 }
 
 // capture copies the summaries of ss, under its resource rs, to
@@ -165,28 +192,35 @@ func (r *receiver) capture(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans) {
 	}
 }
 
-// noteSummary keeps the first closing summary of an expected invocation.
+// noteSummary keeps the first closing summary of an expected invocation:
+// one whose id is a workload invocation's, index and second half alike.
 // r.mu must be held.
 func (r *receiver) noteSummary(attrs pcommon.Map, now time.Time) {
-	id := str(attrs, contract.AttrInvocationID)
 	status := str(attrs, contract.AttrStatus)
 	if status == contract.StatusPending {
 		r.pending++
 		return
 	}
-	if _, seen := r.summaries[id]; seen || !r.wantSummaries[id] {
+	i, low, ok := parseInvocationID(str(attrs, contract.AttrInvocationID))
+	if !ok || i >= len(r.want) || r.want[i].idLow != low || r.got[i].at != 0 {
 		return
 	}
-	s := summary{at: now, status: status,
-		input: num(attrs, contract.AttrUsageInputTokens), output: num(attrs, contract.AttrUsageOutputTokens),
-		afterIn: num(attrs, contract.AttrAfterResultInput), afterOut: num(attrs, contract.AttrAfterResultOutput),
-		spans: num(attrs, contract.AttrSpans)}
-	if v, ok := attrs.Get(contract.AttrIncompleteReasons); ok {
-		for _, e := range v.Slice().All() {
-			s.reasons = append(s.reasons, e.AsString())
+	s := &r.got[i]
+	s.at = now.UnixNano()
+	s.final = status == contract.StatusFinal
+	s.input, s.output = num(attrs, contract.AttrUsageInputTokens), num(attrs, contract.AttrUsageOutputTokens)
+	s.afterIn, s.afterOut = num(attrs, contract.AttrAfterResultInput), num(attrs, contract.AttrAfterResultOutput)
+	s.spans = num(attrs, contract.AttrSpans)
+	r.closings++
+	if !s.final {
+		c := closing{status: status}
+		if v, ok := attrs.Get(contract.AttrIncompleteReasons); ok {
+			for _, e := range v.Slice().All() {
+				c.reasons = append(c.reasons, e.AsString())
+			}
 		}
+		r.notFinal[i] = c
 	}
-	r.summaries[id] = s
 }
 
 func str(attrs pcommon.Map, key string) string {
@@ -218,14 +252,15 @@ func (r *receiver) wait(ctx context.Context) (time.Time, error) {
 func (r *receiver) progress() (spans, summaries, pending int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.echoed), len(r.summaries), r.pending
+	return r.backSpans, r.closings, r.pending
 }
 
-// results returns the closing summaries by invocation id.
-func (r *receiver) results() map[string]summary {
+// results returns the closing summaries by invocation index and the
+// status and reasons of those not final.
+func (r *receiver) results() ([]summary, map[int]closing) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.summaries
+	return r.got, r.notFinal
 }
 
 func (r *receiver) stop() { r.server.Stop() }

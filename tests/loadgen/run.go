@@ -104,10 +104,12 @@ func (r result) percentile(p float64) time.Duration {
 	return r.latencies[min(max(i, 0), len(r.latencies)-1)]
 }
 
-// send exports requests to the collector at otlp with workers concurrent
-// calls, in order; it returns when each got its answer, with the time
-// each request was sent.
-func send(ctx context.Context, otlp string, requests []ptraceotlp.ExportRequest, workers int) ([]time.Time, error) {
+// send exports the n requests that next returns to the collector at otlp
+// with workers concurrent calls, in order; it returns when each got its
+// answer, with the time each request was sent. A goroutine takes the
+// requests from next a few ahead of the workers, so that a streamed
+// workload is generated while the earlier requests are in flight.
+func send(ctx context.Context, otlp string, n int, next func() (ptraceotlp.ExportRequest, bool), workers int) ([]time.Time, error) {
 	conn, err := grpc.NewClient(otlp, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
@@ -115,26 +117,49 @@ func send(ctx context.Context, otlp string, requests []ptraceotlp.ExportRequest,
 	}
 	defer conn.Close()
 	client := ptraceotlp.NewGRPCClient(conn)
-	sentAt := make([]time.Time, len(requests))
-	next := make(chan int)
+	sentAt := make([]time.Time, n)
+	type numbered struct {
+		i   int
+		req ptraceotlp.ExportRequest
+	}
+	ahead := make(chan numbered, 2*workers+2)
+	stop := make(chan struct{})
+	var gen sync.WaitGroup
+	gen.Go(func() {
+		defer close(ahead)
+		for i := range n {
+			req, ok := next()
+			if !ok {
+				return
+			}
+			select {
+			case ahead <- numbered{i, req}:
+			case <-stop:
+				return
+			}
+		}
+	})
+	queue := make(chan numbered)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for i := range next {
-				sentAt[i] = time.Now()
-				if _, err := client.Export(ctx, requests[i], grpc.WaitForReady(true)); err != nil {
-					errs <- fmt.Errorf("export request %d: %w", i, err)
+			for q := range queue {
+				sentAt[q.i] = time.Now()
+				if _, err := client.Export(ctx, q.req, grpc.WaitForReady(true)); err != nil {
+					errs <- fmt.Errorf("export request %d: %w", q.i, err)
 					return
 				}
 			}
 		})
 	}
 	var sendErr error
+	count := 0
 feed:
-	for i := range requests {
+	for q := range ahead {
 		select {
-		case next <- i:
+		case queue <- q:
+			count++
 		case sendErr = <-errs:
 			break feed
 		case <-ctx.Done():
@@ -142,13 +167,18 @@ feed:
 			break feed
 		}
 	}
-	close(next)
+	close(queue)
+	close(stop)
 	wg.Wait()
+	gen.Wait()
 	if sendErr == nil {
 		select {
 		case sendErr = <-errs:
 		default:
 		}
+	}
+	if sendErr == nil && count != n {
+		sendErr = fmt.Errorf("the workload gave %d requests, %d expected", count, n)
 	}
 	return sentAt, sendErr
 }
@@ -197,24 +227,19 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	if err := warmUp(ctx, otlp, rec); err != nil {
 		return result{}, err
 	}
-	res := result{pipeline: p, spans: len(w.sends), requests: len(w.requests), loadBefore: loadAverage()}
-	var ids []string
-	if p.summarises() {
-		for _, inv := range w.invocations {
-			ids = append(ids, inv.id)
-		}
-	}
-	requests, extra := w.requests, 0
+	res := result{pipeline: p, spans: w.sends, requests: w.nRequests, loadBefore: loadAverage()}
+	feed, extra := w.requestFeed(), 0
 	if p == pipelineEcho {
-		if w.echo == nil {
+		if w.echo == nil || w.echo.requests == nil {
 			return res, errors.New("no summaries to echo: the invocation pipeline runs first")
 		}
-		requests, extra = w.echo.requests, w.echo.spans
+		e := &workload{requests: w.echo.requests}
+		feed, extra = e.requestFeed(), w.echo.spans
 	}
 	capture := p == pipelineInvocation && w.echo == nil
-	rec.expect(len(w.spans), ids, extra, capture)
+	rec.expect(w.want, w.spans, p.summarises(), extra, capture)
 	start := time.Now()
-	sentAt, err := send(ctx, otlp, requests, workers)
+	sentAt, err := send(ctx, otlp, w.nRequests, feed, workers)
 	if err != nil {
 		return res, err
 	}
@@ -222,7 +247,11 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	doneAt, err := rec.wait(ctx)
 	if err != nil {
 		spans, sums, _ := rec.progress()
-		return res, fmt.Errorf("%s: %d of %d spans and %d of %d summaries came back: %w", p, spans, len(w.spans), sums, len(ids), err)
+		want := 0
+		if p.summarises() {
+			want = len(w.want)
+		}
+		return res, fmt.Errorf("%s: %d of %d spans and %d of %d summaries came back: %w", p, spans, w.spans, sums, want, err)
 	}
 	res.backAll = doneAt.Sub(start)
 	res.loadAfter = loadAverage()
@@ -233,17 +262,25 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 	if capture {
 		w.setEcho(rec.captured)
 	}
-	got := rec.results()
-	for i, inv := range w.invocations {
-		s := got[inv.id]
-		res.latencies = append(res.latencies, s.at.Sub(sentAt[w.lastRequest[i]]))
-		if s.status == contract.StatusFinal && s.input == inv.input && s.output == inv.output &&
-			s.afterIn == inv.afterIn && s.afterOut == inv.afterOut && s.spans == int64(inv.spans) {
+	got, notFinal := rec.results()
+	res.latencies = make([]time.Duration, 0, len(w.want))
+	for i, want := range w.want {
+		s := got[i]
+		res.latencies = append(res.latencies, time.Unix(0, s.at).Sub(sentAt[want.lastRequest]))
+		if s.at != 0 && s.final && s.input == int64(want.input) && s.output == int64(want.output) &&
+			s.afterIn == int64(want.afterIn) && s.afterOut == int64(want.afterOut) && s.spans == int64(want.spans) {
 			res.final++
 			continue
 		}
+		status := contract.StatusFinal
+		var reasons []string
+		if s.at == 0 {
+			status = "none"
+		} else if c, ok := notFinal[i]; ok {
+			status, reasons = c.status, c.reasons
+		}
 		res.wrong = append(res.wrong, fmt.Sprintf("%s: %s %v input %d output %d after %d/%d spans %d, want final input %d output %d after %d/%d spans %d",
-			inv.id, s.status, s.reasons, s.input, s.output, s.afterIn, s.afterOut, s.spans, inv.input, inv.output, inv.afterIn, inv.afterOut, inv.spans))
+			want.invocationID(i), status, reasons, s.input, s.output, s.afterIn, s.afterOut, s.spans, want.input, want.output, want.afterIn, want.afterOut, want.spans))
 	}
 	slices.Sort(res.latencies)
 	return res, nil
@@ -413,7 +450,7 @@ func restartOn(ctx context.Context, o options, dir string, w *workload, env, arg
 		if pass == 0 {
 			fig.ready = time.Since(began)
 			t0 := time.Now()
-			if _, err := send(ctx, otlp, w.requests[:1], 1); err != nil {
+			if _, err := send(ctx, otlp, 1, w.requestFeed(), 1); err != nil {
 				return nil, errors.Join(err, stop())
 			}
 			fig.firstBatch = time.Since(t0)

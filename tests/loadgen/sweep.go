@@ -166,22 +166,20 @@ func parseMeminfoField(b []byte, field string) int64 {
 }
 
 // workloadBytesPerInvocation is about what the load generator holds per
-// invocation of a workload while it runs: the spans, the prebuilt export
-// requests, and the receiver's maps of the spans and summaries that came
-// back. Measured: 3.05 GiB maximum resident (/usr/bin/time -v) for a
-// sweep whose largest size was 100,000 invocations with a job share of 1
-// (14 spans each), 2026-12-06. The workload is built in memory, not
-// streamed, so a size is refused up front when it would not fit rather
-// than pushing a shared machine into the OOM killer mid-table.
-const workloadBytesPerInvocation = 32 << 10
+// invocation of a sweep's workload while it runs: the workload is
+// streamed (a window of spans and one batch at a time), so what grows
+// with the size is an expected record (32 B) and a summary record
+// (56 B) per invocation, the latencies (8 B), and the garbage the
+// generator leaves between collections; 256 B leaves room for that.
+const workloadBytesPerInvocation = 256
 
 // fitsInMemory says why a sweep of at most n invocations does not fit in
 // available bytes of memory (three quarters of it at most), or nil.
 func fitsInMemory(n int, available int64) error {
 	need := int64(n) * workloadBytesPerInvocation
 	if available > 0 && need > available/4*3 {
-		return fmt.Errorf("-sweep: %d invocations need about %.1f GiB in the load generator (%d KiB each: the workload is built in memory, not streamed), more than three quarters of the %.1f GiB available",
-			n, float64(need)/(1<<30), workloadBytesPerInvocation>>10, float64(available)/(1<<30))
+		return fmt.Errorf("-sweep: %d invocations need about %.1f MiB in the load generator (%d B each: a record of what each invocation's summary must say and of what came back), more than three quarters of the %.1f MiB available",
+			n, float64(need)/(1<<20), workloadBytesPerInvocation, float64(available)/(1<<20))
 	}
 	return nil
 }
@@ -198,8 +196,9 @@ func memAvailable() int64 {
 
 // runSweep measures every combination of spec, each against a
 // pass-through run of the same workload with the same workers, and
-// prints the table, one row as each combination ends. One workload is in
-// memory at a time (built per size and job share). It fails, after the
+// prints the table, one row as each combination ends. The workloads are
+// streamed: each run generates its spans again from the seed, and only
+// the per-invocation records stay in memory. It fails, after the
 // whole table, when a summary was missing, not final or wrong.
 func runSweep(ctx context.Context, o options, spec sweepSpec, dir string, out io.Writer) error {
 	if err := fitsInMemory(slices.Max(spec.invocations), memAvailable()); err != nil {
@@ -220,12 +219,12 @@ func runSweep(ctx context.Context, o options, spec sweepSpec, dir string, out io
 			cfg := o.workload
 			cfg.invocations, cfg.jobs = n, jobs
 			built := time.Now()
-			w := newWorkload(cfg)
+			w := newStreamedWorkload(cfg)
 			// An empty echo: the sweep has no passthrough+summaries run,
 			// so the invocation runs do not capture their summaries.
 			w.echo = &echoRequests{}
-			fmt.Fprintf(out, "workload: %d invocations, jobs %g, %d spans (%d sends) in %d requests, built in %v\n",
-				n, jobs, len(w.spans), len(w.sends), len(w.requests), time.Since(built).Round(time.Millisecond))
+			fmt.Fprintf(out, "workload: %d invocations, jobs %g, %d spans (%d sends) in %d requests, planned (streamed) in %v\n",
+				n, jobs, w.spans, w.sends, w.nRequests, time.Since(built).Round(time.Millisecond))
 			for _, workers := range spec.workers {
 				ro := o
 				ro.workers = workers

@@ -54,29 +54,88 @@ type attr struct {
 	isNum bool
 }
 
-// invocation is what the load generator expects of one invocation's
-// summary.
-type invocation struct {
-	id    string
-	spans int
+// expected is what one invocation's closing summary must say and where
+// its spans were sent: a fixed-size record, so that a million of them
+// take tens of MiB, not the workload itself.
+type expected struct {
+	// idLow is the second half of the invocation id; the first half is
+	// the invocation's index plus one (invocationID).
+	idLow uint64
 	// input and output are the usage sums, afterIn and afterOut their
 	// part from model calls that started after the root ended.
-	input, output     int64
-	afterIn, afterOut int64
+	input, output     int32
+	afterIn, afterOut int32
+	// lastRequest is the export request carrying the last first-sent
+	// span of the invocation.
+	lastRequest int32
+	// mask has bit slot-1 set for each of its spans (spanID); spans
+	// counts them.
+	mask  uint16
+	spans uint8
 }
 
-// workload is the generated invocations, their spans, and the export
-// requests that carry them in send order.
+// invocationID is the id of invocation i whose record is e.
+func (e expected) invocationID(i int) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(i)+1)
+	binary.BigEndian.PutUint64(b[8:], e.idLow)
+	return hex.EncodeToString(b[:])
+}
+
+// parseInvocationID returns the index and second half of an id made by
+// invocationID.
+func parseInvocationID(id string) (int, uint64, bool) {
+	var b [16]byte
+	if len(id) != 32 {
+		return 0, 0, false
+	}
+	if _, err := hex.Decode(b[:], []byte(id)); err != nil {
+		return 0, 0, false
+	}
+	hi := binary.BigEndian.Uint64(b[:8])
+	if hi == 0 || hi > 1<<31 {
+		return 0, 0, false
+	}
+	return int(hi - 1), binary.BigEndian.Uint64(b[8:]), true
+}
+
+// Span slots: every span of an invocation has its own, carried in the low
+// byte of its span ID with the invocation's index above it (spanID), so
+// that the receiver tells which spans came back with a bit per span.
+const (
+	slotRoot       = 1
+	slotChat       = 2 // to 6, five model calls
+	slotTool       = 7 // to 11, five tool calls
+	slotBackground = 12
+	slotContChat   = 13
+	slotCont       = 14
+)
+
+// spanSlot returns the invocation index and slot an ID made by spanID
+// carries; ok is false for any other.
+func spanSlot(id pcommon.SpanID) (inv int, slot int, ok bool) {
+	v := binary.BigEndian.Uint64(id[:])
+	slot = int(v & 0xff)
+	if slot < slotRoot || slot > slotCont {
+		return 0, 0, false
+	}
+	return int(v >> 8 & 0xffffffff), slot, true
+}
+
+// workload is a generated workload: what each invocation's summary must
+// say, its counts, and, when built in memory (newWorkload), its export
+// requests; a streamed one (newStreamedWorkload) generates them again
+// from the seed for every run (requests), holding a window of spans at a
+// time.
 type workload struct {
-	invocations []invocation
-	// spans are unique; sends lists span indexes in send order,
-	// duplicates included.
-	spans []span
-	sends []int
-	// requests carry sends in batches; lastRequest[i] is the request
-	// carrying the last first-sent span of invocation i.
-	requests    []ptraceotlp.ExportRequest
-	lastRequest []int
+	cfg  workloadConfig
+	want []expected
+	// spans counts the distinct spans, sends them with duplicates,
+	// nRequests the export requests carrying them.
+	spans, sends, nRequests int
+	// requests, when built in memory, are the export requests in send
+	// order; nil for a streamed workload.
+	requests []ptraceotlp.ExportRequest
 	// echo is the workload with the summaries of an invocation run
 	// (setEcho), for pipelineEcho; nil until one ran.
 	echo *echoRequests
@@ -93,7 +152,8 @@ type echoRequests struct {
 // setEcho spreads the summaries in captured (one ResourceSpans per send
 // of the processor, in arrival order) evenly over copies of the
 // workload's requests, in order, so the collector outputs what the
-// invocation pipeline output, summaries at about the same place.
+// invocation pipeline output, summaries at about the same place. The
+// workload must be built in memory.
 func (w *workload) setEcho(captured *ptrace.Traces) {
 	chunks := captured.ResourceSpans()
 	e := &echoRequests{spans: captured.SpanCount()}
@@ -108,74 +168,233 @@ func (w *workload) setEcho(captured *ptrace.Traces) {
 	w.echo = e
 }
 
-// newWorkload generates the workload of cfg: each invocation is a root
-// "invoke_agent coder" with five model calls (usage on each) and five tool
-// calls; a share of them has a tool start a background job whose
-// notification wakes a continuation (its own trace) with one more model
-// call, after the root ended. Spans are put in the order they end, one
-// invocation after another, then shuffled within the window and some sent
-// twice.
-func newWorkload(cfg workloadConfig) *workload {
-	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x5eed))
-	w := &workload{}
-	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	for i := range cfg.invocations {
-		w.invocations = append(w.invocations, w.addInvocation(rng, i, base.Add(time.Duration(i)*time.Millisecond), rng.Float64() < cfg.jobs))
-	}
-
-	// End order, then a windowed shuffle: every span moves at most window
-	// places, so invocations interleave and parents and children arrive
-	// in either order, as from several processes and batches.
-	order := make([]int, len(w.spans))
-	for i := range order {
-		order[i] = i
-	}
-	if cfg.window > 1 {
-		for i := range order {
-			j := i + rng.IntN(min(cfg.window, len(order)-i))
-			order[i], order[j] = order[j], order[i]
+// newStreamedWorkload plans the workload of cfg: one pass of the stream
+// computes each invocation's expected record and the counts, keeping no
+// span; every run generates the spans again (requests).
+func newStreamedWorkload(cfg workloadConfig) *workload {
+	w := &workload{cfg: cfg}
+	s := newStream(cfg)
+	s.want = make([]expected, cfg.invocations)
+	for {
+		if _, n := s.nextBatch(false); n == 0 {
+			break
 		}
 	}
-	// Duplicates go some way after their original.
-	later := make(map[int][]int)
-	for pos, s := range order {
-		if rng.Float64() < cfg.duplicates {
-			at := pos + 1 + rng.IntN(max(cfg.window, 1))
-			later[at] = append(later[at], s)
-		}
-	}
-	for pos := 0; pos <= len(order) || len(later) > 0; pos++ {
-		w.sends = append(w.sends, later[pos]...)
-		delete(later, pos)
-		if pos < len(order) {
-			w.sends = append(w.sends, order[pos])
-		}
-	}
-	w.batchRequests(cfg.batch)
+	w.want, w.spans, w.sends, w.nRequests = s.want, s.generated, s.sent, s.requests
 	return w
 }
 
-// addInvocation appends the spans of invocation i, starting at t0, in the
-// order they end, and returns what its summary must say.
-func (w *workload) addInvocation(rng *rand.Rand, i int, t0 time.Time, job bool) invocation {
-	var idBytes [16]byte
-	binary.BigEndian.PutUint64(idBytes[:8], uint64(i)+1)
-	binary.BigEndian.PutUint64(idBytes[8:], rng.Uint64())
-	inv := invocation{id: hex.EncodeToString(idBytes[:])}
+// newWorkload is newStreamedWorkload with its export requests built once,
+// in memory: the echo pipeline copies them.
+func newWorkload(cfg workloadConfig) *workload {
+	w := newStreamedWorkload(cfg)
+	s := newStream(cfg)
+	for {
+		req, n := s.nextBatch(true)
+		if n == 0 {
+			break
+		}
+		w.requests = append(w.requests, req)
+	}
+	return w
+}
+
+// requestFeed returns the workload's export requests in send order, one per
+// call, ok false after the last: those built in memory, or, streamed, a
+// fresh generation from the seed.
+func (w *workload) requestFeed() func() (ptraceotlp.ExportRequest, bool) {
+	if w.requests != nil {
+		i := 0
+		return func() (ptraceotlp.ExportRequest, bool) {
+			if i == len(w.requests) {
+				return ptraceotlp.ExportRequest{}, false
+			}
+			i++
+			return w.requests[i-1], true
+		}
+	}
+	s := newStream(w.cfg)
+	return func() (ptraceotlp.ExportRequest, bool) {
+		req, n := s.nextBatch(true)
+		return req, n > 0
+	}
+}
+
+// stream generates a workload span by span from its seed: invocations
+// one after another, each's spans in the order they end, then a windowed
+// shuffle (every span moves at most window places, so invocations
+// interleave and parents and children arrive in either order, as from
+// several processes and batches) and duplicates some way after their
+// original. It holds the window, the duplicates not yet due and one
+// batch.
+//
+// Three generators drive it: gen the invocations, shuf the shuffle and
+// dup the duplicates, so the spans do not depend on the window.
+type stream struct {
+	cfg            workloadConfig
+	gen, shuf, dup *rand.Rand
+	base           time.Time
+	// next is the next invocation to generate.
+	next int
+	// ahead holds the generated spans not yet placed, in the shuffle's
+	// order: ahead[0] is the next position's unless the shuffle picks
+	// another among the first window.
+	ahead []span
+	// pos is the position of the next placed span; later holds the
+	// duplicates by the position before which they are sent.
+	pos   int
+	later map[int][]span
+	// out holds the spans due, flags whether each is a duplicate.
+	out    []span
+	outDup []bool
+	// want, when not nil, receives each invocation's record.
+	want []expected
+	// generated, sent and requests count what the stream gave so far.
+	generated, sent, requests int
+}
+
+func newStream(cfg workloadConfig) *stream {
+	return &stream{
+		cfg:   cfg,
+		gen:   rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x5eed)),
+		shuf:  rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x5a0ff1e)),
+		dup:   rand.New(rand.NewPCG(cfg.seed, cfg.seed^0xd0b1e)),
+		base:  time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		later: make(map[int][]span),
+	}
+}
+
+// fill generates invocations until the window is full or none is left.
+func (s *stream) fill() {
+	for len(s.ahead) < max(s.cfg.window, 1) && s.next < s.cfg.invocations {
+		i := s.next
+		s.next++
+		job := s.gen.Float64() < s.cfg.jobs
+		e := genInvocation(s.gen, i, s.base.Add(time.Duration(i)*time.Millisecond), job, func(sp span) {
+			s.ahead = append(s.ahead, sp)
+		})
+		s.generated += int(e.spans)
+		if s.want != nil {
+			s.want[i] = e
+		}
+	}
+}
+
+// step moves one position on: the duplicates due before it, then the
+// span placed at it; false when nothing is left.
+func (s *stream) step() bool {
+	s.fill()
+	if len(s.ahead) == 0 && len(s.later) == 0 {
+		return false
+	}
+	for _, d := range s.later[s.pos] {
+		s.out = append(s.out, d)
+		s.outDup = append(s.outDup, true)
+	}
+	delete(s.later, s.pos)
+	if len(s.ahead) > 0 {
+		if s.cfg.window > 1 {
+			j := s.shuf.IntN(min(s.cfg.window, len(s.ahead)))
+			s.ahead[0], s.ahead[j] = s.ahead[j], s.ahead[0]
+		}
+		sp := s.ahead[0]
+		s.ahead[0] = span{}
+		s.ahead = s.ahead[1:]
+		if len(s.ahead) == 0 {
+			s.ahead = nil
+		}
+		if s.dup.Float64() < s.cfg.duplicates {
+			at := s.pos + 1 + s.dup.IntN(max(s.cfg.window, 1))
+			s.later[at] = append(s.later[at], sp)
+		}
+		s.out = append(s.out, sp)
+		s.outDup = append(s.outDup, false)
+	}
+	s.pos++
+	return true
+}
+
+// nextSpan returns the next span to send and whether it is a duplicate;
+// ok is false after the last.
+func (s *stream) nextSpan() (sp span, dup, ok bool) {
+	for len(s.out) == 0 {
+		if !s.step() {
+			return span{}, false, false
+		}
+	}
+	sp, dup = s.out[0], s.outDup[0]
+	s.out, s.outDup = s.out[1:], s.outDup[1:]
+	if len(s.out) == 0 {
+		s.out, s.outDup = s.out[:0:0], s.outDup[:0:0]
+	}
+	return sp, dup, true
+}
+
+// nextBatch takes the next batch of spans, notes the request carrying
+// each invocation's last first-sent span (in want) and, with build,
+// returns the export request carrying them; n is 0 after the last.
+func (s *stream) nextBatch(build bool) (req ptraceotlp.ExportRequest, n int) {
+	var spans ptrace.SpanSlice
+	var td ptrace.Traces
+	if build {
+		td = ptrace.NewTraces()
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.name", "loadgen-agent")
+		ss := rs.ScopeSpans().AppendEmpty()
+		ss.Scope().SetName("github.com/agentledger/agentledger/tests/loadgen")
+		spans = ss.Spans()
+		spans.EnsureCapacity(s.cfg.batch)
+	}
+	for n < s.cfg.batch {
+		sp, dup, ok := s.nextSpan()
+		if !ok {
+			break
+		}
+		n++
+		if !dup && s.want != nil {
+			s.want[sp.inv].lastRequest = int32(s.requests)
+		}
+		if build {
+			sp.appendTo(spans)
+		}
+	}
+	if n == 0 {
+		return ptraceotlp.ExportRequest{}, 0
+	}
+	s.sent += n
+	s.requests++
+	if build {
+		req = ptraceotlp.NewExportRequestFromTraces(td)
+	}
+	return req, n
+}
+
+// genInvocation generates the spans of invocation i, starting at t0, in
+// the order they end, hands each to emit, and returns what its summary
+// must say: a root "invoke_agent coder" with five model calls (usage on
+// each) and five tool calls; with job, a tool starts a background job
+// whose notification wakes a continuation (its own trace) with one more
+// model call, after the root ended.
+func genInvocation(rng *rand.Rand, i int, t0 time.Time, job bool, emit func(span)) expected {
+	e := expected{idLow: rng.Uint64()}
+	id := e.invocationID(i)
 	tr := traceID(rng)
-	root := spanID(rng)
+	root := spanID(rng, i, slotRoot)
 	session := fmt.Sprintf("session-%d", i%100)
+	var input, output int64
 	add := func(s span) {
 		s.inv = i
-		s.attrs = append([]attr{{key: contract.AttrInvocationID, str: inv.id}}, s.attrs...)
-		w.spans = append(w.spans, s)
-		inv.spans++
+		s.attrs = append([]attr{{key: contract.AttrInvocationID, str: id}}, s.attrs...)
+		_, slot, _ := spanSlot(s.id)
+		e.mask |= 1 << (slot - 1)
+		e.spans++
+		emit(s)
 	}
-	chat := func(trace pcommon.TraceID, parent pcommon.SpanID, start time.Time) {
+	chat := func(trace pcommon.TraceID, parent pcommon.SpanID, start time.Time, slot int) {
 		in, out := 1000+rng.Int64N(4000), 50+rng.Int64N(500)
-		inv.input += in
-		inv.output += out
-		add(span{trace: trace, id: spanID(rng), parent: parent, name: "chat gpt-test", start: start, end: start.Add(40 * time.Millisecond),
+		input += in
+		output += out
+		add(span{trace: trace, id: spanID(rng, i, slot), parent: parent, name: "chat gpt-test", start: start, end: start.Add(40 * time.Millisecond),
 			attrs: []attr{
 				{key: contract.AttrOperationName, str: contract.OpChat},
 				{key: contract.AttrRequestModel, str: "gpt-test"},
@@ -193,9 +412,9 @@ func (w *workload) addInvocation(rng *rand.Rand, i int, t0 time.Time, job bool) 
 	var jobStart time.Time
 	at := t0
 	for k := range 5 {
-		chat(tr, root, at)
+		chat(tr, root, at, slotChat+k)
 		at = at.Add(50 * time.Millisecond)
-		tool := spanID(rng)
+		tool := spanID(rng, i, slotTool+k)
 		children := int64(0)
 		if k == jobTool {
 			children, jobSpan, jobStart = 1, tool, at
@@ -216,33 +435,33 @@ func (w *workload) addInvocation(rng *rand.Rand, i int, t0 time.Time, job bool) 
 		{key: contract.AttrConversationID, str: session},
 		{key: contract.AttrChildren, num: 10, isNum: true},
 	}})
-	if !job {
-		return inv
-	}
-	// The job outlives the root; its notification wakes a continuation,
-	// a trace of its own, whose model call comes after the result.
-	tool := jobSpan
-	jobSpan = spanID(rng)
-	jobEnd := rootEnd.Add(time.Second)
-	add(span{trace: tr, id: jobSpan, parent: tool, name: "background shell", start: jobStart, end: jobEnd, attrs: []attr{
-		{key: contract.AttrRole, str: contract.RoleBackground},
-		{key: contract.AttrFollowups, num: 1, isNum: true},
-		{key: contract.AttrChildren, num: 0, isNum: true},
-	}})
-	contTrace, cont := traceID(rng), spanID(rng)
-	before := inv.input
-	beforeOut := inv.output
-	chat(contTrace, cont, jobEnd.Add(time.Millisecond))
-	inv.afterIn, inv.afterOut = inv.input-before, inv.output-beforeOut
-	add(span{trace: contTrace, id: cont, name: "continue_agent coder", start: jobEnd, end: jobEnd.Add(50 * time.Millisecond),
-		followupOf: jobSpan, followupOfTrace: tr, attrs: []attr{
-			{key: contract.AttrRole, str: contract.RoleContinuation},
-			{key: contract.AttrOperationName, str: contract.OpInvokeAgent},
-			{key: contract.AttrAgentName, str: "coder"},
-			{key: contract.AttrConversationID, str: session},
-			{key: contract.AttrChildren, num: 1, isNum: true},
+	if job {
+		// The job outlives the root; its notification wakes a
+		// continuation, a trace of its own, whose model call comes after
+		// the result.
+		tool := jobSpan
+		jobSpan = spanID(rng, i, slotBackground)
+		jobEnd := rootEnd.Add(time.Second)
+		add(span{trace: tr, id: jobSpan, parent: tool, name: "background shell", start: jobStart, end: jobEnd, attrs: []attr{
+			{key: contract.AttrRole, str: contract.RoleBackground},
+			{key: contract.AttrFollowups, num: 1, isNum: true},
+			{key: contract.AttrChildren, num: 0, isNum: true},
 		}})
-	return inv
+		contTrace, cont := traceID(rng), spanID(rng, i, slotCont)
+		before, beforeOut := input, output
+		chat(contTrace, cont, jobEnd.Add(time.Millisecond), slotContChat)
+		e.afterIn, e.afterOut = int32(input-before), int32(output-beforeOut)
+		add(span{trace: contTrace, id: cont, name: "continue_agent coder", start: jobEnd, end: jobEnd.Add(50 * time.Millisecond),
+			followupOf: jobSpan, followupOfTrace: tr, attrs: []attr{
+				{key: contract.AttrRole, str: contract.RoleContinuation},
+				{key: contract.AttrOperationName, str: contract.OpInvokeAgent},
+				{key: contract.AttrAgentName, str: "coder"},
+				{key: contract.AttrConversationID, str: session},
+				{key: contract.AttrChildren, num: 1, isNum: true},
+			}})
+	}
+	e.input, e.output = int32(input), int32(output)
+	return e
 }
 
 func traceID(rng *rand.Rand) pcommon.TraceID {
@@ -252,35 +471,13 @@ func traceID(rng *rand.Rand) pcommon.TraceID {
 	return t
 }
 
-func spanID(rng *rand.Rand) pcommon.SpanID {
+// spanID is a span ID of invocation i's span in slot: random in its top
+// 24 bits, then the invocation's index (32 bits) and the slot (8 bits).
+func spanID(rng *rand.Rand, i, slot int) pcommon.SpanID {
 	var s pcommon.SpanID
-	binary.BigEndian.PutUint64(s[:], rng.Uint64()|1)
+	v := rng.Uint64()&^(1<<40-1) | uint64(uint32(i))<<8 | uint64(slot)
+	binary.BigEndian.PutUint64(s[:], v)
 	return s
-}
-
-// batchRequests cuts the send order into export requests of n spans.
-func (w *workload) batchRequests(n int) {
-	w.lastRequest = make([]int, len(w.invocations))
-	seen := make([]bool, len(w.spans))
-	for from := 0; from < len(w.sends); from += n {
-		to := min(from+n, len(w.sends))
-		td := ptrace.NewTraces()
-		rs := td.ResourceSpans().AppendEmpty()
-		rs.Resource().Attributes().PutStr("service.name", "loadgen-agent")
-		ss := rs.ScopeSpans().AppendEmpty()
-		ss.Scope().SetName("github.com/agentledger/agentledger/tests/loadgen")
-		spans := ss.Spans()
-		spans.EnsureCapacity(to - from)
-		for _, si := range w.sends[from:to] {
-			s := &w.spans[si]
-			if !seen[si] {
-				seen[si] = true
-				w.lastRequest[s.inv] = len(w.requests)
-			}
-			s.appendTo(spans)
-		}
-		w.requests = append(w.requests, ptraceotlp.NewExportRequestFromTraces(td))
-	}
 }
 
 func (s *span) appendTo(spans ptrace.SpanSlice) {
