@@ -263,13 +263,22 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 		w.setEcho(rec.captured)
 	}
 	got, notFinal := rec.results()
-	res.latencies = make([]time.Duration, 0, len(w.want))
-	for i, want := range w.want {
+	res.latencies, res.final, res.wrong = judge(w.want, got, notFinal, sentAt)
+	return res, nil
+}
+
+// judge compares each invocation's closing summary with what it must
+// say: it returns the latencies from the send of the request carrying the
+// invocation's last span to its summary's arrival (sorted), how many are
+// final with exact totals and a line for each that is not.
+func judge(want []expected, got []summary, notFinal map[int]closing, sentAt []time.Time) (latencies []time.Duration, final int, wrong []string) {
+	latencies = make([]time.Duration, 0, len(want))
+	for i, want := range want {
 		s := got[i]
-		res.latencies = append(res.latencies, time.Unix(0, s.at).Sub(sentAt[want.lastRequest]))
+		latencies = append(latencies, time.Unix(0, s.at).Sub(sentAt[want.lastRequest]))
 		if s.at != 0 && s.final && s.input == int64(want.input) && s.output == int64(want.output) &&
 			s.afterIn == int64(want.afterIn) && s.afterOut == int64(want.afterOut) && s.spans == int64(want.spans) {
-			res.final++
+			final++
 			continue
 		}
 		status := contract.StatusFinal
@@ -279,11 +288,11 @@ func measure(ctx context.Context, p pipeline, otlp string, rec *receiver, w *wor
 		} else if c, ok := notFinal[i]; ok {
 			status, reasons = c.status, c.reasons
 		}
-		res.wrong = append(res.wrong, fmt.Sprintf("%s: %s %v input %d output %d after %d/%d spans %d, want final input %d output %d after %d/%d spans %d",
+		wrong = append(wrong, fmt.Sprintf("%s: %s %v input %d output %d after %d/%d spans %d, want final input %d output %d after %d/%d spans %d",
 			want.invocationID(i), status, reasons, s.input, s.output, s.afterIn, s.afterOut, s.spans, want.input, want.output, want.afterIn, want.afterOut, want.spans))
 	}
-	slices.Sort(res.latencies)
-	return res, nil
+	slices.Sort(latencies)
+	return latencies, final, wrong
 }
 
 // loadAverage returns the 1, 5 and 15 minute load averages, or "" where
