@@ -265,6 +265,7 @@ func runSweep(ctx context.Context, o options, spec sweepSpec, dir string, out io
 		}
 	}
 	fmt.Fprintf(out, "\n%s", table.String())
+	fmt.Fprintf(out, "load generator peak RSS (VmHWM, itself): %s\n", mib(peakRSS(os.Getpid())))
 	if len(failed) > 0 {
 		return errors.New(strings.Join(failed, "\n"))
 	}
