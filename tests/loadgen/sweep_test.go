@@ -165,7 +165,7 @@ func TestFitsInMemory(t *testing.T) {
 		t.Errorf("unknown memory: %v", err)
 	}
 	err := fitsInMemory(1000000, 200<<20)
-	if err == nil || !strings.Contains(err.Error(), "1000000 invocations need about 244.1 MiB") || !strings.Contains(err.Error(), "of the 200.0 MiB available") {
+	if err == nil || !strings.Contains(err.Error(), "1000000 invocations need about 366.2 MiB") || !strings.Contains(err.Error(), "of the 200.0 MiB available") {
 		t.Errorf("1,000,000 in 200 MiB: err = %v", err)
 	}
 	meminfo := "MemTotal:       24683880 kB\nMemFree:        13312000 kB\nMemAvailable:   23850000 kB\n"
