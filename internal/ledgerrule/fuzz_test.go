@@ -79,7 +79,7 @@ func FuzzSpanReader(f *testing.F) {
 				wrong = wrong || v.kind != keyKinds[k]
 			}
 			want := differ || wrong
-			if k >= KeyUsageInput {
+			if k >= KeyUsageInput && k <= KeyUsageReasoning {
 				// Usage of the wrong type is invalid_usage; only a
 				// differing repeat is malformed, and only on a model call.
 				want = modelCall && differ
