@@ -285,7 +285,7 @@ func TestOpenCodeSDK(t *testing.T) {
 		Answer: func(scriptedmodel.Request) scriptedmodel.Step { return scriptedmodel.Step{Text: "Done."} }})
 	srv := scriptedmodel.New(scriptedmodel.Options{Responder: model.Respond}).Start()
 	t.Cleanup(srv.Close)
-	stack := startOpenCodeStack(t, srv.URL())
+	stack := startOpenCodeStack(t, srv.URL(), baseProxy)
 	col := stack.col
 
 	lines := runHost(t, "opencode.test.mjs", []string{

@@ -7,7 +7,7 @@
 //
 //	agentledger claude [claude args...]
 //	agentledger codex [codex args...]
-//	agentledger opencode-proxy --listen ADDR --upstream URL [--model-upstream URL --model-listen ADDR]
+//	agentledger opencode-proxy --listen ADDR --upstream URL [--model-upstream URL [--model-listen ADDR] [--opencode-config FILE --provider ID]]
 //
 // Each subcommand is one small file (claude.go, codex.go, opencode.go)
 // over one adapter (instrument/otelclaudecode, instrument/otelcodex,

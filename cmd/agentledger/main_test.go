@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,6 +67,8 @@ func TestParseProxyFlags(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--model-listen", "127.0.0.1:0"}, "--model-listen needs --model-upstream"},
 		{[]string{"--upstream", "http://x", "--model-upstream", "api.openai.com"}, `--model-upstream "api.openai.com"`},
 		{[]string{"--upstream", "http://x", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--upstream", "http://x", "--opencode-config", "o.json"}, "--opencode-config needs --model-upstream"},
+		{[]string{"--upstream", "http://x", "--model-upstream", "http://m/v1", "--opencode-config", "o.json", "--provider", ""}, "--provider is empty"},
 		{[]string{"--nope"}, "flag provided but not defined"},
 	} {
 		if _, err := parseProxyFlags(tt.args, io); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -148,5 +152,54 @@ func TestClaudeBinSkipsItself(t *testing.T) {
 	}
 	if _, err := claudeBin(envOf("PATH=" + first)); err == nil {
 		t.Fatal("only itself on PATH: want an error")
+	}
+}
+
+// TestOpencodeProxyBaseURL: with --opencode-config the proxy writes the
+// model-wire proxy's URL as the provider's baseURL before it waits for
+// opencode serve (here never reached: the wait is cut at once); without,
+// it prints both baseURL forms the model-wire proxy accepts.
+func TestOpencodeProxyBaseURL(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	env := envOf("OTEL_TRACES_EXPORTER=none")
+	path := filepath.Join(t.TempDir(), "opencode.json")
+	if err := os.WriteFile(path, []byte(`{"model":"openai/gpt-test","provider":{"openai":{"options":{"apiKey":"k"}}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var errs bytes.Buffer
+	code := runOpencodeProxy(ctx, env, []string{"--upstream", "http://127.0.0.1:1", "--model-upstream", "http://127.0.0.1:9/v1",
+		"--model-listen", "127.0.0.1:0", "--opencode-config", path}, stdio{err: &errs})
+	if code != 1 || !strings.Contains(errs.String(), "did not connect") {
+		t.Errorf("exit %d, stderr %q; want 1, the event stream not connected", code, errs.String())
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Model    string `json:"model"`
+		Provider map[string]struct {
+			Options map[string]string `json:"options"`
+		} `json:"provider"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	opts := doc.Provider["openai"].Options
+	if doc.Model != "openai/gpt-test" || opts["apiKey"] != "k" || !strings.HasPrefix(opts["baseURL"], "http://127.0.0.1:") ||
+		!strings.Contains(errs.String(), fmt.Sprintf("set provider.openai.options.baseURL to %q in %s", opts["baseURL"], path)) {
+		t.Errorf("opencode.json %s, stderr %q", raw, errs.String())
+	}
+
+	errs.Reset()
+	code = runOpencodeProxy(ctx, env, []string{"--upstream", "http://127.0.0.1:1", "--model-upstream", "http://127.0.0.1:9/v1"}, stdio{err: &errs})
+	line, _, _ := strings.Cut(errs.String(), "\n")
+	const prefix = `agentledger opencode-proxy: the provider's baseURL in opencode.json: "baseURL": "http://127.0.0.1:`
+	if code != 1 || !strings.HasPrefix(line, prefix) || !strings.HasSuffix(line, `/v1": the proxy drops one leading /v1)`) {
+		t.Errorf("exit %d, first line %q", code, line)
+	}
+	if got, want := baseURLHint("http://127.0.0.1:4098", "https://api.anthropic.com"), `"baseURL": "http://127.0.0.1:4098"`; got != want {
+		t.Errorf("hint for an upstream without a path %q, want %q", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +24,10 @@ type proxyConfig struct {
 	// modelUpstream, when set, starts the model-wire proxy in front of
 	// it, on modelListen (a free loopback port when "").
 	modelUpstream, modelListen string
+	// opencodeConfig, when set, is the opencode.json whose
+	// provider.<provider>.options.baseURL is set to the model-wire
+	// proxy's URL before the proxy waits for opencode serve.
+	opencodeConfig, provider string
 	// connectTimeout bounds the wait for opencode serve's event stream.
 	connectTimeout time.Duration
 }
@@ -36,6 +41,8 @@ func parseProxyFlags(args []string, io stdio) (proxyConfig, error) {
 	fs.StringVar(&upstream, "upstream", "", "base URL of `opencode serve`, e.g. http://127.0.0.1:4096 (required)")
 	fs.StringVar(&c.modelUpstream, "model-upstream", "", "the model endpoint OpenCode's provider calls (its base URL, e.g. https://api.openai.com/v1): count every model request on the wire through a proxy in front of it; point the provider's baseURL at the proxy")
 	fs.StringVar(&c.modelListen, "model-listen", "", "address of the model-wire proxy (host:port; default a free loopback port, printed), so that OpenCode's config can name it before it starts")
+	fs.StringVar(&c.opencodeConfig, "opencode-config", "", "an opencode.json to set the provider's baseURL in (to the model-wire proxy's URL; needs --model-upstream), written before the proxy waits for opencode serve: start the proxy first, then opencode serve within --connect-timeout")
+	fs.StringVar(&c.provider, "provider", "openai", "the provider id whose baseURL --opencode-config sets")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 30*time.Second, "how long to wait at start for opencode serve's event stream")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -63,6 +70,14 @@ func parseProxyFlags(args []string, io stdio) (proxyConfig, error) {
 			return c, fmt.Errorf("--model-upstream %q: want an http or https URL with a host, e.g. https://api.openai.com/v1", c.modelUpstream)
 		}
 	}
+	if c.opencodeConfig != "" {
+		if c.modelUpstream == "" {
+			return c, errors.New("--opencode-config needs --model-upstream: the baseURL it writes is the model-wire proxy's")
+		}
+		if c.provider == "" {
+			return c, errors.New("--provider is empty: want the provider id of opencode.json whose baseURL to set, e.g. openai")
+		}
+	}
 	if c.modelListen != "" {
 		if c.modelUpstream == "" {
 			return c, errors.New("--model-listen needs --model-upstream: the endpoint the model-wire proxy forwards to")
@@ -72,6 +87,19 @@ func parseProxyFlags(args []string, io stdio) (proxyConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// baseURLHint is the "baseURL" entry of opencode.json for the model-wire
+// proxy at proxyURL in front of upstream, and the other form the proxy
+// accepts (proxyURL and upstream's path, see wireproxy.UpstreamPath).
+func baseURLHint(proxyURL, upstream string) string {
+	hint := fmt.Sprintf(`"baseURL": %q`, proxyURL)
+	if u, err := url.Parse(upstream); err == nil {
+		if p := strings.TrimRight(u.EscapedPath(), "/"); p != "" {
+			hint += fmt.Sprintf(" (or %q: the proxy drops one leading %s)", proxyURL+p, p)
+		}
+	}
+	return hint
 }
 
 // runOpencodeProxy is `agentledger opencode-proxy`: every request and the
@@ -118,6 +146,19 @@ func runOpencodeProxy(ctx context.Context, env environ, args []string, io stdio)
 		defer cancel()
 		_ = client.Shutdown(sctx)
 	}()
+	if u := client.ModelProxyURL(); u != "" {
+		// The model-wire proxy listens from New on: its URL is known now,
+		// before opencode serve has to read it.
+		if c.opencodeConfig != "" {
+			if err := otelopencode.WriteProviderConfig(c.opencodeConfig, c.provider, u); err != nil {
+				fmt.Fprintf(io.err, "agentledger opencode-proxy: --opencode-config: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(io.err, "agentledger opencode-proxy: set provider.%s.options.baseURL to %q in %s\n", c.provider, u, c.opencodeConfig)
+		} else {
+			fmt.Fprintf(io.err, "agentledger opencode-proxy: the provider's baseURL in opencode.json: %s\n", baseURLHint(u, c.modelUpstream))
+		}
+	}
 	// Prompts are recorded from the event stream: serve only once it is
 	// connected (it reconnects by itself after).
 	sctx, cancel := context.WithTimeout(ctx, c.connectTimeout)

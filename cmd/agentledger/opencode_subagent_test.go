@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -109,17 +110,32 @@ type openCodeStack struct {
 	serveURL, proxyURL string
 }
 
+// baseForm is how a stack's provider names the model-wire proxy (the
+// README's forms): each test of a real opencode serve takes one.
+type baseForm int
+
+const (
+	// baseProxy: opencode serve first, its config's baseURL the proxy's
+	// URL on --model-listen.
+	baseProxy baseForm = iota
+	// baseProxyV1: the same with the upstream's path, <proxy>/v1.
+	baseProxyV1
+	// baseWritten: the proxy first, on a free port, writing the baseURL
+	// into the config (--opencode-config); opencode serve after.
+	baseWritten
+)
+
 // startOpenCodeStack starts the stack against the scripted model at
 // modelURL, with extraEnv for opencode serve; TestOpenCodeSDK and
 // TestOpenCodeSDKBackgroundSubagent share it.
-func startOpenCodeStack(t *testing.T, modelURL string, extraEnv ...string) openCodeStack {
+func startOpenCodeStack(t *testing.T, modelURL string, form baseForm, extraEnv ...string) openCodeStack {
 	t.Helper()
-	return startOpenCodeStackExport(t, modelURL, []string{"OTEL_BSP_SCHEDULE_DELAY=50"}, extraEnv...)
+	return startOpenCodeStackExport(t, modelURL, []string{"OTEL_BSP_SCHEDULE_DELAY=50"}, form, extraEnv...)
 }
 
 // startOpenCodeStackExport is startOpenCodeStack with the proxy's export
 // settings given (proxyEnv, for example the exporter's default schedule).
-func startOpenCodeStackExport(t *testing.T, modelURL string, proxyEnv []string, extraEnv ...string) openCodeStack {
+func startOpenCodeStackExport(t *testing.T, modelURL string, proxyEnv []string, form baseForm, extraEnv ...string) openCodeStack {
 	t.Helper()
 	oc := testbin.Require(t, testbin.EnvOpenCodeBin, "make opencode", openCodeBin)
 	col := testbin.StartLocalCollector(t)
@@ -134,11 +150,19 @@ func startOpenCodeStackExport(t *testing.T, modelURL string, proxyEnv []string, 
 			t.Fatal(err)
 		}
 	}
+	baseURL := "http://" + modelAddr
+	switch form {
+	case baseProxyV1:
+		baseURL += "/v1"
+	case baseWritten:
+		// What the proxy replaces.
+		baseURL = "http://unwritten.invalid"
+	}
 	cfg, _ := json.Marshal(map[string]any{
 		"autoupdate": false, "share": "disabled", "permission": map[string]any{"*": "allow"},
 		"provider": map[string]any{"scripted": map[string]any{
 			"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
-			"options": map[string]any{"baseURL": "http://" + modelAddr, "apiKey": "unused"},
+			"options": map[string]any{"baseURL": baseURL, "apiKey": "unused"},
 			"models":  map[string]any{"scripted-model": map[string]any{"name": "Scripted Model"}},
 		}},
 		"model": "scripted/scripted-model", "small_model": "scripted/scripted-model",
@@ -151,6 +175,40 @@ func startOpenCodeStackExport(t *testing.T, modelURL string, proxyEnv []string, 
 		if err := os.WriteFile(filepath.Join(dir, "config/opencode", name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	bin := testbin.BuildT(t, "cmd/agentledger")
+	proxyArgs := []string{"opencode-proxy", "--listen", proxyAddr, "--upstream", "http://" + serveAddr,
+		"--model-upstream", modelURL + "/v1"}
+	startProxy := func() *testbin.Process {
+		return testbin.StartT(t, "agentledger-opencode-proxy", append([]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.Addrs.OTLPHTTP,
+		}, proxyEnv...), bin, proxyArgs...)
+	}
+	var proxy *testbin.Process
+	if form == baseWritten {
+		// The README's order: the proxy writes the baseURL, then the
+		// server starts and reads it.
+		config := filepath.Join(dir, "config/opencode/opencode.json")
+		proxyArgs = append(proxyArgs, "--opencode-config", config, "--provider", "scripted", "--connect-timeout", "90s")
+		proxy = startProxy()
+		if err := testbin.Poll(ctx, 50*time.Millisecond, func() (bool, string, error) {
+			select {
+			case <-proxy.Done():
+				return false, "", fmt.Errorf("the proxy exited: %v", proxy.Err())
+			default:
+			}
+			raw, err := os.ReadFile(config)
+			if err != nil {
+				return false, "", err
+			}
+			return !strings.Contains(string(raw), "unwritten.invalid") && strings.Contains(string(raw), `"baseURL": "http://127.0.0.1:`), "baseURL not written yet", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		proxyArgs = append(proxyArgs, "--model-listen", modelAddr)
 	}
 	env := append([]string{
 		"HOME=" + filepath.Join(dir, "home"),
@@ -172,16 +230,12 @@ func startOpenCodeStackExport(t *testing.T, modelURL string, proxyEnv []string, 
 			t.Logf("--- opencode log, last lines:\n%s", serve.Tail(30))
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
 	if err := testbin.WaitReady(ctx, serve, "http://"+serveAddr+"/global/health"); err != nil {
 		t.Fatal(err)
 	}
-	bin := testbin.BuildT(t, "cmd/agentledger")
-	proxy := testbin.StartT(t, "agentledger-opencode-proxy", append([]string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.Addrs.OTLPHTTP,
-	}, proxyEnv...), bin, "opencode-proxy", "--listen", proxyAddr, "--upstream", "http://"+serveAddr,
-		"--model-upstream", modelURL+"/v1", "--model-listen", modelAddr)
+	if proxy == nil {
+		proxy = startProxy()
+	}
 	if err := testbin.WaitReady(ctx, proxy, "http://"+proxyAddr+"/global/health"); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +268,7 @@ func TestOpenCodeSDKBackgroundSubagent(t *testing.T) {
 		releaseOnce.Do(func() { close(release) })
 	}))
 	t.Cleanup(gate.Close)
-	stack := startOpenCodeStack(t, srv.URL(), "OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1")
+	stack := startOpenCodeStack(t, srv.URL(), baseProxyV1, "OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1")
 	// First of the cleanups: a failed test must not leave opencode serve's
 	// shutdown waiting on a held request.
 	t.Cleanup(func() { close(stop) })

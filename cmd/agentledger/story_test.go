@@ -208,7 +208,7 @@ func TestOpenCodeHostStory(t *testing.T) {
 	t.Cleanup(gate.Close)
 	// The exporter's default schedule (5 s): only the export before the
 	// answer lets the host find the invocation when it asks.
-	stack := startOpenCodeStackExport(t, srv.URL(), nil, "OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1")
+	stack := startOpenCodeStackExport(t, srv.URL(), nil, baseWritten, "OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1")
 	t.Cleanup(func() { close(stop) })
 
 	lines := runHost(t, "opencode_story.test.mjs", []string{

@@ -224,7 +224,12 @@ func WithMaxJobs(n int) Option {
 // attributed by what it carries (see the package doc). The server's
 // provider must have the proxy as its baseURL (ProviderConfig,
 // WriteProviderConfig); the Client then makes no model-call spans from
-// the event stream. New returns an error when upstream is not an http or
+// the event stream. The proxy's root stands for upstream, so the provider's
+// baseURL is ModelProxyURL; ModelProxyURL followed by upstream's path
+// (http://127.0.0.1:4098/v1 for https://api.openai.com/v1) works too: a
+// request whose path begins with upstream's whole path has that copy
+// dropped once (wireproxy.UpstreamPath), so it never reaches
+// upstream as /v1/v1/.... New returns an error when upstream is not an http or
 // https URL with a host.
 func WithModelProxy(upstream string) Option {
 	return optionFunc(func(c *config) {

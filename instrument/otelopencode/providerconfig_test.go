@@ -2,9 +2,14 @@ package otelopencode
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -105,5 +110,42 @@ func TestWithModelProxyValidates(t *testing.T) {
 	}
 	if plain.ModelProxyURL() != "" {
 		t.Errorf("a Client without WithModelProxy has proxy %q", plain.ModelProxyURL())
+	}
+}
+
+// TestModelProxyBaseForms: the provider's baseURL may be the model-wire
+// proxy's URL or that URL and the upstream's /v1; both reach the upstream
+// at /v1/..., never /v1/v1/....
+func TestModelProxyBaseForms(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"data":[]}`)
+	}))
+	defer up.Close()
+	c, err := New("http://127.0.0.1:1", nil, WithModelProxy(up.URL+"/v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Shutdown(t.Context()) }()
+	for _, base := range []string{c.ModelProxyURL(), c.ModelProxyURL() + "/v1"} {
+		res, err := http.Get(base + "/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("GET %s/models: %s", base, res.Status)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"GET /v1/models", "GET /v1/models"}; !slices.Equal(paths, want) {
+		t.Errorf("upstream got %q, want %q", paths, want)
 	}
 }

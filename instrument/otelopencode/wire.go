@@ -366,6 +366,9 @@ func startProxy(cfg config, m *mapper) (*wireproxy.Proxy, *genaicall.Middleware,
 		Attribute:  w.attribute,
 		Oversized:  w.oversized,
 		Listen:     cfg.proxyAddr,
+		// The provider's baseURL may be the proxy's URL or the proxy's URL
+		// and the upstream's path (http://127.0.0.1:4098/v1).
+		BaseAlias: true,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("otelopencode: model-wire proxy: %w", err)

@@ -85,6 +85,80 @@ type Config struct {
 	// RetryHold is how long a failed attempt waits for the runtime's
 	// retry before its call ends as failed (default DefaultRetryHold).
 	RetryHold time.Duration
+	// BaseAlias makes both the proxy's URL and the proxy's URL followed
+	// by the upstream's path valid base URLs for the runtime (for an
+	// upstream https://api.openai.com/v1, http://127.0.0.1:4098 and
+	// http://127.0.0.1:4098/v1): see UpstreamPath.
+	BaseAlias bool
+}
+
+// UpstreamPath is the path a request to the proxy's path reqPath is sent
+// to at an upstream whose base path is base (the upstream URL's path).
+// The request's path is joined to the base; with alias (Config.BaseAlias)
+// one leading copy of the base is dropped first when the request's path
+// begins with the whole base, segment by segment (for base /v1: /v1 and
+// /v1/..., not /v10/...). The alias only rewrites a path that would
+// otherwise reach the upstream with its base twice (/v1/v1/...), which no
+// provider's API serves; a request that does not begin with the base is
+// joined unchanged. With an empty or "/" base nothing is dropped, so an
+// upstream given without its version (https://api.anthropic.com) needs the
+// runtime's base URL to carry it (<proxy>/v1).
+func UpstreamPath(base, reqPath string, alias bool) string {
+	if alias {
+		reqPath = dropAlias(base, reqPath)
+	}
+	return joinSlash(base, reqPath)
+}
+
+// dropAlias is p without its leading copy of the base path, "/" when p is
+// the base itself; p when it does not begin with the whole base.
+func dropAlias(base, p string) string {
+	b := strings.TrimRight(base, "/")
+	if b == "" || !strings.HasPrefix(p, b) {
+		return p
+	}
+	switch rest := p[len(b):]; {
+	case rest == "":
+		return "/"
+	case rest[0] != '/':
+		return p
+	default:
+		return rest
+	}
+}
+
+// joinSlash joins two paths with one slash between them, as
+// httputil.ProxyRequest.SetURL joins the upstream's and the request's.
+func joinSlash(a, b string) string {
+	as, bs := strings.HasSuffix(a, "/"), strings.HasPrefix(b, "/")
+	switch {
+	case as && bs:
+		return a + b[1:]
+	case !as && !bs:
+		return a + "/" + b
+	}
+	return a + b
+}
+
+// dropBase applies dropAlias to u's path before SetURL joins it.
+func dropBase(u *url.URL, base string) {
+	p := dropAlias(base, u.Path)
+	if p == u.Path {
+		return
+	}
+	u.Path = p
+	// The escaped form loses the same prefix, or is rebuilt from Path.
+	if u.RawPath != "" {
+		eb := (&url.URL{Path: strings.TrimRight(base, "/")}).EscapedPath()
+		if rest, ok := strings.CutPrefix(u.RawPath, eb); ok && (rest == "" || rest[0] == '/') {
+			if rest == "" {
+				rest = "/"
+			}
+			u.RawPath = rest
+		} else {
+			u.RawPath = ""
+		}
+	}
 }
 
 // Proxy is a running model-wire proxy.
@@ -146,6 +220,9 @@ func Start(cfg Config) (*Proxy, error) {
 	up := cfg.Upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
+			if cfg.BaseAlias {
+				dropBase(r.Out.URL, up.Path)
+			}
 			r.SetURL(up)
 			// The request's own Host goes upstream as the upstream's host
 			// (SetURL); no X-Forwarded-* headers are added.

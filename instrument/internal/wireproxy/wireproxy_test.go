@@ -1406,3 +1406,68 @@ func TestRetryHoldEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseAlias: the path each request reaches the upstream at, for an
+// upstream with and without a base path, a runtime whose base URL is the
+// proxy's with and without that path, Anthropic and OpenAI requests;
+// UpstreamPath tells the same path.
+func TestBaseAlias(t *testing.T) {
+	cases := []struct {
+		base, req string
+		alias     bool
+		want      string
+	}{
+		// OpenAI style, upstream https://api.openai.com/v1.
+		{"/v1", "/chat/completions", true, "/v1/chat/completions"},    // baseURL <proxy>
+		{"/v1", "/v1/chat/completions", true, "/v1/chat/completions"}, // baseURL <proxy>/v1
+		{"/v1", "/v1/chat/completions", false, "/v1/v1/chat/completions"},
+		{"/v1", "/responses", true, "/v1/responses"},
+		{"/v1", "/v1/responses", true, "/v1/responses"},
+		{"/v1", "/v1/models", true, "/v1/models"},
+		{"/v1", "/v1", true, "/v1/"},
+		{"/v1", "/", true, "/v1/"},
+		// Only a whole segment is the base.
+		{"/v1", "/v10/chat/completions", true, "/v1/v10/chat/completions"},
+		{"/v1", "/v1beta/models", true, "/v1/v1beta/models"},
+		// Only one copy is dropped.
+		{"/v1", "/v1/v1/chat/completions", true, "/v1/v1/chat/completions"},
+		// A base with a trailing slash, and a longer one (a gateway's).
+		{"/v1/", "/v1/chat/completions", true, "/v1/chat/completions"},
+		{"/v1/", "/chat/completions", true, "/v1/chat/completions"},
+		{"/api/v1", "/api/v1/chat/completions", true, "/api/v1/chat/completions"},
+		{"/api/v1", "/chat/completions", true, "/api/v1/chat/completions"},
+		{"/api/v1", "/v1/chat/completions", true, "/api/v1/v1/chat/completions"},
+		{"/api/v1", "/api/chat/completions", true, "/api/v1/api/chat/completions"},
+		// Anthropic style, upstream https://api.anthropic.com/v1 (what
+		// @ai-sdk/anthropic's default baseURL names).
+		{"/v1", "/messages", true, "/v1/messages"},
+		{"/v1", "/v1/messages", true, "/v1/messages"},
+		{"/v1", "/v1/messages/count_tokens", true, "/v1/messages/count_tokens"},
+		// Anthropic style, upstream https://api.anthropic.com: no base,
+		// nothing dropped, with the alias or without.
+		{"", "/v1/messages", true, "/v1/messages"},
+		{"", "/v1/messages", false, "/v1/messages"},
+		{"", "/messages", true, "/messages"},
+		{"/", "/v1/messages", true, "/v1/messages"},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s+%s,alias=%t", c.base, c.req, c.alias), func(t *testing.T) {
+			if got := UpstreamPath(c.base, c.req, c.alias); got != c.want {
+				t.Errorf("UpstreamPath(%q, %q, %t) = %q, want %q", c.base, c.req, c.alias, got, c.want)
+			}
+			up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{}`)
+			}))
+			h := start(t, up.srv.URL+c.base, Config{BaseAlias: c.alias,
+				Attribute: func(*http.Request, []byte) Decision { return Decision{} }})
+			readAll(t, h.post(t, c.req+"?q=1", messages(false, "hi")))
+			if got := up.only(t); got.Path != c.want || got.RawQuery != "q=1" {
+				t.Errorf("upstream got %s?%s, want %s?q=1", got.Path, got.RawQuery, c.want)
+			}
+			if err := h.close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		})
+	}
+}
