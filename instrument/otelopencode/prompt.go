@@ -153,24 +153,9 @@ func (c *Client) invoke(ctx context.Context, session string, body []byte, send f
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return "", fmt.Errorf("otelopencode: prompt body is not a JSON object: %w", err)
 	}
-	var msgID string
-	if raw, ok := fields["messageID"]; ok {
-		_ = json.Unmarshal(raw, &msgID)
-	}
-	if msgID == "" {
-		msgID = c.ids.next(time.Now(), c.m.nextAfter(session))
-		fields["messageID"], _ = json.Marshal(msgID)
-	}
-	agent := c.cfg.agent
-	if raw, ok := fields["agent"]; ok {
-		var a string
-		if json.Unmarshal(raw, &a) == nil && a != "" {
-			agent = a
-		}
-	}
-	body, err := json.Marshal(fields)
+	body, msgID, agent, err := c.namePrompt(session, fields)
 	if err != nil {
-		return "", fmt.Errorf("otelopencode: %w", err)
+		return "", err
 	}
 	ctx, inv := c.startInvocation(ctx, msgID, agent, session)
 	c.m.registerPrompt(session, msgID, promptText(fields["parts"]), ctx)
@@ -319,4 +304,29 @@ func (c *Client) startInvocation(ctx context.Context, msgID, agent, session stri
 		}
 	}
 	return c.tracker.StartInvocation(ctx, agent, session)
+}
+
+// namePrompt reads a prompt body's fields as OpenCode will: its message
+// id, given one when the host gave none (the invocation is keyed by it),
+// and its agent (the Client's when the body names none). It returns the
+// body to send, with the id it was given.
+func (c *Client) namePrompt(session string, fields map[string]json.RawMessage) (body []byte, msgID, agent string, err error) {
+	if raw, ok := fields["messageID"]; ok {
+		_ = json.Unmarshal(raw, &msgID)
+	}
+	if msgID == "" {
+		msgID = c.ids.next(time.Now(), c.m.nextAfter(session))
+		fields["messageID"], _ = json.Marshal(msgID)
+	}
+	agent = c.cfg.agent
+	if raw, ok := fields["agent"]; ok {
+		var a string
+		if json.Unmarshal(raw, &a) == nil && a != "" {
+			agent = a
+		}
+	}
+	if body, err = json.Marshal(fields); err != nil {
+		return nil, "", "", fmt.Errorf("otelopencode: %w", err)
+	}
+	return body, msgID, agent, nil
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -134,23 +133,9 @@ func (t *transport) promptAsync(req *http.Request, rawSession string) (*http.Res
 		return t.base.RoundTrip(out)
 	}
 	c := t.c
-	var msgID string
-	if raw, ok := fields["messageID"]; ok {
-		_ = json.Unmarshal(raw, &msgID)
-	}
-	if msgID == "" {
-		msgID = c.ids.next(time.Now(), c.m.nextAfter(session))
-		fields["messageID"], _ = json.Marshal(msgID)
-	}
-	agent := c.cfg.agent
-	if raw, ok := fields["agent"]; ok {
-		var a string
-		if json.Unmarshal(raw, &a) == nil && a != "" {
-			agent = a
-		}
-	}
-	if body, err = json.Marshal(fields); err != nil {
-		return nil, fmt.Errorf("otelopencode: %w", err)
+	body, msgID, agent, err := c.namePrompt(session, fields)
+	if err != nil {
+		return nil, err
 	}
 	rctx, inv := c.startInvocation(req.Context(), msgID, agent, session)
 	c.m.registerAsync(session, msgID, promptText(fields["parts"]), rctx, func() { inv.End() })
