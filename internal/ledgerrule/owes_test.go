@@ -156,6 +156,9 @@ func TestOwesProperty(t *testing.T) {
 		if g.OwesWork(now, cfg) != (len(owed) > 0) {
 			t.Fatalf("world %d: OwesWork %v, Owes %+v", n, g.OwesWork(now, cfg), owed)
 		}
+		if g.OwesJobWork() != owesJob(owed) {
+			t.Fatalf("world %d: OwesJobWork %v, Owes %+v", n, g.OwesJobWork(), owed)
+		}
 		reasons := g.Reasons(now, cfg)
 		for _, o := range owed {
 			if !slices.Contains(reasons, o.Reason()) {
@@ -203,6 +206,9 @@ func FuzzOwes(f *testing.F) {
 			if g.OwesWork(now, cfg) != (len(owed) > 0) {
 				t.Fatalf("OwesWork %v, Owes %+v", g.OwesWork(now, cfg), owed)
 			}
+			if g.OwesJobWork() != owesJob(owed) {
+				t.Fatalf("OwesJobWork %v, Owes %+v", g.OwesJobWork(), owed)
+			}
 			var fromOwes, fromReasons []string
 			for i, o := range owed {
 				fromOwes = append(fromOwes, o.Reason())
@@ -235,5 +241,12 @@ func FuzzOwes(f *testing.F) {
 				t.Fatalf("stored state owes %+v, want %+v", back.Owes(now, cfg), owed)
 			}
 		}
+	})
+}
+
+// owesJob reports whether the list holds an item OwesJobWork answers for.
+func owesJob(owed []Owed) bool {
+	return slices.ContainsFunc(owed, func(o Owed) bool {
+		return o.Kind == contract.ReasonOpenFollowup || o.Kind == contract.ReasonRunningTurn
 	})
 }

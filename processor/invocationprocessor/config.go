@@ -91,17 +91,23 @@ type Config struct {
 	// Must not be negative.
 	ShedHeapBytes int64 `mapstructure:"shed_heap_bytes"`
 
-	// EmitPending emits a pending summary (revision 0) when the root span
-	// arrives while obligations are still open. Default true.
+	// EmitPending emits a pending summary (revision 0) for an invocation
+	// whose root arrived while obligations are still open: the caller has
+	// its result and work is still owed. Default true.
 	EmitPending bool `mapstructure:"emit_pending"`
 
 	// PendingDelay holds the pending summary back: it is emitted only if
 	// the invocation is still open this long after its root arrived (by
 	// the processor's clock), so an invocation whose spans merely arrive
 	// out of order and close it a moment later gets no pending, only its
-	// final. Default 0: the pending is emitted as soon as the root
-	// arrives. Must not be negative, must be below open_timeout, and
-	// needs emit_pending.
+	// final. An invocation known to owe a background job's work (an ended
+	// job's followups, a turn a wake announced) gets its pending at once
+	// whatever the delay. Default 5s, the OpenTelemetry SDK batch span
+	// processor's default schedule delay: a span that had ended when the
+	// root ended reaches the collector within about that much after the
+	// root. 0 emits every pending as soon as the root arrives (the
+	// earlier default). Must not be negative and, with emit_pending,
+	// must be below open_timeout; ignored with emit_pending: false.
 	PendingDelay time.Duration `mapstructure:"pending_delay"`
 
 	// UsageOperations lists the gen_ai.operation.name values whose spans
@@ -240,11 +246,12 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.PendingDelay < 0 {
 		errs = append(errs, errors.New("pending_delay must not be negative"))
-	} else if cfg.OpenTimeout > 0 && cfg.PendingDelay >= cfg.OpenTimeout {
-		errs = append(errs, errors.New("pending_delay must be less than open_timeout (a pending could never precede the open_timeout summary)"))
-	}
-	if cfg.PendingDelay > 0 && !cfg.EmitPending {
-		errs = append(errs, errors.New("pending_delay needs emit_pending: true (with emit_pending: false no pending is emitted; leave pending_delay unset)"))
+	} else if cfg.EmitPending && cfg.OpenTimeout > 0 && cfg.PendingDelay >= cfg.OpenTimeout {
+		// A pending could never precede the open_timeout summary. The
+		// default delay meets a short open_timeout here too: the error
+		// says how to choose.
+		errs = append(errs, fmt.Errorf("pending_delay (%v, default %v) must be less than open_timeout (%v): set pending_delay below it (0s emits each pending at once) or emit_pending: false",
+			cfg.PendingDelay, defaultPendingDelay, cfg.OpenTimeout))
 	}
 	if cfg.Retention < 0 {
 		errs = append(errs, errors.New("retention must not be negative"))

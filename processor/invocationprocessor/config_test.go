@@ -40,6 +40,7 @@ func TestLoadConfig(t *testing.T) {
 				MaxOpenBytes:          1 << 20,
 				ShedHeapBytes:         256 << 20,
 				EmitPending:           false,
+				PendingDelay:          5 * time.Second, // ignored without emit_pending
 				StatusSpans:           50,
 				UsageOperations:       []string{"chat", "responses"},
 				Prices: map[string]Price{
@@ -93,7 +94,31 @@ func TestLoadConfig(t *testing.T) {
 				"lower tenant::max_open_invocations, or leave it unset (0) for a quarter of max_open_invocations\n" +
 				"tenant::max_open_bytes must not be negative (0: a quarter of max_open_bytes)",
 		},
-		{id: component.NewIDWithName(metadata.Type, "badpendingdelay"), valErr: "pending_delay must be less than open_timeout"},
+		{id: component.NewIDWithName(metadata.Type, "badpendingdelay"), valErr: "pending_delay (1m0s, default 5s) must be less than open_timeout (1m0s)"},
+		// A short open_timeout meets the default pending_delay: the error
+		// says what to set; either setting makes the configuration valid.
+		{id: component.NewIDWithName(metadata.Type, "shortopentimeout"),
+			valErr: "pending_delay (5s, default 5s) must be less than open_timeout (3s): set pending_delay below it (0s emits each pending at once) or emit_pending: false"},
+		{
+			id: component.NewIDWithName(metadata.Type, "shortopentimeout_atonce"),
+			want: func() *Config {
+				cfg := createDefaultConfig().(*Config)
+				cfg.OpenTimeout = 3 * time.Second
+				cfg.RemoteSettle = time.Second
+				cfg.PendingDelay = 0
+				return cfg
+			}(),
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "shortopentimeout_nopending"),
+			want: func() *Config {
+				cfg := createDefaultConfig().(*Config)
+				cfg.OpenTimeout = 3 * time.Second
+				cfg.RemoteSettle = time.Second
+				cfg.EmitPending = false
+				return cfg
+			}(),
+		},
 		{id: component.NewIDWithName(metadata.Type, "badtenant"), valErr: `tenant::source "header" must be auth or resource`},
 		{id: component.NewIDWithName(metadata.Type, "badstorage"), loadErr: "storage"},
 		{id: component.NewIDWithName(metadata.Type, "invalid"), valErr: "remote_settle must be less than open_timeout"},
@@ -128,7 +153,7 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Equal(t, 1000000, cfg.MaxClosedInvocations)
 	assert.Equal(t, 100000, cfg.MaxSpansPerInvocation)
 	assert.True(t, cfg.EmitPending)
-	assert.Zero(t, cfg.PendingDelay)
+	assert.Equal(t, 5*time.Second, cfg.PendingDelay)
 	assert.Equal(t, []string{"chat", "text_completion", "generate_content", "embeddings"}, cfg.UsageOperations)
 	assert.Empty(t, cfg.Prices)
 	assert.Equal(t, 1000, cfg.StatusSpans)
@@ -157,8 +182,8 @@ func TestValidate(t *testing.T) {
 		{"negative cache_read price", func(c *Config) { c.Prices = map[string]Price{"m": {CacheRead: -0.1}} }, "prices::m::cache_read"},
 		{"negative cache_creation price", func(c *Config) { c.Prices = map[string]Price{"m": {CacheCreation: -2}} }, "prices::m::cache_creation"},
 		{"negative pending_delay", func(c *Config) { c.PendingDelay = -time.Millisecond }, "pending_delay must not be negative"},
-		{"pending_delay not below open_timeout", func(c *Config) { c.PendingDelay = c.OpenTimeout }, "pending_delay must be less than open_timeout"},
-		{"pending_delay without emit_pending", func(c *Config) { c.EmitPending, c.PendingDelay = false, time.Second }, "pending_delay needs emit_pending: true"},
+		{"pending_delay not below open_timeout", func(c *Config) { c.PendingDelay = c.OpenTimeout }, "pending_delay (4h0m0s, default 5s) must be less than open_timeout (4h0m0s)"},
+		{"default pending_delay, open_timeout below it", func(c *Config) { c.OpenTimeout, c.RemoteSettle = 5*time.Second, time.Second }, "pending_delay (5s, default 5s) must be less than open_timeout (5s)"},
 		{"empty model name", func(c *Config) { c.Prices = map[string]Price{"": {}} }, "prices: model name must not be empty"},
 		{"negative status_spans", func(c *Config) { c.StatusSpans = -1 }, "status_spans must not be negative"},
 	}
@@ -167,6 +192,28 @@ func TestValidate(t *testing.T) {
 			cfg := createDefaultConfig().(*Config)
 			tt.mod(cfg)
 			require.ErrorContains(t, cfg.Validate(), tt.want)
+		})
+	}
+}
+
+// pending_delay is checked against open_timeout only where it can matter:
+// with emit_pending: false it is ignored, and 0 is valid with any
+// open_timeout.
+func TestValidatePendingDelayAccepted(t *testing.T) {
+	for name, mod := range map[string]func(*Config){
+		"emit_pending false, default delay, short open_timeout": func(c *Config) {
+			c.EmitPending, c.OpenTimeout, c.RemoteSettle = false, time.Second, time.Millisecond
+		},
+		"emit_pending false, any delay": func(c *Config) { c.EmitPending, c.PendingDelay = false, 10*time.Hour },
+		"0s, short open_timeout": func(c *Config) {
+			c.PendingDelay, c.OpenTimeout, c.RemoteSettle = 0, 2*time.Millisecond, time.Millisecond
+		},
+		"just below open_timeout": func(c *Config) { c.PendingDelay = c.OpenTimeout - 1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := createDefaultConfig().(*Config)
+			mod(cfg)
+			require.NoError(t, cfg.Validate())
 		})
 	}
 }

@@ -26,6 +26,10 @@ const (
 	defaultMaxNameBytes          = 256
 	defaultMaxOpenBytes          = 512 << 20
 	defaultStatusSpans           = 1000
+	// defaultPendingDelay is the OpenTelemetry SDK batch span processor's
+	// default schedule delay (OTEL_BSP_SCHEDULE_DELAY, 5000 ms): see
+	// Config.PendingDelay.
+	defaultPendingDelay = 5 * time.Second
 )
 
 // NewFactory returns a factory for the invocation processor.
@@ -50,6 +54,7 @@ func createDefaultConfig() component.Config {
 		MaxOpenBytes:          defaultMaxOpenBytes,
 		StatusSpans:           defaultStatusSpans,
 		EmitPending:           true,
+		PendingDelay:          defaultPendingDelay,
 		UsageOperations:       slices.Clone(contract.DefaultUsageOperations),
 	}
 }

@@ -98,7 +98,7 @@ func TestChildrenArriveBeforeParents(t *testing.T) {
 }
 
 func TestChildrenMissing(t *testing.T) {
-	h := newHarness(t, 1, func(c *Config) { c.OpenTimeout = time.Minute; c.RemoteSettle = time.Second })
+	h := newHarness(t, 1, func(c *Config) { c.OpenTimeout = time.Minute; c.RemoteSettle = time.Second; c.PendingDelay = 0 })
 	spans := scenario("inv-1", 0)
 	// execute_tool declares one child: the background span never comes.
 	h.consume(batch(spans[0], spans[1], spans[2]))
@@ -124,7 +124,7 @@ func TestFollowupMissingThenArrivingFirst(t *testing.T) {
 		assert.Equal(t, []string{"open_followup:background shell", contract.ReasonShutdown}, strsAttr(s, contract.AttrIncompleteReasons))
 	})
 	t.Run("continuation first", func(t *testing.T) {
-		h := newHarness(t, 1, nil)
+		h := newHarness(t, 1, withPendingDelay(0))
 		spans := scenario("inv-1", 0)
 		h.consume(batch(spans[4], spans[5]))
 		h.consume(batch(spans[0], spans[1], spans[2]))
@@ -155,7 +155,7 @@ func TestPendingThenFinal(t *testing.T) {
 }
 
 func TestRemoteSettle(t *testing.T) {
-	h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second })
+	h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second; c.PendingDelay = 0 })
 	spans := scenario("inv-1", 0)
 	spans[2].remote = true // the shell's environment carries the context
 	h.consume(batch(spans...))
@@ -200,7 +200,7 @@ func TestLateSpanRevision(t *testing.T) {
 }
 
 func TestDuplicates(t *testing.T) {
-	h := newHarness(t, 3, nil)
+	h := newHarness(t, 3, withPendingDelay(0))
 	spans := scenario("inv-1", 0)
 	h.consume(batch(spans[0], spans[1], spans[1], spans[2]))
 	h.consume(batch(spans[1], spans[2], spans[3], spans[4], spans[5], spans[5]))
@@ -599,7 +599,7 @@ func TestClosedInvocationKeepsCompactState(t *testing.T) {
 }
 
 func TestRevisionWaitsForRemoteSettle(t *testing.T) {
-	h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second })
+	h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second; c.PendingDelay = 0 })
 	spans := scenario("inv-1", 0)
 	spans[2].remote = true
 	h.consume(batch(spans...))
@@ -625,7 +625,7 @@ func TestRevisionWaitsForRemoteSettle(t *testing.T) {
 	assert.Equal(t, int64(165), intAttr(got[2], contract.AttrUsageInputTokens))
 
 	t.Run("retention ends first", func(t *testing.T) {
-		h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second; c.Retention = time.Second })
+		h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second; c.Retention = time.Second; c.PendingDelay = 0 })
 		h.consume(batch(spans...))
 		h.advance(2 * time.Second)
 		h.consume(batch(child(60, 7)))
@@ -638,7 +638,7 @@ func TestRevisionWaitsForRemoteSettle(t *testing.T) {
 		assert.Empty(t, h.p.shards[0].invs, "forgotten once its last summary's retention ended")
 	})
 	t.Run("shutdown while settling", func(t *testing.T) {
-		h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second })
+		h := newHarness(t, 1, func(c *Config) { c.RemoteSettle = 2 * time.Second; c.PendingDelay = 0 })
 		h.consume(batch(spans...))
 		h.advance(2 * time.Second)
 		h.consume(batch(child(60, 7)))

@@ -75,7 +75,7 @@ func TestRepeatedKeyMalformedAcrossRestart(t *testing.T) {
 	td = withRepeat(t, td, "invoke_agent coder", contract.AttrChildren, map[string]any{"intValue": "1"})
 	td = withRepeat(t, td, "chat", contract.AttrUsageInputTokens, map[string]any{"intValue": "5"})
 
-	h := newStoredHarness(t, mem, clk, sink, func(c *Config) { c.OpenTimeout = time.Hour })
+	h := newStoredHarness(t, mem, clk, sink, func(c *Config) { c.OpenTimeout = time.Hour; c.PendingDelay = 0 })
 	h.consume(td)
 	sums := h.of("inv-1")
 	require.Len(t, sums, 1)
@@ -83,7 +83,7 @@ func TestRepeatedKeyMalformedAcrossRestart(t *testing.T) {
 	h.shutdown()
 
 	clk.Advance(time.Minute)
-	h2 := newStoredHarness(t, mem, clk, sink, func(c *Config) { c.OpenTimeout = time.Hour })
+	h2 := newStoredHarness(t, mem, clk, sink, func(c *Config) { c.OpenTimeout = time.Hour; c.PendingDelay = 0 })
 	h2.advance(2 * time.Hour)
 	for _, sum := range h2.of("inv-1") {
 		assert.NotEqual(t, contract.StatusFinal, strAttr(sum, contract.AttrStatus), "a wrong final after the restart")
@@ -206,7 +206,7 @@ func TestDetachedSpansCounted(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, detachedFirst := range []bool{false, true} {
-				h := newHarness(t, 1, func(c *Config) { c.OpenTimeout = time.Hour })
+				h := newHarness(t, 1, func(c *Config) { c.OpenTimeout = time.Hour; c.PendingDelay = 0 })
 				s := scenario("inv-1", 0)
 				s[0].extra[contract.AttrDetached] = int64(1)
 				main := batch(s...)

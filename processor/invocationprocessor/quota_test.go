@@ -122,6 +122,7 @@ func TestTenantQuotaEvictsOnlyItsOwn(t *testing.T) {
 		authTenants(c)
 		c.MaxOpenInvocations = 40
 		c.Tenant.MaxOpenInvocations = 10
+		c.PendingDelay = 0
 	})
 	b := scenario("b-1", 0)
 	h.consumeAs("tenant-b", b[0], b[1]) // open: the tool and the rest are missing
@@ -147,6 +148,7 @@ func TestGlobalBoundEvictsTheLargestTenant(t *testing.T) {
 		authTenants(c)
 		c.MaxOpenInvocations = 20
 		c.Tenant.MaxOpenInvocations = 20
+		c.PendingDelay = 0
 	})
 	for i := range 5 {
 		h.consumeAs("tenant-b", openRoot(fmt.Sprintf("b-%d", i), uint64(10*i)))
@@ -171,6 +173,7 @@ func TestTenantByteQuota(t *testing.T) {
 		authTenants(c)
 		c.MaxOpenBytes = 4 << 20
 		c.Tenant.MaxOpenBytes = 1 << 20
+		c.PendingDelay = 0
 	})
 	b := scenario("b-1", 0)
 	h.consumeAs("tenant-b", b[0], b[1])

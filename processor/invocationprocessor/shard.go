@@ -265,8 +265,15 @@ func (inv *invocation) pendingOwed(cfg *ledgerConfig) bool {
 }
 
 // pendingDue is when an owed pending summary is emitted: pending_delay
-// after the root arrived (at once with the default 0).
+// after the root arrived, or as soon as the root arrived when the
+// invocation is known to owe a background job's work (an ended job's
+// followups, a turn a wake announced): that is what a pending is for, and
+// out-of-order arrival alone never looks like it. The answer follows the
+// graph, so a restart that replays the spans finds the same one.
 func (inv *invocation) pendingDue(cfg *ledgerConfig) int64 {
+	if cfg.pendingDelay > 0 && inv.OwesJobWork() {
+		return inv.RootArrival
+	}
 	return satAdd(inv.RootArrival, cfg.pendingDelay)
 }
 
@@ -331,8 +338,9 @@ func (s *shard) evaluate(inv *invocation, now int64, stats *stats) {
 			s.closeInvocation(inv, contract.StatusIncomplete, contract.ReasonOpenTimeout, now, stats)
 			return
 		}
-		// With pending_delay the pending waits for the timer: an
-		// invocation that closes before it is due never gets one.
+		// With pending_delay the pending waits for the timer (unless job
+		// work is known to be owed): an invocation that closes before it
+		// is due never gets one.
 		if inv.pendingOwed(s.cfg) && now >= inv.pendingDue(s.cfg) {
 			inv.PendingSent = true
 			s.outbox = append(s.outbox, inv.snapshot(contract.StatusPending, 0, now, s.cfg))

@@ -22,6 +22,7 @@ func TestInternalTelemetry(t *testing.T) {
 	cfg := createDefaultConfig().(*Config)
 	cfg.MaxOpenInvocations = 2
 	cfg.MaxSpansPerInvocation = 3
+	cfg.PendingDelay = 0 // every pending at once: the counters below count them
 	clk := newFakeClock()
 	p, err := newProcessor(metadatatest.NewSettings(tt), cfg, consumertest.NewNop(), clk, 1)
 	require.NoError(t, err)

@@ -67,6 +67,7 @@ func TestIncomingSummaryDropped(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
 	cfg := createDefaultConfig().(*Config)
 	cfg.Summaries.Collector = testCollector
+	cfg.PendingDelay = 0
 	sink := new(consumertest.TracesSink)
 	p, err := newProcessor(metadatatest.NewSettings(tt), cfg, sink, newFakeClock(), 1)
 	require.NoError(t, err)
