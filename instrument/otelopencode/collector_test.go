@@ -17,13 +17,15 @@ import (
 	"github.com/agentledger/agentledger/internal/testbin"
 )
 
-// collectorOpenTimeout and collectorRemoteSettle are the open_timeout
-// and remote_settle of the collector these tests start: short, so that an
-// invocation that can never be final closes (incomplete) within the test
-// (remote_settle must stay below open_timeout).
+// collectorOpenTimeout, collectorRemoteSettle and collectorPendingDelay
+// are the open_timeout, remote_settle and pending_delay of the collector
+// these tests start: short, so that an invocation that can never be final
+// closes (incomplete) within the test (remote_settle and pending_delay
+// must stay below open_timeout).
 const (
 	collectorOpenTimeout  = "3s"
 	collectorRemoteSettle = "500ms"
+	collectorPendingDelay = "1s"
 )
 
 // collectorPipeline is a pipeline whose spans also go, batched, to a real
@@ -38,7 +40,8 @@ type collectorPipeline struct {
 func startCollectorPipeline(t *testing.T, ctx context.Context) *collectorPipeline {
 	t.Helper()
 	addrs := testbin.StartLocalCollector(t, "AGENTLEDGER_OPEN_TIMEOUT="+collectorOpenTimeout,
-		"AGENTLEDGER_REMOTE_SETTLE="+collectorRemoteSettle, "AGENTLEDGER_DEBUG_VERBOSITY=basic").Addrs
+		"AGENTLEDGER_REMOTE_SETTLE="+collectorRemoteSettle, "AGENTLEDGER_PENDING_DELAY="+collectorPendingDelay,
+		"AGENTLEDGER_DEBUG_VERBOSITY=basic").Addrs
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addrs.OTLPGRPC), otlptracegrpc.WithInsecure())
 	if err != nil {
 		t.Fatal(err)

@@ -867,7 +867,7 @@ func restartToCloseOpen(t *testing.T, backends []lbBackend) [][]testbin.Summary 
 		addrs := b.addrs
 		addrs.TracesFile = b.addrs.TracesFile + ".restarted"
 		p := startCollector(t, bin, backendConfig, addrs, "AGENTLEDGER_DEBUG_VERBOSITY=basic",
-			"AGENTLEDGER_OPEN_TIMEOUT=2ms", "AGENTLEDGER_REMOTE_SETTLE=1ms")
+			"AGENTLEDGER_OPEN_TIMEOUT=2ms", "AGENTLEDGER_REMOTE_SETTLE=1ms", "AGENTLEDGER_PENDING_DELAY=0s")
 		ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
 		err = testbin.Poll(ctx, 50*time.Millisecond, func() (bool, string, error) {
 			open, err := openInvocations(ctx, addrs.Telemetry)

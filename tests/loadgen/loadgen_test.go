@@ -212,7 +212,8 @@ func TestLoadgenRunsTheCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"40 invocations final with exact totals, 0 wrong", "finalize latency", "passthrough", "invocation / passthrough throughput = x", "invocation / passthrough+summaries = x"} {
+	for _, want := range []string{"40 invocations final with exact totals, 0 wrong", "finalize latency", "passthrough", "invocation / passthrough throughput = x", "invocation / passthrough+summaries = x",
+		"invocation pipeline: pending_delay 5s (the processor's default)", "pending summaries (pending_delay 5s (the processor's default))"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -267,7 +268,7 @@ func TestStorageFlagsNeedCollector(t *testing.T) {
 func TestLoadgenPendingDelay(t *testing.T) {
 	bin := testbin.Require(t, testbin.EnvCollectorBin, "make build", ".bin/otelcol-agentledger")
 	var out bytes.Buffer
-	o := options{collector: bin, rounds: 1, workers: 2, timeout: 2 * time.Minute, workDir: t.TempDir(), pendingDelay: time.Second, workload: tiny}
+	o := options{collector: bin, rounds: 1, workers: 2, timeout: 2 * time.Minute, workDir: t.TempDir(), pendingDelay: ptr(time.Second), workload: tiny}
 	err := run(context.Background(), o, &out)
 	t.Logf("loadgen output:\n%s", out.String())
 	if err != nil {
@@ -284,7 +285,7 @@ func TestLoadgenPendingDelay(t *testing.T) {
 // generator cannot set the delay, so the flag is refused rather than
 // ignored.
 func TestPendingDelayNeedsCollector(t *testing.T) {
-	err := run(context.Background(), options{workers: 1, pendingDelay: time.Second, workload: tiny}, io.Discard)
+	err := run(context.Background(), options{workers: 1, pendingDelay: ptr(time.Second), workload: tiny}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "-pending-delay needs -collector") {
 		t.Fatalf("err = %v", err)
 	}
@@ -373,3 +374,5 @@ func isSorted(xs []int) bool {
 	}
 	return true
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -22,8 +22,10 @@
 // invocation throughput to the two others. The first is the issue's
 // figure; the second isolates the processor's own work from the cost of
 // exporting its summaries. -pending-delay sets the invocation pipeline's
-// pending_delay (default 0, the contract's default: a pending summary as
-// soon as the root arrives), and the output says which delay was used.
+// pending_delay (default: the processor's, 5s: a pending summary only for
+// an invocation still open 5s after its root arrived, or at once when it
+// owes a background job's work; 0s: a pending as soon as the root
+// arrives), and the output says which delay was used.
 // With -storage every round also runs the invocation pipeline with the
 // ledger's state in file_storage (storage.yaml, as the shipped configs
 // keep it; -fsync sets its fsync), prints its ratios to memory mode and
@@ -100,8 +102,9 @@ type options struct {
 	profileDir   string
 	featureGates string
 	// pendingDelay, with collector, is the invocation pipeline's
-	// pending_delay (LOADGEN_PENDING_DELAY in invocation.yaml).
-	pendingDelay time.Duration
+	// pending_delay (LOADGEN_PENDING_DELAY in invocation.yaml); nil
+	// leaves the processor's default.
+	pendingDelay *time.Duration
 	// storage, with collector, adds the storage pipeline (storage.yaml)
 	// to every round; fsync sets its file_storage's fsync.
 	storage, fsync bool
@@ -122,7 +125,11 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for a run")
 	flag.StringVar(&o.workDir, "dir", "", "with -collector: directory for the configs, logs and traces files (default: a new temporary one)")
 	flag.StringVar(&o.profileDir, "profile", "", "with -collector: run contrib's pprof extension in the collector and save each run's CPU profile (its whole life), allocations and mutex contention into this directory as <pipeline>-round<N>.{cpu,allocs,mutex}.pprof")
-	flag.DurationVar(&o.pendingDelay, "pending-delay", 0, "with -collector: the invocation processor's pending_delay (0: a pending summary as soon as the root arrives with obligations open)")
+	flag.Func("pending-delay", "with -collector: the invocation processor's pending_delay (default: the processor's, "+processorPendingDelay+"; 0s: a pending summary as soon as the root arrives with obligations open)", func(s string) error {
+		d, err := time.ParseDuration(s)
+		o.pendingDelay = &d
+		return err
+	})
 	flag.BoolVar(&o.storage, "storage", false, "with -collector: also run the invocation pipeline with file_storage (storage.yaml) in every round, and print its ratios to memory mode and pass-through and its storage directory's size")
 	flag.BoolVar(&o.fsync, "fsync", false, "with -storage: file_storage with fsync: true")
 	flag.StringVar(&o.featureGates, "feature-gates", "", "with -collector: the collector's --feature-gates, e.g. +pdata.useProtoPooling")
@@ -148,10 +155,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.workload.invocations <= 0 || o.workload.batch <= 0 || o.workers <= 0 {
 		return errors.New("-invocations, -batch and -workers must be positive")
 	}
-	if o.pendingDelay < 0 {
+	if o.pendingDelay != nil && *o.pendingDelay < 0 {
 		return errors.New("-pending-delay must not be negative")
 	}
-	if o.pendingDelay != 0 && o.collector == "" {
+	if o.pendingDelay != nil && o.collector == "" {
 		return errors.New("-pending-delay needs -collector: start a running collector with LOADGEN_PENDING_DELAY instead")
 	}
 	if (o.storage || o.fsync) && o.collector == "" {
@@ -200,7 +207,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return verdict(res)
 	}
 
-	fmt.Fprintf(out, "invocation pipeline: pending_delay %v\n", o.pendingDelay)
+	fmt.Fprintf(out, "invocation pipeline: pending_delay %v\n", o.pendingDelayName())
 	if o.storage {
 		fmt.Fprintf(out, "storage pipeline: file_storage, fsync %t\n", o.fsync)
 	}
@@ -251,7 +258,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		ratios = append(ratios, ratio)
 		iso := inv / byPipeline[pipelineEcho].spansPerSecond()
 		isolated = append(isolated, iso)
-		fmt.Fprintf(out, "round %d (pending_delay %v): invocation / passthrough throughput = x%.2f; invocation / passthrough+summaries = x%.2f\n", round+1, o.pendingDelay, ratio, iso)
+		fmt.Fprintf(out, "round %d (pending_delay %v): invocation / passthrough throughput = x%.2f; invocation / passthrough+summaries = x%.2f\n", round+1, o.pendingDelayName(), ratio, iso)
 		if o.storage {
 			st := byPipeline[pipelineStorage]
 			durable = append(durable, st.spansPerSecond()/inv)
@@ -277,7 +284,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 		for _, r := range medians {
 			slices.Sort(r.ratios)
-			fmt.Fprintf(out, "%s, median of %d rounds (pending_delay %v): x%.2f (min x%.2f, max x%.2f)\n", r.name, len(r.ratios), o.pendingDelay, r.ratios[len(r.ratios)/2], r.ratios[0], r.ratios[len(r.ratios)-1])
+			fmt.Fprintf(out, "%s, median of %d rounds (pending_delay %v): x%.2f (min x%.2f, max x%.2f)\n", r.name, len(r.ratios), o.pendingDelayName(), r.ratios[len(r.ratios)/2], r.ratios[0], r.ratios[len(r.ratios)-1])
 		}
 	}
 	return nil
@@ -290,4 +297,18 @@ func verdict(r result) error {
 		return fmt.Errorf("%s: %d invocations not final with the workload's totals, first: %s", r.pipeline, len(r.wrong), r.wrong[0])
 	}
 	return nil
+}
+
+// processorPendingDelay is the invocation processor's default
+// pending_delay, which invocation.yaml and storage.yaml repeat for an
+// unset LOADGEN_PENDING_DELAY.
+const processorPendingDelay = "5s"
+
+// pendingDelayName is the invocation pipeline's pending_delay as the
+// output names it.
+func (o options) pendingDelayName() string {
+	if o.pendingDelay == nil {
+		return processorPendingDelay + " (the processor's default)"
+	}
+	return o.pendingDelay.String()
 }

@@ -334,7 +334,9 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 		"LOADGEN_RECEIVER_ENDPOINT=" + rec.addr,
 		"LOADGEN_HEALTH_ENDPOINT=" + health,
 		"LOADGEN_TRACES_FILE=" + traces,
-		"LOADGEN_PENDING_DELAY=" + o.pendingDelay.String(),
+	}
+	if o.pendingDelay != nil {
+		env = append(env, "LOADGEN_PENDING_DELAY="+o.pendingDelay.String())
 	}
 	storageDir := ""
 	if p == pipelineStorage {
@@ -373,7 +375,7 @@ func collectorRun(ctx context.Context, o options, dir string, p pipeline, round 
 		return result{}, errors.Join(fmt.Errorf("%s collector not ready: %w\n%s", p, err, proc.Tail(20)), stop())
 	}
 	res, err := measure(ctx, p, otlp, rec, w, o.workers)
-	res.pendingDelay = o.pendingDelay.String()
+	res.pendingDelay = o.pendingDelayName()
 	res.rssPeak = peakRSS(proc.PID())
 	if err != nil {
 		err = fmt.Errorf("%w\ncollector log:\n%s", err, proc.Tail(20))

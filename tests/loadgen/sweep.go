@@ -211,7 +211,7 @@ func runSweep(ctx context.Context, o options, spec sweepSpec, dir string, out io
 		pipelines = append(pipelines, pipelineStorage)
 	}
 	fmt.Fprintf(out, "sweep: invocations %v, jobs %v, workers %v; pipelines passthrough (base), %v; pending_delay %v\n",
-		spec.invocations, spec.jobs, spec.workers, pipelines, o.pendingDelay)
+		spec.invocations, spec.jobs, spec.workers, pipelines, o.pendingDelayName())
 	var table bytes.Buffer
 	table.WriteString(sweepHeader)
 	var failed []string
