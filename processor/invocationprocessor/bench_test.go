@@ -154,6 +154,78 @@ func BenchmarkConsumeTraces(b *testing.B) {
 	})
 }
 
+// BenchmarkPendingDelay measures what a pending summary costs where spans
+// merely arrive out of order: each batch brings the roots of 10
+// invocations and, for the 10 whose roots came in the previous batch,
+// every other span (children first), so each invocation is open with its
+// root for one batch and closes final with the next. With delay=0s each
+// opening emits a pending summary; with the default (5s) none is due
+// before the close. One op is one batch of 60 spans that completes 10
+// invocations (retention 0).
+func BenchmarkPendingDelay(b *testing.B) {
+	const groups = 64
+	parts := make([][2][]sp, groups) // per group: roots, the rest
+	for i := range parts {
+		for j := range 10 {
+			s := scenario(fmt.Sprintf("inv-%d-%d", i, j), uint64((i*10+j)*100))
+			parts[i][0] = append(parts[i][0], s[0])
+			for k := len(s) - 1; k >= 1; k-- {
+				parts[i][1] = append(parts[i][1], s[k])
+			}
+		}
+	}
+	batches := make([]ptrace.Traces, groups)
+	for i := range batches {
+		batches[i] = batch(append(append([]sp(nil), parts[i][1]...), parts[(i+1)%groups][0]...)...)
+	}
+	ctx := context.Background()
+	for _, delay := range []time.Duration{0, defaultPendingDelay} {
+		b.Run("delay="+delay.String(), func(b *testing.B) {
+			cfg := createDefaultConfig().(*Config)
+			cfg.Retention = 0
+			cfg.PendingDelay = delay
+			// The workload does what it says: two batches open 20
+			// invocations with their roots, each a pending at 0s, none at
+			// 5s.
+			sink := new(consumertest.TracesSink)
+			check, err := newProcessor(settingsForTest(), cfg, sink, newFakeClock(), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, td := range batches[:2] {
+				if err := check.ConsumeTraces(ctx, td); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pending := 0
+			for _, s := range summarySpans(sink.AllTraces()) {
+				if strAttr(s, contract.AttrStatus) == contract.StatusPending {
+					pending++
+				}
+			}
+			if want := map[bool]int{true: 20, false: 0}[delay == 0]; pending != want {
+				b.Fatalf("%d pending summaries, want %d", pending, want)
+			}
+
+			p, err := newProcessor(settingsForTest(), cfg, consumertest.NewNop(), newFakeClock(), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if err := p.ConsumeTraces(ctx, batches[i%len(batches)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if err := p.Shutdown(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
 // BenchmarkStorage measures the cost of durability in the same run:
 // mode=memory is the processor without storage, mode=storage the same with
 // contrib's file_storage (bbolt in a temporary directory, fsync off as in
