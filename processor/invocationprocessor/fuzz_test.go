@@ -381,6 +381,13 @@ func FuzzFinalInvariant(f *testing.F) {
 	// Issue 9 item 4: a remote subtree's child arrives after open_timeout.
 	remoteTool := fuzzSpan{inv: 0, trace: 1, id: 2, parent: 1, op: 2, children: 2, remote: true, start: 1, dur: 1}
 	f.Add(fuzzProgram(2, root(0, 1, 1, 1), remoteTool, chat(0, 1, 3, 2, 30)))
+	// Remote settle is per subtree (v0.10 rule 3): a tick half a settle
+	// after the subtree's last arrival (another invocation's span) must
+	// not find it final. (testdata's seeds hold the converse: a root that
+	// arrives long after its remote subtree settled is final at once.)
+	tick := root(1, 2, 9, 0)
+	tick.wait = 1
+	f.Add(fuzzProgram(4, root(0, 1, 1, 1), remoteTool, chat(0, 1, 3, 2, 30), tick))
 	// Missing usage, failed call, unattributed root.
 	noUsage := chat(0, 1, 2, 1, 0)
 	noUsage.in, noUsage.out = 0, 0
@@ -453,7 +460,7 @@ func FuzzFinalInvariant(f *testing.F) {
 				v := ref.verdict(id)
 				require.True(t, v.provable, "%s: %s final (revision %d) although %s", when, id, intAttr(s, contract.AttrRevision), v.why)
 				if v.remote {
-					require.GreaterOrEqual(t, now-v.lastMember, int64(cfg.RemoteSettle), "%s: %s final before remote_settle", when, id)
+					require.GreaterOrEqual(t, now-v.lastRemote, int64(cfg.RemoteSettle), "%s: %s final before remote_settle", when, id)
 				}
 				require.Equal(t, v.usage.Input, intAttr(s, contract.AttrUsageInputTokens), "%s: %s input", when, id)
 				require.Equal(t, v.usage.Output, intAttr(s, contract.AttrUsageOutputTokens), "%s: %s output", when, id)

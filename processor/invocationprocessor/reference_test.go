@@ -20,16 +20,16 @@ type refModel struct {
 	maxSpans int
 	usageOps map[string]struct{}
 	spans    map[string]ptrace.SpanSlice // per invocation, in delivery order
-	// lastMember is when a span ID new to the invocation last arrived.
-	lastMember map[string]int64
+	// arrived is when each span ID first arrived, per invocation.
+	arrived map[string]map[pcommon.SpanID]int64
 }
 
 func newRefModel(cfg *Config) *refModel {
 	m := &refModel{
-		maxSpans:   cfg.MaxSpansPerInvocation,
-		usageOps:   map[string]struct{}{},
-		spans:      map[string]ptrace.SpanSlice{},
-		lastMember: map[string]int64{},
+		maxSpans: cfg.MaxSpansPerInvocation,
+		usageOps: map[string]struct{}{},
+		spans:    map[string]ptrace.SpanSlice{},
+		arrived:  map[string]map[pcommon.SpanID]int64{},
 	}
 	for _, op := range cfg.UsageOperations {
 		m.usageOps[op] = struct{}{}
@@ -58,7 +58,12 @@ func (m *refModel) deliver(td ptrace.Traces, now int64) {
 			}
 		}
 		if isNew {
-			m.lastMember[id] = now
+			if m.arrived[id] == nil {
+				m.arrived[id] = map[pcommon.SpanID]int64{}
+			}
+			if _, seen := m.arrived[id][s.SpanID()]; !seen {
+				m.arrived[id][s.SpanID()] = now
+			}
 		}
 		s.CopyTo(slice.AppendEmpty())
 	})
@@ -66,10 +71,14 @@ func (m *refModel) deliver(td ptrace.Traces, now int64) {
 
 // refVerdict is what the reference model says of an invocation.
 type refVerdict struct {
-	provable   bool   // conditions 1-3 hold and nothing taints the invocation
-	why        string // why not, for messages
-	remote     bool   // a member is remote: final needs remote_settle of quiet
-	lastMember int64
+	provable bool   // conditions 1-3 hold and nothing taints the invocation
+	why      string // why not, for messages
+	remote   bool   // a member is remote: final needs remote_settle of quiet
+	// lastRemote is the latest arrival in a remote subtree: of a remote
+	// span, or of a span that arrived under an arrived remote ancestor
+	// (condition 4 per subtree, CONTRACT.md v0.10 rule 3). A final must
+	// be at least remote_settle after it.
+	lastRemote int64
 	usage      ledgerrule.Usage
 	afterIn    int64
 	afterOut   int64
@@ -79,7 +88,7 @@ type refVerdict struct {
 
 func (m *refModel) verdict(id string) refVerdict {
 	all := m.spans[id]
-	v := refVerdict{provable: true, lastMember: m.lastMember[id]}
+	v := refVerdict{provable: true}
 	fail := func(why string) {
 		if v.provable {
 			v.provable, v.why = false, why
@@ -101,6 +110,7 @@ func (m *refModel) verdict(id string) refVerdict {
 		order = append(order, s)
 	}
 	v.members = int64(len(order))
+	v.lastRemote = m.lastRemoteArrival(id, members, len(order))
 
 	var root ptrace.Span
 	rootFound := false
@@ -275,4 +285,31 @@ func validCount(v pcommon.Value, maxSpans int) (int32, bool) {
 func flagSet(attrs pcommon.Map, key string) bool {
 	v, ok := attrs.Get(key)
 	return ok && (v.Type() != pcommon.ValueTypeBool || v.Bool())
+}
+
+// lastRemoteArrival is the latest arrival of a member that was, when it
+// arrived, a remote span or under an arrived remote ancestor (a member
+// arrived no later; the chain of parents among members, at most n long).
+func (m *refModel) lastRemoteArrival(id string, members map[pcommon.SpanID]ptrace.Span, n int) int64 {
+	at := m.arrived[id]
+	last := int64(math.MinInt64)
+	for sid, s := range members {
+		t := at[sid]
+		under := flagSet(s.Attributes(), contract.AttrRemote)
+		cur := s
+		for steps := 0; !under && steps < n; steps++ {
+			p, ok := members[cur.ParentSpanID()]
+			if !ok || cur.ParentSpanID().IsEmpty() || p.SpanID() == s.SpanID() {
+				break
+			}
+			if flagSet(p.Attributes(), contract.AttrRemote) && at[p.SpanID()] <= t {
+				under = true
+			}
+			cur = p
+		}
+		if under {
+			last = max(last, t)
+		}
+	}
+	return last
 }
