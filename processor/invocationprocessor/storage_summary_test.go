@@ -1,6 +1,7 @@
 package invocationprocessor
 
 import (
+	"encoding/binary"
 	"math"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 
 // storedEmissions returns the EvEmit events of the log records in mem that
 // still hold their summary's bytes.
-func storedEmissions(t *testing.T, mem *memStorage) []journal.Event {
+func storedEmissions(t testing.TB, mem *memStorage) []journal.Event {
 	t.Helper()
 	var out []journal.Event
 	for key, raw := range mem.snapshot() {
@@ -252,5 +253,72 @@ func TestStoredSummarySize(t *testing.T) {
 		span := encodeSummarySpan(summary.Build([]summary.Summary{sum}, mark).ResourceSpans().At(0))
 		t.Logf("%s %s: %d B as its fields, %d B as its span", ev.ID, ev.Status, len(ev.Summary), len(span))
 		require.Less(t, 3*len(ev.Summary), len(span))
+	}
+}
+
+// BenchmarkEncodeSummary measures storing one summary: form=span is how it
+// was stored before (built with summary.Build, then encoded as a span),
+// form=fields as it is now. The summaries are those BenchmarkStorage's
+// batches make (640 invocations, 8-byte ids, retention 0);
+// stored-B/summary is their mean stored size and log-B/invocation the
+// log records' bytes per invocation with the summaries in that form (the
+// same records, each summary's bytes and length prefix swapped).
+func BenchmarkEncodeSummary(b *testing.B) {
+	mem, sink := newMemStorage(), new(consumertest.TracesSink)
+	h := newStoredHarness(b, mem, newFakeClock(), sink, func(c *Config) { c.Retention = 0 })
+	batches := benchBatches(64)
+	for _, td := range batches {
+		h.consume(td)
+	}
+	invocations := 10 * len(batches)
+	var sums []summary.Summary
+	for _, ev := range storedEmissions(b, mem) {
+		sum, err := decodeSummary(&ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sums = append(sums, sum)
+	}
+	if len(sums) == 0 {
+		b.Fatal("no summary stored")
+	}
+	logBytes := 0
+	for key, v := range mem.snapshot() {
+		if strings.HasPrefix(key, "l/") {
+			logBytes += len(v)
+		}
+	}
+	lp := func(n int) int { return len(binary.AppendUvarint(nil, uint64(n))) + n }
+	withFields := 0
+	for i := range sums {
+		withFields += lp(len(encodeSummary(&sums[i])))
+	}
+	forms := []struct {
+		name   string
+		encode func(*summary.Summary) []byte
+	}{
+		{"span", func(s *summary.Summary) []byte {
+			return encodeSummarySpan(summary.Build([]summary.Summary{*s}, h.p.trust.mark).ResourceSpans().At(0))
+		}},
+		{"fields", encodeSummary},
+	}
+	for _, form := range forms {
+		b.Run("form="+form.name, func(b *testing.B) {
+			var stored, withForm int
+			for i := range sums {
+				n := len(form.encode(&sums[i]))
+				stored += n
+				withForm += lp(n)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				form.encode(&sums[i%len(sums)])
+				i++
+			}
+			b.ReportMetric(float64(stored)/float64(len(sums)), "stored-B/summary")
+			b.ReportMetric(float64(logBytes-withFields+withForm)/float64(invocations), "log-B/invocation")
+			b.ReportMetric(float64(len(sums))/float64(invocations), "summaries/invocation")
+		})
 	}
 }
