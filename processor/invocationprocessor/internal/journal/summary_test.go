@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -278,4 +279,45 @@ func TestSummaryFieldsDamaged(t *testing.T) {
 	if d.Err == nil || !strings.Contains(d.Err.Error(), "bad summary flags") {
 		t.Fatalf("an unknown summary flag: %v", d.Err)
 	}
+}
+
+// FuzzDecodeSummary feeds arbitrary bytes to the fields' decoder: it
+// never panics, fails only with ErrCorrupt, and what it accepts is
+// written back to bytes that build the same span.
+func FuzzDecodeSummary(f *testing.F) {
+	s := summary.Summary{
+		ID: "inv-1", Status: contract.StatusFinal, Revision: 1, Start: 10, End: 20, AgentName: "coder",
+		Resource: map[string]any{"service.name": "agent", "l": []any{int64(1), map[string]any{"k": 0.5}}},
+		Anomalies: []string{"extra_root"}, Links: []summary.SpanRef{{SpanID: [8]byte{1}}}, HasCost: true, Cost: 1,
+	}
+	e := Encoder{}
+	e.Summary(&s)
+	f.Add(e.B)
+	f.Add([]byte{0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got := summary.Summary{ID: "inv-1", Status: contract.StatusFinal, Revision: 1}
+		d := Decoder{B: data}
+		d.Summary(&got)
+		if d.Err != nil {
+			if !errors.Is(d.Err, ErrCorrupt) {
+				t.Fatalf("error not ErrCorrupt: %v", d.Err)
+			}
+			return
+		}
+		if !IsSummaryFields(data) {
+			t.Fatal("accepted bytes IsSummaryFields does not recognise")
+		}
+		e := Encoder{}
+		e.Summary(&got)
+		if e.Err != nil {
+			t.Fatalf("what was read cannot be written: %v", e.Err)
+		}
+		again := summary.Summary{ID: got.ID, Status: got.Status, Revision: got.Revision}
+		d = Decoder{B: e.B}
+		d.Summary(&again)
+		if d.Err != nil {
+			t.Fatalf("reading it again: %v", d.Err)
+		}
+		requireSameSummarySpan(t, got, again, func(pcommon.Map) {})
+	})
 }

@@ -103,9 +103,15 @@ func Build(sums []Summary, mark func(res pcommon.Map)) ptrace.Traces {
 			j++
 		}
 		rs := td.ResourceSpans().AppendEmpty()
-		// FromRaw only fails for value types AsRaw never produces.
-		_ = rs.Resource().Attributes().FromRaw(s.Resource)
-		mark(rs.Resource().Attributes())
+		res := rs.Resource().Attributes()
+		// Room for the collector's marker too, which mark puts: Map.FromRaw
+		// would make the attributes without it, and the marker grow them
+		// again. FromRaw only fails for value types AsRaw never produces.
+		res.EnsureCapacity(len(s.Resource) + 1)
+		for k, v := range s.Resource {
+			_ = res.PutEmpty(k).FromRaw(v)
+		}
+		mark(res)
 		ss := rs.ScopeSpans().AppendEmpty()
 		ss.Scope().SetName(metadata.ScopeName)
 		spans := ss.Spans()
