@@ -287,7 +287,7 @@ func TestSummaryFieldsDamaged(t *testing.T) {
 func FuzzDecodeSummary(f *testing.F) {
 	s := summary.Summary{
 		ID: "inv-1", Status: contract.StatusFinal, Revision: 1, Start: 10, End: 20, AgentName: "coder",
-		Resource: map[string]any{"service.name": "agent", "l": []any{int64(1), map[string]any{"k": 0.5}}},
+		Resource:  map[string]any{"service.name": "agent", "l": []any{int64(1), map[string]any{"k": 0.5}}},
 		Anomalies: []string{"extra_root"}, Links: []summary.SpanRef{{SpanID: [8]byte{1}}}, HasCost: true, Cost: 1,
 	}
 	e := Encoder{}
