@@ -322,3 +322,24 @@ func BenchmarkEncodeSummary(b *testing.B) {
 		})
 	}
 }
+
+// A summary whose resource the journal cannot store (deeper than
+// journal.MaxValueDepth, which the processor refuses before it makes a
+// summary) is stored unreadable, so that a restart makes it again from
+// the state, never stored with the value cut.
+func TestSummaryTooDeepIsStoredUnreadable(t *testing.T) {
+	var deep any = "leaf"
+	for range journal.MaxValueDepth + 1 {
+		deep = []any{deep}
+	}
+	sum := summary.Summary{ID: "inv-1", Status: contract.StatusFinal, Revision: 1, Resource: map[string]any{"deep": deep}}
+	b := encodeSummary(&sum)
+	_, err := decodeSummary(&journal.Event{ID: sum.ID, Status: sum.Status, Revision: sum.Revision, Summary: b})
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+
+	sum.Resource = map[string]any{"deep": deep.([]any)[0]} // at the limit
+	b = encodeSummary(&sum)
+	got, err := decodeSummary(&journal.Event{ID: sum.ID, Status: sum.Status, Revision: sum.Revision, Summary: b})
+	require.NoError(t, err)
+	require.Equal(t, sum.Resource, got.Resource)
+}

@@ -47,9 +47,10 @@ type Summary struct {
 	HasTimeToFinal bool
 	Cost           float64
 	HasCost        bool
-	// Restored is the summary span as stored, for a summary made before a
-	// restart and not yet delivered (the processor's storage_summary.go); it is
-	// sent as is.
+	// Restored is the summary span as an earlier version stored it, for a
+	// summary made before a restart and not yet delivered (the processor's
+	// storage_summary.go); it is sent as is. A summary stored since is
+	// stored as its fields and restored with them.
 	Restored *ptrace.ResourceSpans
 }
 
