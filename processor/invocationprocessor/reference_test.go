@@ -20,16 +20,18 @@ type refModel struct {
 	maxSpans int
 	usageOps map[string]struct{}
 	spans    map[string]ptrace.SpanSlice // per invocation, in delivery order
-	// arrived is when each span ID first arrived, per invocation.
-	arrived map[string]map[pcommon.SpanID]int64
+	// lastRemote is when a span ID new to the invocation last arrived
+	// that was, when it arrived, a remote span or under an arrived remote
+	// ancestor: CONTRACT.md "Remote settle is per remote subtree".
+	lastRemote map[string]int64
 }
 
 func newRefModel(cfg *Config) *refModel {
 	m := &refModel{
-		maxSpans: cfg.MaxSpansPerInvocation,
-		usageOps: map[string]struct{}{},
-		spans:    map[string]ptrace.SpanSlice{},
-		arrived:  map[string]map[pcommon.SpanID]int64{},
+		maxSpans:   cfg.MaxSpansPerInvocation,
+		usageOps:   map[string]struct{}{},
+		spans:      map[string]ptrace.SpanSlice{},
+		lastRemote: map[string]int64{},
 	}
 	for _, op := range cfg.UsageOperations {
 		m.usageOps[op] = struct{}{}
@@ -37,8 +39,13 @@ func newRefModel(cfg *Config) *refModel {
 	return m
 }
 
-// deliver records the member spans of a batch delivered at now.
+// deliver records the member spans of a batch delivered at now. A batch
+// arrives at one instant, so a new span under a remote ancestor of the
+// same batch moves the settle no later than that ancestor's own arrival:
+// the remote reading is taken after the whole batch is recorded.
 func (m *refModel) deliver(td ptrace.Traces, now int64) {
+	var fresh []ptrace.Span
+	var freshInv []string
 	forSpans(td, func(_ pcommon.Resource, s ptrace.Span) {
 		v, ok := s.Attributes().Get(contract.AttrInvocationID)
 		if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" || s.Name() == contract.SpanNameSummary {
@@ -57,28 +64,51 @@ func (m *refModel) deliver(td ptrace.Traces, now int64) {
 				break
 			}
 		}
+		c := slice.AppendEmpty()
+		s.CopyTo(c)
 		if isNew {
-			if m.arrived[id] == nil {
-				m.arrived[id] = map[pcommon.SpanID]int64{}
-			}
-			if _, seen := m.arrived[id][s.SpanID()]; !seen {
-				m.arrived[id][s.SpanID()] = now
-			}
+			fresh, freshInv = append(fresh, c), append(freshInv, id)
 		}
-		s.CopyTo(slice.AppendEmpty())
 	})
+	for i, s := range fresh {
+		if m.underRemote(freshInv[i], s) {
+			m.lastRemote[freshInv[i]] = now
+		}
+	}
+}
+
+// underRemote reports whether s is remote or has a remote ancestor among
+// the invocation's arrived spans (first arrival of each span ID, same
+// trace). A chain longer than 64 ancestors reads as remote, as the
+// contract says.
+func (m *refModel) underRemote(id string, s ptrace.Span) bool {
+	all := m.spans[id]
+	first := map[pcommon.SpanID]ptrace.Span{}
+	for i := 0; i < all.Len(); i++ {
+		if _, ok := first[all.At(i).SpanID()]; !ok {
+			first[all.At(i).SpanID()] = all.At(i)
+		}
+	}
+	cur := s
+	for range 65 {
+		if flagSet(cur.Attributes(), contract.AttrRemote) {
+			return true
+		}
+		p, ok := first[cur.ParentSpanID()]
+		if !ok || cur.ParentSpanID().IsEmpty() || p.TraceID() != cur.TraceID() {
+			return false
+		}
+		cur = p
+	}
+	return true
 }
 
 // refVerdict is what the reference model says of an invocation.
 type refVerdict struct {
-	provable bool   // conditions 1-3 hold and nothing taints the invocation
-	why      string // why not, for messages
-	remote   bool   // a member is remote: final needs remote_settle of quiet
-	// lastRemote is the latest arrival in a remote subtree: of a remote
-	// span, or of a span that arrived under an arrived remote ancestor
-	// (condition 4 per subtree, CONTRACT.md v0.10 rule 3). A final must
-	// be at least remote_settle after it.
-	lastRemote int64
+	provable   bool   // conditions 1-3 hold and nothing taints the invocation
+	why        string // why not, for messages
+	remote     bool   // a member is remote: final needs remote_settle of quiet
+	lastRemote int64  // the latest arrival under a remote span (lastRemote)
 	usage      ledgerrule.Usage
 	afterIn    int64
 	afterOut   int64
@@ -88,7 +118,7 @@ type refVerdict struct {
 
 func (m *refModel) verdict(id string) refVerdict {
 	all := m.spans[id]
-	v := refVerdict{provable: true}
+	v := refVerdict{provable: true, lastRemote: m.lastRemote[id]}
 	fail := func(why string) {
 		if v.provable {
 			v.provable, v.why = false, why
@@ -110,7 +140,6 @@ func (m *refModel) verdict(id string) refVerdict {
 		order = append(order, s)
 	}
 	v.members = int64(len(order))
-	v.lastRemote = m.lastRemoteArrival(id, members, len(order))
 
 	var root ptrace.Span
 	rootFound := false
@@ -285,31 +314,4 @@ func validCount(v pcommon.Value, maxSpans int) (int32, bool) {
 func flagSet(attrs pcommon.Map, key string) bool {
 	v, ok := attrs.Get(key)
 	return ok && (v.Type() != pcommon.ValueTypeBool || v.Bool())
-}
-
-// lastRemoteArrival is the latest arrival of a member that was, when it
-// arrived, a remote span or under an arrived remote ancestor (a member
-// arrived no later; the chain of parents among members, at most n long).
-func (m *refModel) lastRemoteArrival(id string, members map[pcommon.SpanID]ptrace.Span, n int) int64 {
-	at := m.arrived[id]
-	last := int64(math.MinInt64)
-	for sid, s := range members {
-		t := at[sid]
-		under := flagSet(s.Attributes(), contract.AttrRemote)
-		cur := s
-		for steps := 0; !under && steps < n; steps++ {
-			p, ok := members[cur.ParentSpanID()]
-			if !ok || cur.ParentSpanID().IsEmpty() || p.SpanID() == s.SpanID() {
-				break
-			}
-			if flagSet(p.Attributes(), contract.AttrRemote) && at[p.SpanID()] <= t {
-				under = true
-			}
-			cur = p
-		}
-		if under {
-			last = max(last, t)
-		}
-	}
-	return last
 }

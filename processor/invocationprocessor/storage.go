@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/durable"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
-	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // With a storage extension the ledger's state survives restarts. Each
@@ -148,7 +147,7 @@ func (p *invocationProcessor) startStore(ctx context.Context, host component.Hos
 	db.metrics = newStoreMetrics(p)
 	db.log = durable.New(durable.Config{
 		Name:          db.id.String(),
-		EncodeSummary: func(sum *summary.Summary) []byte { return encodeSummary(sum, &p.trust) },
+		EncodeSummary: encodeSummary,
 		Client:        client,
 		Release:       db.release,
 		Written: func(ctx context.Context, n int64, took time.Duration) {
