@@ -1,8 +1,13 @@
 // Package durable is the invocation ledger's write path to its storage
 // extension: a queue of log records, each one locked section of a shard,
-// encoded when it is written (not under the shard's lock) and written in
+// encoded after it is queued (not under the shard's lock) and written in
 // queue order in one storage Batch per commit, with the summaries each
 // record held back released only once it is written.
+//
+// A record is encoded by the first committer that finds it queued, before
+// that committer takes the write lock: concurrent requests encode their
+// records side by side, and the write lock is held for the storage write
+// (and the encoding of what nobody encoded yet).
 //
 // It knows nothing of shards or invocations: a record names its
 // partition, its key and how many summaries it holds, and the processor's
@@ -53,6 +58,9 @@ type Record struct {
 	Value []byte
 
 	ticket uint64
+	// encode runs Encode's work once, whoever calls it first: a
+	// committer before the write lock, or the writer under it.
+	encode sync.Once
 }
 
 // Pending is a summary whose bytes its event still lacks.
@@ -80,16 +88,19 @@ func (r *Record) Keep(b []byte) []byte {
 }
 
 // Encode sets r.Value from r.Op, encoding each pending summary with
-// summaryBytes first. A record already encoded is left as is.
+// summaryBytes first. A record already encoded (or built with its Value)
+// is left as is; a call while another is encoding r waits for it.
 func (r *Record) Encode(summaryBytes func(*summary.Summary) []byte) {
-	if r.Value != nil {
-		return
-	}
-	for i := range r.Summaries {
-		p := &r.Summaries[i]
-		r.Op.Events[p.Event].Summary = summaryBytes(&p.Summary)
-	}
-	r.Value = journal.EncodeOps(journal.KindLog, []journal.Op{r.Op})
+	r.encode.Do(func() {
+		if r.Value != nil {
+			return
+		}
+		for i := range r.Summaries {
+			p := &r.Summaries[i]
+			r.Op.Events[p.Event].Summary = summaryBytes(&p.Summary)
+		}
+		r.Value = journal.EncodeOps(journal.KindLog, []journal.Op{r.Op})
+	})
 }
 
 // Reset empties r, keeping its buffers' capacity.
@@ -139,11 +150,15 @@ type Config struct {
 type Log struct {
 	cfg Config
 
-	// qmu guards queue, nextTicket, durable and lastErr. It is taken
+	// qmu guards queue, claimed, nextTicket, durable and lastErr. It is taken
 	// under a shard's lock (records are queued in the shard's order),
 	// never the other way round.
-	qmu        sync.Mutex
-	queue      []*Record
+	qmu   sync.Mutex
+	queue []*Record
+	// claimed is how many records at the head of the queue a committer
+	// has taken to encode (or were encoded by a write that failed); the
+	// rest are waiting for one.
+	claimed    int
 	nextTicket uint64
 	durable    uint64
 	lastErr    error
@@ -175,17 +190,35 @@ func (l *Log) LastTicket() uint64 {
 // Commit writes every queued record in one storage Batch, in queue order,
 // and then releases the summaries they held. On failure the records stay
 // queued, in order, for the next commit. It returns the partitions that
-// got summaries.
+// got summaries. Before it waits for the write lock it encodes the queued
+// records no other committer took.
 func (l *Log) Commit(ctx context.Context) (released []int, err error) {
+	l.encodeUnclaimed()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	return l.commitLocked(ctx)
 }
 
+// encodeUnclaimed encodes, one at a time and outside every lock of the
+// Log, the queued records no committer has taken yet.
+func (l *Log) encodeUnclaimed() {
+	for {
+		l.qmu.Lock()
+		if l.claimed >= len(l.queue) {
+			l.qmu.Unlock()
+			return
+		}
+		r := l.queue[l.claimed]
+		l.claimed++
+		l.qmu.Unlock()
+		r.Encode(l.cfg.EncodeSummary)
+	}
+}
+
 func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	l.qmu.Lock()
 	recs := l.queue
-	l.queue = nil
+	l.queue, l.claimed = nil, 0
 	l.qmu.Unlock()
 	if len(recs) == 0 {
 		return nil, nil
@@ -193,7 +226,7 @@ func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	ops := make([]*storage.Operation, len(recs))
 	var n int64
 	for i, r := range recs {
-		r.Encode(l.cfg.EncodeSummary)
+		r.Encode(l.cfg.EncodeSummary) // or wait for the committer encoding it
 		ops[i] = storage.SetOperation(r.Key, r.Value)
 		n += int64(len(r.Value))
 	}
@@ -202,7 +235,10 @@ func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	took := time.Since(began)
 	if err != nil {
 		l.qmu.Lock()
+		// Encoded now, so claimed: the head of the queue again, before
+		// the records queued (and maybe claimed) meanwhile.
 		l.queue = append(recs, l.queue...)
+		l.claimed += len(recs)
 		l.lastErr = err
 		l.qmu.Unlock()
 		l.cfg.Failed(ctx, len(recs), err, took)
