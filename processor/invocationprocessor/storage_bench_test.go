@@ -2,6 +2,7 @@ package invocationprocessor
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -31,8 +32,9 @@ import (
 // invocation: the file's size (file-B/inv) and its pages in use
 // (pages-B/inv), the keys and values written
 // (kv-B/inv, values/inv, values/commit), and the log values' bytes by
-// part (facts, summaries, resources, the ids of each value's header, and
-// the rest: event framing, checksums, emission fields).
+// part (facts, and of them the span ids, names and times; summaries,
+// resources, the ids of each value's header, and the rest: event framing,
+// checksums, emission fields).
 func BenchmarkStoredBytes(b *testing.B) {
 	const invocations = 2000
 	batches := loadShapedBatches(invocations, 100, 500)
@@ -78,6 +80,9 @@ func BenchmarkStoredBytes(b *testing.B) {
 		b.ReportMetric(per(c.values), "values/inv")
 		b.ReportMetric(float64(c.values)/float64(max(c.batches, 1)), "values/commit")
 		b.ReportMetric(per(c.facts), "facts-B/inv")
+		b.ReportMetric(per(c.factIDs), "fact-ids-B/inv")
+		b.ReportMetric(per(c.factNames), "fact-names-B/inv")
+		b.ReportMetric(per(c.factTimes), "fact-times-B/inv")
 		b.ReportMetric(per(c.summaries), "summaries-B/inv")
 		b.ReportMetric(per(c.resources), "resources-B/inv")
 		b.ReportMetric(per(c.ids), "ids-B/inv")
@@ -182,6 +187,9 @@ type recordingClient struct {
 type writeCounts struct {
 	batches, values, keyBytes, valueBytes      int64
 	logBytes, facts, summaries, resources, ids int64
+	// Of facts: trace, span and parent ids; names; start and end times;
+	// attributes and links (the rest).
+	factIDs, factNames, factTimes int64
 }
 
 func (r *recordingClient) counts() writeCounts {
@@ -233,6 +241,18 @@ func (r *recordingClient) note(op *storage.Operation) {
 		for j := range ops[i].Events {
 			ev := &ops[i].Events[j]
 			c.facts += int64(len(ev.Fact))
+			if ev.Kind == journal.EvFact {
+				d := journal.Decoder{B: ev.Fact, ID: ev.ID}
+				h, ok := d.Header()
+				if ok {
+					c.factIDs += 16 + 8
+					if h.Parent != [8]byte{} {
+						c.factIDs += 8
+					}
+					c.factNames += int64(uvarintLen(uint64(len(h.Name))) + len(h.Name))
+					c.factTimes += int64(uvarintLen(h.Start) + uvarintLen(h.End))
+				}
+			}
 			c.summaries += int64(len(ev.Summary))
 		}
 	}
@@ -419,3 +439,5 @@ func BenchmarkStorageParallel(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+func uvarintLen(v uint64) int { return len(binary.AppendUvarint(nil, v)) }

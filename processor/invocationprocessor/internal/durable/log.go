@@ -58,9 +58,10 @@ type Record struct {
 	Value []byte
 
 	ticket uint64
-	// encode runs Encode's work once, whoever calls it first: a
-	// committer before the write lock, or the writer under it.
-	encode sync.Once
+	// claimed: a committer (or the writer) took the record to encode
+	// it; encoded: it did. Both are guarded by the Log's qmu, and a
+	// record is encoded by whoever claimed it, once.
+	claimed, encoded bool
 }
 
 // Pending is a summary whose bytes its event still lacks.
@@ -89,18 +90,17 @@ func (r *Record) Keep(b []byte) []byte {
 
 // Encode sets r.Value from r.Op, encoding each pending summary with
 // summaryBytes first. A record already encoded (or built with its Value)
-// is left as is; a call while another is encoding r waits for it.
+// is left as is. A queued record is encoded by the Log, by whoever claims
+// it.
 func (r *Record) Encode(summaryBytes func(*summary.Summary) []byte) {
-	r.encode.Do(func() {
-		if r.Value != nil {
-			return
-		}
-		for i := range r.Summaries {
-			p := &r.Summaries[i]
-			r.Op.Events[p.Event].Summary = summaryBytes(&p.Summary)
-		}
-		r.Value = journal.EncodeOps(journal.KindLog, []journal.Op{r.Op})
-	})
+	if r.Value != nil {
+		return
+	}
+	for i := range r.Summaries {
+		p := &r.Summaries[i]
+		r.Op.Events[p.Event].Summary = summaryBytes(&p.Summary)
+	}
+	r.Value = journal.EncodeOps(journal.KindLog, []journal.Op{r.Op})
 }
 
 // Reset empties r, keeping its buffers' capacity.
@@ -162,6 +162,8 @@ type Log struct {
 	nextTicket uint64
 	durable    uint64
 	lastErr    error
+	// encodedCond, on qmu, is signalled when a claimed record is encoded.
+	encodedCond sync.Cond
 
 	// wmu serialises writes, so a partition's records are written in
 	// order. It is never taken while a shard's lock or qmu is held.
@@ -169,7 +171,11 @@ type Log struct {
 }
 
 // New returns an empty Log.
-func New(cfg Config) *Log { return &Log{cfg: cfg} }
+func New(cfg Config) *Log {
+	l := &Log{cfg: cfg}
+	l.encodedCond.L = &l.qmu
+	return l
+}
 
 // Enqueue queues r to be written after every record queued before it.
 func (l *Log) Enqueue(r *Record) {
@@ -210,9 +216,36 @@ func (l *Log) encodeUnclaimed() {
 		}
 		r := l.queue[l.claimed]
 		l.claimed++
+		r.claimed = true
 		l.qmu.Unlock()
-		r.Encode(l.cfg.EncodeSummary)
+		l.encode(r)
 	}
+}
+
+// encode encodes a record its caller claimed and says so. After it the
+// caller does not touch r: the writer may recycle it.
+func (l *Log) encode(r *Record) {
+	r.Encode(l.cfg.EncodeSummary)
+	l.qmu.Lock()
+	r.encoded = true
+	l.encodedCond.Broadcast()
+	l.qmu.Unlock()
+}
+
+// encoded makes sure a record taken for writing is encoded: the writer
+// encodes it if nobody claimed it, else waits for its claimer.
+func (l *Log) encoded(r *Record) {
+	l.qmu.Lock()
+	if !r.claimed {
+		r.claimed = true
+		l.qmu.Unlock()
+		l.encode(r)
+		return
+	}
+	for !r.encoded {
+		l.encodedCond.Wait()
+	}
+	l.qmu.Unlock()
 }
 
 func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
@@ -226,7 +259,7 @@ func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	ops := make([]*storage.Operation, len(recs))
 	var n int64
 	for i, r := range recs {
-		r.Encode(l.cfg.EncodeSummary) // or wait for the committer encoding it
+		l.encoded(r)
 		ops[i] = storage.SetOperation(r.Key, r.Value)
 		n += int64(len(r.Value))
 	}
