@@ -222,7 +222,7 @@ func (ps *shardPersist) end(s *shard, now int64) {
 	ps.nextSeq++
 	rec.Part, rec.Key, rec.Held = ps.part, journal.LogKey(ps.part, rec.Op.Seq), made
 	ps.unwritten++
-	ps.rec = nil // the log owns it now, and encodes it when it writes
+	ps.rec = nil // the log owns it now, and encodes it before it writes it
 	ps.store.log.Enqueue(rec)
 }
 

@@ -32,8 +32,9 @@ import (
 
 // Record is a log record waiting to be written. A shard builds it under
 // its lock (Op, Arena, Summaries: plain data, owned by the record once
-// queued); the Log encodes it when it writes, after the shard's lock is
-// released, so concurrent batches do not wait on the encoding.
+// queued); the Log encodes it after the shard's lock is released, in the
+// first commit that finds it queued and before that commit waits for the
+// write lock, so concurrent batches do not wait on the encoding.
 type Record struct {
 	// Part is the partition (shard) whose record this is.
 	Part int
