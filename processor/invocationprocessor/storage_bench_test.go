@@ -34,7 +34,9 @@ import (
 // (kv-B/inv, values/inv, values/commit), and the log values' bytes by
 // part (facts, and of them the span ids, names and times; summaries,
 // resources, the ids of each value's header, and the rest: event framing,
-// checksums, emission fields).
+// checksums, emission fields), and what three ways of storing facts would
+// save (save-*: a per-record table of trace ids, one of names, times as
+// an offset from the record's first span and a duration).
 func BenchmarkStoredBytes(b *testing.B) {
 	const invocations = 2000
 	batches := loadShapedBatches(invocations, 100, 500)
@@ -83,6 +85,9 @@ func BenchmarkStoredBytes(b *testing.B) {
 		b.ReportMetric(per(c.factIDs), "fact-ids-B/inv")
 		b.ReportMetric(per(c.factNames), "fact-names-B/inv")
 		b.ReportMetric(per(c.factTimes), "fact-times-B/inv")
+		b.ReportMetric(per(c.factTraces-c.tableTraces), "save-trace-table-B/inv")
+		b.ReportMetric(per(c.factNames-c.tableNames), "save-name-table-B/inv")
+		b.ReportMetric(per(c.factTimes-c.relTimes), "save-rel-times-B/inv")
 		b.ReportMetric(per(c.summaries), "summaries-B/inv")
 		b.ReportMetric(per(c.resources), "resources-B/inv")
 		b.ReportMetric(per(c.ids), "ids-B/inv")
@@ -189,7 +194,12 @@ type writeCounts struct {
 	logBytes, facts, summaries, resources, ids int64
 	// Of facts: trace, span and parent ids; names; start and end times;
 	// attributes and links (the rest).
-	factIDs, factNames, factTimes int64
+	factIDs, factTraces, factNames, factTimes int64
+	// What a per-record table of trace ids and of names, and times as a
+	// signed offset from the record's first span start plus a duration,
+	// would store instead (each table entry once, a one-byte index per
+	// span).
+	tableTraces, tableNames, relTimes int64
 }
 
 func (r *recordingClient) counts() writeCounts {
@@ -235,6 +245,9 @@ func (r *recordingClient) note(op *storage.Operation) {
 		c.ids += int64(len(id)) + 1
 	}
 	for i := range ops {
+		traces := map[[16]byte]bool{}
+		names := map[string]bool{}
+		var base uint64
 		for _, r := range ops[i].Resources {
 			c.resources += int64(len(r))
 		}
@@ -246,11 +259,27 @@ func (r *recordingClient) note(op *storage.Operation) {
 				h, ok := d.Header()
 				if ok {
 					c.factIDs += 16 + 8
+					c.factTraces += 16
 					if h.Parent != [8]byte{} {
 						c.factIDs += 8
 					}
 					c.factNames += int64(uvarintLen(uint64(len(h.Name))) + len(h.Name))
 					c.factTimes += int64(uvarintLen(h.Start) + uvarintLen(h.End))
+					if !traces[h.TraceID] {
+						traces[h.TraceID] = true
+						c.tableTraces += 16
+					}
+					c.tableTraces++
+					if !names[h.Name] {
+						names[h.Name] = true
+						c.tableNames += int64(uvarintLen(uint64(len(h.Name))) + len(h.Name))
+					}
+					c.tableNames++
+					if base == 0 {
+						base = h.Start
+					}
+					off := int64(h.Start - base)
+					c.relTimes += int64(len(binary.AppendVarint(nil, off)) + uvarintLen(h.End-h.Start))
 				}
 			}
 			c.summaries += int64(len(ev.Summary))
