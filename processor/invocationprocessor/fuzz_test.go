@@ -447,7 +447,7 @@ func FuzzFinalInvariant(f *testing.F) {
 				v := ref.verdict(id)
 				require.True(t, v.provable, "%s: %s final (revision %d) although %s", when, id, intAttr(s, contract.AttrRevision), v.why)
 				if v.remote {
-					require.GreaterOrEqual(t, now-v.lastMember, int64(cfg.RemoteSettle), "%s: %s final before remote_settle", when, id)
+					require.GreaterOrEqual(t, now-v.lastRemote, int64(cfg.RemoteSettle), "%s: %s final before its remote subtrees settled", when, id)
 				}
 				require.Equal(t, v.usage.Input, intAttr(s, contract.AttrUsageInputTokens), "%s: %s input", when, id)
 				require.Equal(t, v.usage.Output, intAttr(s, contract.AttrUsageOutputTokens), "%s: %s output", when, id)

@@ -20,8 +20,10 @@ type refModel struct {
 	maxSpans int
 	usageOps map[string]struct{}
 	spans    map[string]ptrace.SpanSlice // per invocation, in delivery order
-	// lastMember is when a span ID new to the invocation last arrived.
-	lastMember map[string]int64
+	// lastRemote is when a span ID new to the invocation last arrived
+	// that was, when it arrived, a remote span or under an arrived remote
+	// ancestor: CONTRACT.md "Remote settle is per remote subtree".
+	lastRemote map[string]int64
 }
 
 func newRefModel(cfg *Config) *refModel {
@@ -29,7 +31,7 @@ func newRefModel(cfg *Config) *refModel {
 		maxSpans:   cfg.MaxSpansPerInvocation,
 		usageOps:   map[string]struct{}{},
 		spans:      map[string]ptrace.SpanSlice{},
-		lastMember: map[string]int64{},
+		lastRemote: map[string]int64{},
 	}
 	for _, op := range cfg.UsageOperations {
 		m.usageOps[op] = struct{}{}
@@ -37,8 +39,13 @@ func newRefModel(cfg *Config) *refModel {
 	return m
 }
 
-// deliver records the member spans of a batch delivered at now.
+// deliver records the member spans of a batch delivered at now. A batch
+// arrives at one instant, so a new span under a remote ancestor of the
+// same batch moves the settle no later than that ancestor's own arrival:
+// the remote reading is taken after the whole batch is recorded.
 func (m *refModel) deliver(td ptrace.Traces, now int64) {
+	var fresh []ptrace.Span
+	var freshInv []string
 	forSpans(td, func(_ pcommon.Resource, s ptrace.Span) {
 		v, ok := s.Attributes().Get(contract.AttrInvocationID)
 		if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" || s.Name() == contract.SpanNameSummary {
@@ -57,11 +64,43 @@ func (m *refModel) deliver(td ptrace.Traces, now int64) {
 				break
 			}
 		}
+		c := slice.AppendEmpty()
+		s.CopyTo(c)
 		if isNew {
-			m.lastMember[id] = now
+			fresh, freshInv = append(fresh, c), append(freshInv, id)
 		}
-		s.CopyTo(slice.AppendEmpty())
 	})
+	for i, s := range fresh {
+		if m.underRemote(freshInv[i], s) {
+			m.lastRemote[freshInv[i]] = now
+		}
+	}
+}
+
+// underRemote reports whether s is remote or has a remote ancestor among
+// the invocation's arrived spans (first arrival of each span ID, same
+// trace). A chain longer than 64 ancestors reads as remote, as the
+// contract says.
+func (m *refModel) underRemote(id string, s ptrace.Span) bool {
+	all := m.spans[id]
+	first := map[pcommon.SpanID]ptrace.Span{}
+	for i := 0; i < all.Len(); i++ {
+		if _, ok := first[all.At(i).SpanID()]; !ok {
+			first[all.At(i).SpanID()] = all.At(i)
+		}
+	}
+	cur := s
+	for range 65 {
+		if flagSet(cur.Attributes(), contract.AttrRemote) {
+			return true
+		}
+		p, ok := first[cur.ParentSpanID()]
+		if !ok || cur.ParentSpanID().IsEmpty() || p.TraceID() != cur.TraceID() {
+			return false
+		}
+		cur = p
+	}
+	return true
 }
 
 // refVerdict is what the reference model says of an invocation.
@@ -69,7 +108,7 @@ type refVerdict struct {
 	provable   bool   // conditions 1-3 hold and nothing taints the invocation
 	why        string // why not, for messages
 	remote     bool   // a member is remote: final needs remote_settle of quiet
-	lastMember int64
+	lastRemote int64  // the latest arrival under a remote span (lastRemote)
 	usage      ledgerrule.Usage
 	afterIn    int64
 	afterOut   int64
@@ -79,7 +118,7 @@ type refVerdict struct {
 
 func (m *refModel) verdict(id string) refVerdict {
 	all := m.spans[id]
-	v := refVerdict{provable: true, lastMember: m.lastMember[id]}
+	v := refVerdict{provable: true, lastRemote: m.lastRemote[id]}
 	fail := func(why string) {
 		if v.provable {
 			v.provable, v.why = false, why

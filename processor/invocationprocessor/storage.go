@@ -148,7 +148,7 @@ func (p *invocationProcessor) startStore(ctx context.Context, host component.Hos
 	db.metrics = newStoreMetrics(p)
 	db.log = durable.New(durable.Config{
 		Name:          db.id.String(),
-		EncodeSummary: func(sum *summary.Summary) []byte { return encodeSummary(sum, &p.trust) },
+		EncodeSummary: encodeSummary,
 		Client:        client,
 		Release:       db.release,
 		Written: func(ctx context.Context, n int64, took time.Duration) {

@@ -10,26 +10,53 @@ import (
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
-// encodeSummary stores a summary as the span the next consumer receives
-// (resource attributes, then the span with every attribute), so a summary
-// re-sent after a restart is the same span, whatever fields it has.
-func encodeSummary(sum *summary.Summary, t *trust) []byte {
+// encodeSummary stores a summary as its fields (journal.Encoder.Summary):
+// a restart rebuilds its span with summary.Build, as the flush would have
+// built it live, so a summary re-sent after a restart is the same span.
+// A summary restored in the older form (a stored span, Restored) is
+// stored as that span again.
+func encodeSummary(sum *summary.Summary) []byte {
 	if sum.Restored != nil {
-		return encodeResourceSpan(*sum.Restored)
+		return encodeSummarySpan(*sum.Restored)
 	}
-	td := summary.Build([]summary.Summary{*sum}, t.mark)
-	return encodeResourceSpan(td.ResourceSpans().At(0))
+	e := journal.Encoder{B: make([]byte, 0, 256)}
+	e.Summary(sum)
+	if e.Err != nil {
+		// A resource nested deeper than the journal stores, which the
+		// processor refuses before it makes a summary of it: stored as
+		// unreadable, so a restart makes it again from the state.
+		return nil
+	}
+	return e.B
 }
 
-func encodeResourceSpan(rs ptrace.ResourceSpans) []byte {
+// encodeSummarySpan writes a summary span in the older form: its
+// resource's attributes, then the span (journal.Encoder.Span).
+func encodeSummarySpan(rs ptrace.ResourceSpans) []byte {
 	e := journal.Encoder{}
 	e.Attrs(rs.Resource().Attributes(), nil, 0)
 	e.Span(rs.ScopeSpans().At(0).Spans().At(0), nil, nil)
 	return e.B
 }
 
-// decodeSummary rebuilds a stored summary for the outbox.
+// decodeSummary reads a stored summary back for the outbox, in either
+// form.
 func decodeSummary(ev *journal.Event) (summary.Summary, error) {
+	if !journal.IsSummaryFields(ev.Summary) {
+		return decodeSummarySpan(ev)
+	}
+	sum := summary.Summary{ID: ev.ID, Status: ev.Status, Revision: ev.Revision}
+	d := journal.Decoder{B: ev.Summary}
+	d.Summary(&sum)
+	if d.Err != nil {
+		return summary.Summary{}, fmt.Errorf("summary of %s revision %d: %w", ev.ID, ev.Revision, d.Err)
+	}
+	return sum, nil
+}
+
+// decodeSummarySpan reads a summary stored in the older form (as the span
+// it was sent as), which is re-sent as it was stored.
+func decodeSummarySpan(ev *journal.Event) (summary.Summary, error) {
 	rs := ptrace.NewResourceSpans()
 	d := journal.Decoder{B: ev.Summary}
 	d.Attrs(rs.Resource().Attributes(), 0)

@@ -356,6 +356,12 @@ const (
 	spanIDOmitted
 )
 
+// spanSummaryFields is never a span's: it marks a summary stored as its
+// fields (summary.go), whose first bytes read as a span's up to these
+// flags. Header rejects it, as every reader before it did, so a reader
+// that does not know the fields fails on them instead of misreading them.
+const spanSummaryFields = 1 << 7
+
 // Dropped is what the SDK's limits dropped from a stored span: OTLP's
 // dropped_attributes_count and dropped_links_count, and the sum of its
 // links' dropped_attributes_count.

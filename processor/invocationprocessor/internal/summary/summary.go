@@ -47,9 +47,10 @@ type Summary struct {
 	HasTimeToFinal bool
 	Cost           float64
 	HasCost        bool
-	// Restored is the summary span as stored, for a summary made before a
-	// restart and not yet delivered (the processor's storage_summary.go); it is
-	// sent as is.
+	// Restored is the summary span as an earlier version stored it, for a
+	// summary made before a restart and not yet delivered (the processor's
+	// storage_summary.go); it is sent as is. A summary stored since is
+	// stored as its fields and restored with them.
 	Restored *ptrace.ResourceSpans
 }
 
@@ -103,9 +104,15 @@ func Build(sums []Summary, mark func(res pcommon.Map)) ptrace.Traces {
 			j++
 		}
 		rs := td.ResourceSpans().AppendEmpty()
-		// FromRaw only fails for value types AsRaw never produces.
-		_ = rs.Resource().Attributes().FromRaw(s.Resource)
-		mark(rs.Resource().Attributes())
+		res := rs.Resource().Attributes()
+		// Room for the collector's marker too, which mark puts: Map.FromRaw
+		// would make the attributes without it, and the marker grow them
+		// again. FromRaw only fails for value types AsRaw never produces.
+		res.EnsureCapacity(len(s.Resource) + 1)
+		for k, v := range s.Resource {
+			_ = res.PutEmpty(k).FromRaw(v)
+		}
+		mark(res)
 		ss := rs.ScopeSpans().AppendEmpty()
 		ss.Scope().SetName(metadata.ScopeName)
 		spans := ss.Spans()
