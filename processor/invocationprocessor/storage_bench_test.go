@@ -35,8 +35,8 @@ import (
 // part (facts, and of them the span ids, names and times; summaries,
 // resources, the ids of each value's header, and the rest: event framing,
 // checksums, emission fields), and what three ways of storing facts would
-// save (save-*: a per-record table of trace ids, one of names, times as
-// an offset from the record's first span and a duration).
+// save (save-*: a per-record table of trace ids, one of names, start
+// times as an offset from the record's first span's).
 func BenchmarkStoredBytes(b *testing.B) {
 	const invocations = 2000
 	batches := loadShapedBatches(invocations, 100, 500)
@@ -264,7 +264,8 @@ func (r *recordingClient) note(op *storage.Operation) {
 						c.factIDs += 8
 					}
 					c.factNames += int64(uvarintLen(uint64(len(h.Name))) + len(h.Name))
-					c.factTimes += int64(uvarintLen(h.Start) + uvarintLen(h.End))
+					// As written now: the end as its distance from the start.
+					c.factTimes += int64(uvarintLen(h.Start) + varintLen(int64(h.End-h.Start)))
 					if !traces[h.TraceID] {
 						traces[h.TraceID] = true
 						c.tableTraces += 16
@@ -279,7 +280,7 @@ func (r *recordingClient) note(op *storage.Operation) {
 						base = h.Start
 					}
 					off := int64(h.Start - base)
-					c.relTimes += int64(len(binary.AppendVarint(nil, off)) + uvarintLen(h.End-h.Start))
+					c.relTimes += int64(varintLen(off) + varintLen(int64(h.End-h.Start)))
 				}
 			}
 			c.summaries += int64(len(ev.Summary))
@@ -470,3 +471,5 @@ func BenchmarkStorageParallel(b *testing.B) {
 }
 
 func uvarintLen(v uint64) int { return len(binary.AppendUvarint(nil, v)) }
+
+func varintLen(v int64) int { return len(binary.AppendVarint(nil, v)) }
