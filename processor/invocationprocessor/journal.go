@@ -103,7 +103,9 @@ func (ps *shardPersist) begin(s *shard) {
 }
 
 // fact records one span about to be indexed (before s.ensure, so a lost
-// invocation is marked before anything can close it).
+// invocation is marked before anything can close it). Its bytes were
+// encoded before the lock (encodeFacts); here they are only copied into
+// the record.
 func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
 	if !ps.active {
 		return
@@ -112,34 +114,35 @@ func (ps *shardPersist) fact(s *shard, r *indexRef, now int64, stats *stats) {
 	if ps.taintAll > now || ps.tainted[r.id] > now {
 		taintInvocation(s.ensure(r.id, now, stats))
 	}
+	st := r.stored
+	if st == nil {
+		// Not encoded before the lock (no path does this today): encode
+		// it now, as encodeFacts would have.
+		st = &storedFact{}
+		ps.enc.B, ps.enc.Err = ps.enc.B[:0], nil
+		if st.res, st.err = encodeResource(&ps.enc, r.res); st.err == nil {
+			st.fact, st.err = encodeFact(&ps.enc, r)
+		}
+	}
+	if st.err != nil {
+		ps.unstorable(s, r, st.err, now, stats)
+		return
+	}
 	ri, ok := ps.resIndex[r.res]
 	if !ok {
-		ps.enc.B, ps.enc.Err = ps.enc.B[:0], nil
-		ps.enc.Attrs(r.res.Attributes(), nil, 0)
-		if ps.enc.Err != nil {
-			ps.unstorable(s, r, now, stats)
-			return
-		}
-		ps.rec.Op.Resources = append(ps.rec.Op.Resources, ps.rec.Keep(ps.enc.B))
+		ps.rec.Op.Resources = append(ps.rec.Op.Resources, ps.rec.Keep(st.res))
 		ri = len(ps.rec.Op.Resources)
 		ps.resIndex[r.res] = ri
 	}
-	ps.enc.B, ps.enc.Err = ps.enc.B[:0], nil
-	_, id := summary.SplitKey(r.id)
-	ps.enc.Fact(r.span, id)
-	if ps.enc.Err != nil {
-		ps.unstorable(s, r, now, stats)
-		return
-	}
-	ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvFact, ID: r.id, Res: ri, Fact: ps.rec.Keep(ps.enc.B)})
+	ps.rec.Op.Events = append(ps.rec.Op.Events, journal.Event{Kind: journal.EvFact, ID: r.id, Res: ri, Fact: ps.rec.Keep(st.fact)})
 }
 
 // unstorable fails closed on a span the encoder could not store, which
 // the accept path (accept.go) refuses before it gets here: its invocation
 // is marked lost now and in the journal, so that it can never be final,
 // live or after a restart.
-func (ps *shardPersist) unstorable(s *shard, r *indexRef, now int64, stats *stats) {
-	ps.store.fail(context.Background(), opWrite, ps.enc.Err, "a span of invocation "+r.id+" cannot be stored; the invocation is treated as lost")
+func (ps *shardPersist) unstorable(s *shard, r *indexRef, err error, now int64, stats *stats) {
+	ps.store.fail(context.Background(), opWrite, err, "a span of invocation "+r.id+" cannot be stored; the invocation is treated as lost")
 	taintInvocation(s.ensure(r.id, now, stats))
 	until := satAdd(now, satAdd(s.cfg.openTimeout, s.cfg.retention))
 	ps.tainted[r.id] = max(ps.tainted[r.id], until)
@@ -219,7 +222,7 @@ func (ps *shardPersist) end(s *shard, now int64) {
 	ps.nextSeq++
 	rec.Part, rec.Key, rec.Held = ps.part, journal.LogKey(ps.part, rec.Op.Seq), made
 	ps.unwritten++
-	ps.rec = nil // the log owns it now, and encodes it when it writes
+	ps.rec = nil // the log owns it now, and encodes it before it writes it
 	ps.store.log.Enqueue(rec)
 }
 

@@ -301,6 +301,9 @@ func (p *invocationProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		if err := p.store.ready(ctx); err != nil {
 			return err
 		}
+		// What the journal stores of each span is encoded here, before
+		// any shard's lock, while the request is the processor's.
+		p.store.encodeFacts(b)
 	}
 	var stats stats
 	p.groupByShard(b)

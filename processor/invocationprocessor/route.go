@@ -18,6 +18,10 @@ type indexRef struct {
 	facts *spanFacts // what the ledger reads of the span, read outside the lock
 	span  ptrace.Span
 	res   pcommon.Resource
+	// stored is the span's facts and resource as the journal stores
+	// them, encoded before any shard's lock (storage.go, encodeFacts);
+	// nil without storage.
+	stored *storedFact
 }
 
 // batchScratch holds one ConsumeTraces call's routing state; its slices
@@ -29,6 +33,10 @@ type batchScratch struct {
 	counts  []int
 	groups  [][]indexRef
 	touched []*shard
+	// stored and storedBytes are encodeFacts': one entry per ref, and the
+	// bytes they point into.
+	stored      []storedFact
+	storedBytes []byte
 	// parts and all are flushAfterBatch's.
 	parts []taken
 	all   []summary.Summary
@@ -52,6 +60,12 @@ func (p *invocationProcessor) putScratch(b *batchScratch) {
 	clear(b.touched)
 	clear(b.parts)
 	clear(b.all)
+	clear(b.stored)
+	b.stored = b.stored[:0]
+	if cap(b.storedBytes) > maxPooledStoredBytes {
+		b.storedBytes = nil
+	}
+	b.storedBytes = b.storedBytes[:0]
 	b.facts, b.refs, b.sorted, b.groups = b.facts[:0], b.refs[:0], b.sorted[:0], b.groups[:0]
 	b.touched, b.parts, b.all = b.touched[:0], b.parts[:0], b.all[:0]
 	p.scratch.Put(b)

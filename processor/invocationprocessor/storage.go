@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/durable"
 	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/journal"
+	"github.com/agentledger/agentledger/processor/invocationprocessor/internal/summary"
 )
 
 // With a storage extension the ledger's state survives restarts. Each
@@ -329,4 +330,75 @@ func (p *invocationProcessor) closeStore(ctx context.Context) error {
 	})
 	db.loaded = false
 	return errors.Join(errs...)
+}
+
+// maxPooledStoredBytes bounds the encoded facts a pooled batch scratch
+// keeps between calls; a larger buffer is dropped with the call.
+const maxPooledStoredBytes = 1 << 20
+
+// storedFact is what the journal stores of one member span: its facts
+// (journal.Encoder.Fact) and its resource's attributes, or the error that
+// kept them from being encoded.
+type storedFact struct {
+	fact, res []byte
+	err       error
+}
+
+// encodeFacts encodes what the journal stores of each member span of the
+// batch (b.refs), before any shard's lock is taken: the spans are read
+// while the request is the processor's (ConsumeTraces has not passed it
+// on), and the shard's locked section only copies the bytes into its
+// record (shardPersist.fact), so a record never points into the request,
+// whatever becomes of the request after ConsumeTraces returns (a failed
+// write keeps the record queued). A resource is encoded once for a run of
+// spans that share it.
+func (db *store) encodeFacts(b *batchScratch) {
+	if cap(b.stored) < len(b.refs) {
+		b.stored = make([]storedFact, 0, len(b.refs))
+	}
+	b.stored = b.stored[:len(b.refs)] // sized first: refs point into it
+	e := journal.Encoder{B: b.storedBytes[:0]}
+	var res []byte
+	var resErr error
+	for i := range b.refs {
+		r := &b.refs[i]
+		st := &b.stored[i]
+		if i == 0 || r.res != b.refs[i-1].res {
+			res, resErr = encodeResource(&e, r.res)
+		}
+		st.res = res
+		st.err = resErr
+		if resErr == nil {
+			st.fact, st.err = encodeFact(&e, r)
+		}
+		r.stored = st
+	}
+	b.storedBytes = e.B
+}
+
+// encodeResource appends a resource's attributes to e.B and returns them,
+// or the encoder's error with e.B as it was.
+func encodeResource(e *journal.Encoder, res pcommon.Resource) ([]byte, error) {
+	start := len(e.B)
+	e.Attrs(res.Attributes(), nil, 0)
+	return encoded(e, start)
+}
+
+// encodeFact appends a span's facts to e.B and returns them, or the
+// encoder's error with e.B as it was.
+func encodeFact(e *journal.Encoder, r *indexRef) ([]byte, error) {
+	start := len(e.B)
+	_, id := summary.SplitKey(r.id)
+	e.Fact(r.span, id)
+	return encoded(e, start)
+}
+
+// encoded returns what e wrote since start, capped so an append to it
+// cannot reach what comes after, or e's error, undoing the write.
+func encoded(e *journal.Encoder, start int) ([]byte, error) {
+	if err := e.Err; err != nil {
+		e.B, e.Err = e.B[:start], nil
+		return nil, err
+	}
+	return e.B[start:len(e.B):len(e.B)], nil
 }

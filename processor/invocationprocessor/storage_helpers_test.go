@@ -25,6 +25,8 @@ type memStorage struct {
 	failWrites bool // every Set, Delete and writing Batch fails
 	failReads  bool // every Get and reading Batch fails
 	writes     int  // successful writing calls
+	// onBatch, if set, sees every successful Batch's operations.
+	onBatch func(ops []*storage.Operation)
 }
 
 func newMemStorage() *memStorage { return &memStorage{data: map[string][]byte{}} }
@@ -70,6 +72,9 @@ func (m *memStorage) Batch(_ context.Context, ops ...*storage.Operation) error {
 	}
 	if writing {
 		m.writes++
+	}
+	if m.onBatch != nil {
+		m.onBatch(ops)
 	}
 	return nil
 }

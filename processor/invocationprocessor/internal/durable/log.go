@@ -1,8 +1,13 @@
 // Package durable is the invocation ledger's write path to its storage
 // extension: a queue of log records, each one locked section of a shard,
-// encoded when it is written (not under the shard's lock) and written in
+// encoded after it is queued (not under the shard's lock) and written in
 // queue order in one storage Batch per commit, with the summaries each
 // record held back released only once it is written.
+//
+// A record is encoded by the first committer that finds it queued, before
+// that committer takes the write lock: concurrent requests encode their
+// records side by side, and the write lock is held for the storage write
+// (and the encoding of what nobody encoded yet).
 //
 // It knows nothing of shards or invocations: a record names its
 // partition, its key and how many summaries it holds, and the processor's
@@ -27,8 +32,9 @@ import (
 
 // Record is a log record waiting to be written. A shard builds it under
 // its lock (Op, Arena, Summaries: plain data, owned by the record once
-// queued); the Log encodes it when it writes, after the shard's lock is
-// released, so concurrent batches do not wait on the encoding.
+// queued); the Log encodes it after the shard's lock is released, in the
+// first commit that finds it queued and before that commit waits for the
+// write lock, so concurrent batches do not wait on the encoding.
 type Record struct {
 	// Part is the partition (shard) whose record this is.
 	Part int
@@ -53,6 +59,10 @@ type Record struct {
 	Value []byte
 
 	ticket uint64
+	// claimed: a committer (or the writer) took the record to encode
+	// it; encoded: it did. Both are guarded by the Log's qmu, and a
+	// record is encoded by whoever claimed it, once.
+	claimed, encoded bool
 }
 
 // Pending is a summary whose bytes its event still lacks.
@@ -80,7 +90,9 @@ func (r *Record) Keep(b []byte) []byte {
 }
 
 // Encode sets r.Value from r.Op, encoding each pending summary with
-// summaryBytes first. A record already encoded is left as is.
+// summaryBytes first. A record already encoded (or built with its Value)
+// is left as is. A queued record is encoded by the Log, by whoever claims
+// it.
 func (r *Record) Encode(summaryBytes func(*summary.Summary) []byte) {
 	if r.Value != nil {
 		return
@@ -139,14 +151,20 @@ type Config struct {
 type Log struct {
 	cfg Config
 
-	// qmu guards queue, nextTicket, durable and lastErr. It is taken
+	// qmu guards queue, claimed, nextTicket, durable and lastErr. It is taken
 	// under a shard's lock (records are queued in the shard's order),
 	// never the other way round.
-	qmu        sync.Mutex
-	queue      []*Record
+	qmu   sync.Mutex
+	queue []*Record
+	// claimed is how many records at the head of the queue a committer
+	// has taken to encode (or were encoded by a write that failed); the
+	// rest are waiting for one.
+	claimed    int
 	nextTicket uint64
 	durable    uint64
 	lastErr    error
+	// encodedCond, on qmu, is signalled when a claimed record is encoded.
+	encodedCond sync.Cond
 
 	// wmu serialises writes, so a partition's records are written in
 	// order. It is never taken while a shard's lock or qmu is held.
@@ -154,7 +172,11 @@ type Log struct {
 }
 
 // New returns an empty Log.
-func New(cfg Config) *Log { return &Log{cfg: cfg} }
+func New(cfg Config) *Log {
+	l := &Log{cfg: cfg}
+	l.encodedCond.L = &l.qmu
+	return l
+}
 
 // Enqueue queues r to be written after every record queued before it.
 func (l *Log) Enqueue(r *Record) {
@@ -175,17 +197,62 @@ func (l *Log) LastTicket() uint64 {
 // Commit writes every queued record in one storage Batch, in queue order,
 // and then releases the summaries they held. On failure the records stay
 // queued, in order, for the next commit. It returns the partitions that
-// got summaries.
+// got summaries. Before it waits for the write lock it encodes the queued
+// records no other committer took.
 func (l *Log) Commit(ctx context.Context) (released []int, err error) {
+	l.encodeUnclaimed()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	return l.commitLocked(ctx)
 }
 
+// encodeUnclaimed encodes, one at a time and outside every lock of the
+// Log, the queued records no committer has taken yet.
+func (l *Log) encodeUnclaimed() {
+	for {
+		l.qmu.Lock()
+		if l.claimed >= len(l.queue) {
+			l.qmu.Unlock()
+			return
+		}
+		r := l.queue[l.claimed]
+		l.claimed++
+		r.claimed = true
+		l.qmu.Unlock()
+		l.encode(r)
+	}
+}
+
+// encode encodes a record its caller claimed and says so. After it the
+// caller does not touch r: the writer may recycle it.
+func (l *Log) encode(r *Record) {
+	r.Encode(l.cfg.EncodeSummary)
+	l.qmu.Lock()
+	r.encoded = true
+	l.encodedCond.Broadcast()
+	l.qmu.Unlock()
+}
+
+// encoded makes sure a record taken for writing is encoded: the writer
+// encodes it if nobody claimed it, else waits for its claimer.
+func (l *Log) encoded(r *Record) {
+	l.qmu.Lock()
+	if !r.claimed {
+		r.claimed = true
+		l.qmu.Unlock()
+		l.encode(r)
+		return
+	}
+	for !r.encoded {
+		l.encodedCond.Wait()
+	}
+	l.qmu.Unlock()
+}
+
 func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	l.qmu.Lock()
 	recs := l.queue
-	l.queue = nil
+	l.queue, l.claimed = nil, 0
 	l.qmu.Unlock()
 	if len(recs) == 0 {
 		return nil, nil
@@ -193,7 +260,7 @@ func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	ops := make([]*storage.Operation, len(recs))
 	var n int64
 	for i, r := range recs {
-		r.Encode(l.cfg.EncodeSummary)
+		l.encoded(r)
 		ops[i] = storage.SetOperation(r.Key, r.Value)
 		n += int64(len(r.Value))
 	}
@@ -202,7 +269,10 @@ func (l *Log) commitLocked(ctx context.Context) ([]int, error) {
 	took := time.Since(began)
 	if err != nil {
 		l.qmu.Lock()
+		// Encoded now, so claimed: the head of the queue again, before
+		// the records queued (and maybe claimed) meanwhile.
 		l.queue = append(recs, l.queue...)
+		l.claimed += len(recs)
 		l.lastErr = err
 		l.qmu.Unlock()
 		l.cfg.Failed(ctx, len(recs), err, took)

@@ -354,6 +354,13 @@ const (
 	// (Encoder.Fact); the reader puts it back from the key (Decoder.ID).
 	// Records written before it never set it, so they decode as before.
 	spanIDOmitted
+	// spanEndDelta: the end time is stored as its distance from the
+	// start (a varint, modular: any end reads back as written) instead
+	// of as a time, about 5 bytes less a span. Every span written since
+	// sets it; records written before never did, so they decode as
+	// before, and a reader older than it rejects the bit ("bad span
+	// flags") and treats what the record named as lost: it fails closed.
+	spanEndDelta
 )
 
 // spanSummaryFields is never a span's: it marks a summary stored as its
@@ -423,6 +430,7 @@ func (e *Encoder) span(sp ptrace.Span, keep, linkKeep func(string) bool, omitID 
 	if omitID {
 		flags |= spanIDOmitted
 	}
+	flags |= spanEndDelta
 	e.Byte1(flags)
 	if !pid.IsEmpty() {
 		e.SpanID(pid)
@@ -435,8 +443,9 @@ func (e *Encoder) span(sp ptrace.Span, keep, linkKeep func(string) bool, omitID 
 	e.Str(sp.Name())
 	e.enum(int32(sp.Kind()))
 	e.enum(int32(sp.Status().Code()))
-	e.Uvarint(uint64(sp.StartTimestamp()))
-	e.Uvarint(uint64(sp.EndTimestamp()))
+	start := uint64(sp.StartTimestamp())
+	e.Uvarint(start)
+	e.Varint(int64(uint64(sp.EndTimestamp()) - start))
 	if omitID {
 		e.Attrs(sp.Attributes(), func(k string) bool { return k != contract.AttrInvocationID && (keep == nil || keep(k)) }, 0)
 	} else {
@@ -473,7 +482,7 @@ func (d *Decoder) Header() (h SpanHeader, ok bool) {
 	h.TraceID = d.TraceID()
 	h.SpanID = d.SpanID()
 	flags := d.Byte1()
-	if flags&^(spanHasParent|spanDropped|spanIDOmitted) != 0 {
+	if flags&^(spanHasParent|spanDropped|spanIDOmitted|spanEndDelta) != 0 {
 		d.Fail("bad span flags %#x", flags)
 		return h, false
 	}
@@ -493,7 +502,12 @@ func (d *Decoder) Header() (h SpanHeader, ok bool) {
 	h.Name = d.Str()
 	h.Kind = ptrace.SpanKind(d.enum())
 	h.Code = ptrace.StatusCode(d.enum())
-	h.Start, h.End = d.Uvarint(), d.Uvarint()
+	h.Start = d.Uvarint()
+	if flags&spanEndDelta != 0 {
+		h.End = h.Start + uint64(d.Varint())
+	} else {
+		h.End = d.Uvarint()
+	}
 	return h, d.Err == nil
 }
 
