@@ -59,7 +59,7 @@ func (t *Tracker) StartContinuation(ctx context.Context, agent, session string, 
 	if err != nil {
 		return ctx, nil, err
 	}
-	ctx, span := t.start(ctx, contract.SpanNameContinuationPrefix+" "+agent, &lifecycle{contract.RoleContinuation, session},
+	ctx, span := t.start(ctx, contract.SpanNameContinuationPrefix+" "+agent, lifecycle{contract.RoleContinuation, session},
 		trace.WithNewRoot(),
 		spanKindInternal,
 		trace.WithLinks(links...),
@@ -156,7 +156,7 @@ func (t *Tracker) CloseFollowup(ctx context.Context, carrier Carrier, reason Fol
 		attrs = append(attrs, attribute.String(contract.AttrFollowupConsumer, consumer))
 	}
 	now := time.Now()
-	_, span := t.start(ctx, contract.SpanNameFollowupClosed, &lifecycle{role: contract.RoleFollowupClosed},
+	_, span := t.start(ctx, contract.SpanNameFollowupClosed, lifecycle{role: contract.RoleFollowupClosed},
 		trace.WithNewRoot(),
 		trace.WithTimestamp(now),
 		spanKindInternal,

@@ -58,7 +58,7 @@ func (t *Tracker) StartBackground(ctx context.Context, kind string, opts ...trac
 		}
 	}
 	opts = append(opts, trace.WithAttributes(attrs...))
-	_, span := t.start(parent, contract.SpanNameBackgroundPrefix+" "+kind, &lifecycle{role: contract.RoleBackground}, opts...)
+	_, span := t.start(parent, contract.SpanNameBackgroundPrefix+" "+kind, lifecycle{role: contract.RoleBackground}, opts...)
 	ctx = trace.ContextWithSpan(ctx, span)
 	return ctx, &Job{t: t, invocation: id, ctx: ctx, span: span}
 }

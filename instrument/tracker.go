@@ -92,19 +92,30 @@ type probeKey struct{}
 //
 // lc is the role and session the span's attributes set, which OnStart
 // reads whole when the SDK's value length limit cut the attributes
-// (spanids.go); the returned context does not hold it either.
-func (t *Tracker) start(ctx context.Context, name string, lc *lifecycle, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	startCtx := context.WithValue(ctx, lifecycleKey{}, lc)
+// (spanids.go); the returned context does not answer it either.
+func (t *Tracker) start(ctx context.Context, name string, lc lifecycle, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	return t.startFrom(&lifecycleCtx{Context: ctx, lc: lc}, name, opts...)
+}
+
+// startFrom is start from lcc, whose Context is the caller's context;
+// the caller may allocate lcc with what else it keeps.
+func (t *Tracker) startFrom(lcc *lifecycleCtx, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	ctx := lcc.Context
+	lcc.starting = true
 	if t.processor.Load() != nil {
-		_, span := t.tracer.Start(startCtx, name, opts...)
+		spanCtx, span := t.tracer.Start(lcc, name, opts...)
+		lcc.starting = false
 		// A lifecycle span the sampler dropped is declared as a model
 		// call is (drops.go): nothing else would count a dropped job or
 		// continuation.
 		NoteUnrecorded(ctx, span, name)
-		return trace.ContextWithSpan(ctx, span), span
+		// The tracer's context is lcc with the span: lcc no longer answers
+		// the lifecycle, so it is ctx with the span, made once.
+		return spanCtx, span
 	}
 	probe := &startProbe{}
-	_, span := t.tracer.Start(context.WithValue(startCtx, probeKey{}, probe), name, opts...)
+	_, span := t.tracer.Start(context.WithValue(lcc, probeKey{}, probe), name, opts...)
+	lcc.starting = false
 	NoteUnrecorded(ctx, span, name)
 	if span.IsRecording() {
 		if probe.processor != nil {
@@ -117,6 +128,27 @@ func (t *Tracker) start(ctx context.Context, name string, lc *lifecycle, opts ..
 		}
 	}
 	return trace.ContextWithSpan(ctx, span), span
+}
+
+// lifecycleCtx is the context a Tracker starts a lifecycle span from:
+// Context with the span's lifecycle, which it answers under lifecycleKey
+// while the span starts only (OnStart runs then). It replaces a
+// context.WithValue and the lifecycle's own allocation, and the tracer's
+// context made from it serves as the returned one, since it no longer
+// answers the lifecycle once the span started.
+type lifecycleCtx struct {
+	context.Context
+	lc       lifecycle
+	starting bool
+}
+
+// Value answers lifecycleKey while the span starts, and otherwise asks
+// the caller's context.
+func (c *lifecycleCtx) Value(key any) any {
+	if _, ok := key.(lifecycleKey); ok && c.starting {
+		return &c.lc
+	}
+	return c.Context.Value(key)
 }
 
 // NewInvocationID returns a new random invocation id: 16 random bytes in

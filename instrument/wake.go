@@ -54,7 +54,7 @@ func (t *Tracker) wake(ctx context.Context, agent, session string, continues ...
 		attrs = append(attrs, attribute.String(contract.AttrConversationID, session))
 	}
 	now := time.Now()
-	_, span := t.start(ctx, name, &lifecycle{contract.RoleWake, session},
+	_, span := t.start(ctx, name, lifecycle{contract.RoleWake, session},
 		trace.WithTimestamp(now),
 		spanKindInternal,
 		trace.WithLinks(links...),

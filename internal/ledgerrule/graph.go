@@ -300,6 +300,25 @@ func (g *Graph) reserveSpans(n int) {
 	}
 }
 
+// Reserve makes room, in a graph no span arrived in yet, for spans span
+// IDs and for earlyCalls model calls arriving before the root, each at
+// most maxReserve: a half that knows the usual size of its invocations
+// (the in-process ledger, whose roots end last) spares the slices their
+// growth. It changes nothing the rule reads.
+func (g *Graph) Reserve(spans, earlyCalls int) {
+	if g.Indexed != 0 {
+		return
+	}
+	if spans > 0 && g.Spans == nil {
+		g.Spans = make([]SpanEntry, 0, max(firstSpans, min(spans, maxReserve)))
+	}
+	if earlyCalls > 0 && !g.RootArrived {
+		if r := g.rareOf(); r.early == nil {
+			r.early = make([]EarlyCall, 0, min(earlyCalls, maxReserve))
+		}
+	}
+}
+
 // appendSpan adds a span ID's full state to Spans and returns its index.
 // Indices in Spans stay valid until an entry is removed (removeSpan, only
 // from compact and Shut).

@@ -379,6 +379,11 @@ func (g *Graph) arriveRoot(s *Span, now int64) {
 		}
 	}
 	g.rare.early = nil
+	if r := g.rare; r.linkTraces == nil && r.detached == nil && r.wakes == nil {
+		// Most graphs kept only early calls: a closed invocation then
+		// keeps one object less for the garbage collector to reach.
+		g.rare = nil
+	}
 }
 
 // Taint records that a span of the invocation named name was not

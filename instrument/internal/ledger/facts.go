@@ -187,16 +187,28 @@ type StartAttrs struct {
 const UnattributedUnknown = "unknown"
 
 // ReadStartAttrs reads a span's attributes at its start, in one pass.
+// The rule's reader sees only the four keys whose facts a start needs
+// (each key's facts depend on its own values alone), and reads nothing
+// when none is there: most spans carry none at their start.
 func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 	var a StartAttrs
 	var r ledgerrule.SpanReader
+	read := false
 	sessionSeen, agentSeen := false, false
 	for _, kv := range attrs {
 		if k, ok := ledgerrule.Lookup(string(kv.Key)); ok {
-			r.Attr(k, ruleValue(kv.Value))
-			a.Marked = a.Marked || k == ledgerrule.KeyInvocationID || k == ledgerrule.KeyRole
-			if k == ledgerrule.KeyOperation && a.Operation == "" && kv.Value.Type() == attribute.STRING {
-				a.Operation = kv.Value.AsString()
+			switch k {
+			case ledgerrule.KeyInvocationID, ledgerrule.KeyRole:
+				a.Marked = true
+				r.Attr(k, ruleValue(kv.Value))
+				read = true
+			case ledgerrule.KeyUnattributed, ledgerrule.KeyLateChild:
+				r.Attr(k, ruleValue(kv.Value))
+				read = true
+			case ledgerrule.KeyOperation:
+				if a.Operation == "" && kv.Value.Type() == attribute.STRING {
+					a.Operation = kv.Value.AsString()
+				}
 			}
 			continue
 		}
@@ -210,6 +222,9 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 				agentSeen, a.Agent = true, kv.Value.AsString()
 			}
 		}
+	}
+	if !read {
+		return a
 	}
 	var rf ledgerrule.Facts
 	r.Read(startRule, &rf)

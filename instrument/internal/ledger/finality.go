@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -98,6 +99,7 @@ func (l *Ledger) closeLocked(inv *Invocation, status, forced string, reasons []s
 	inv.forced = forced
 	inv.revision = 1
 	inv.emitted = inv.summary(status, 1, reasons)
+	l.usual = usualSize{spans: int(min(inv.g.Indexed, math.MaxInt32)), calls: int(min(inv.g.ModelCalls, maxUsualCalls))}
 	inv.g.Shut()
 	if inv.settleTimer != nil {
 		inv.settleTimer.Stop()

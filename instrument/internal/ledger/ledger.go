@@ -63,7 +63,20 @@ type Ledger struct {
 	// invocations still held.
 	writtenOff map[*Invocation][]owedKey
 	down       bool
+	// usual is the size of the invocation closed last, which a new
+	// invocation's Graph reserves (ledgerrule.Graph.Reserve).
+	usual usualSize
 }
+
+// usualSize is how many spans and model calls the invocation closed last
+// held, bounded.
+type usualSize struct {
+	spans, calls int
+}
+
+// maxUsualCalls bounds the model calls a new invocation reserves room
+// for; the Graph bounds the spans.
+const maxUsualCalls = 16
 
 // Config configures a Ledger; package instrument fills it from its
 // options (WithRemoteSettle, WithOpenTimeout, WithRetention,
@@ -118,6 +131,7 @@ func (l *Ledger) lookup(id string, now time.Time) *Invocation {
 		l.closeLocked(l.held.oldestOpen(), contract.StatusIncomplete, contract.ReasonEvicted, []string{contract.ReasonEvicted}, now)
 	}
 	inv := newInvocation(id, now)
+	inv.g.Reserve(l.usual.spans, l.usual.calls)
 	l.held.add(inv)
 	l.recreated(inv)
 	l.armTimeout(now)
