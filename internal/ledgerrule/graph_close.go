@@ -17,9 +17,9 @@ func (g *Graph) Obligations(now int64, extraOpen int, cfg *GraphConfig) Obligati
 	return Obligations{
 		RootArrived: g.RootArrived,
 		Open:        g.Open + extraOpen,
-		Unprovable:  len(g.Invalid) > 0 || g.SpanLimitHit,
+		Unprovable:  len(g.Invalid()) > 0 || g.SpanLimitHit,
 		Settling:    !g.Settled(now, cfg),
-		Tainted:     len(g.Taints) > 0,
+		Tainted:     len(g.Taints()) > 0,
 	}
 }
 
@@ -92,7 +92,7 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 	obl = g.runningTurnReasons(obl)
 	sort.Strings(obl)
 	out = append(out, slices.Compact(obl)...)
-	problems := append(slices.Clone(g.Invalid), g.Taints...)
+	problems := append(slices.Clone(g.Invalid()), g.Taints()...)
 	sort.Strings(problems)
 	out = append(out, slices.Compact(problems)...) // reasons_cut may be in both
 	if g.SpanLimitHit {
@@ -107,7 +107,7 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 // Before final a missing target may simply not have arrived yet, so it is
 // not reported.
 func (g *Graph) AnomaliesFor(final bool) []string {
-	out := slices.Clone(g.Anomalies)
+	out := slices.Clone(g.Anomalies())
 	for _, st := range g.Spans {
 		if !final {
 			break
@@ -228,7 +228,10 @@ func (g *Graph) ApproxBytes() int64 {
 	n := int64(cap(g.Spans))*int64(unsafe.Sizeof(SpanEntry{})) +
 		int64(cap(g.closed))*int64(unsafe.Sizeof(closedSpan{})) +
 		int64(cap(g.Traces))*int64(unsafe.Sizeof(TraceID{}))
-	n += stringsBytes(g.Names) + stringsBytes(g.Invalid) + stringsBytes(g.Taints) + stringsBytes(g.Anomalies)
+	n += stringsBytes(g.Names)
+	if g.notes != nil {
+		n += int64(unsafe.Sizeof(graphNotes{})) + stringsBytes(g.notes.invalid) + stringsBytes(g.notes.taints) + stringsBytes(g.notes.anomalies)
+	}
 	if r := g.rare; r != nil {
 		n += int64(unsafe.Sizeof(graphRare{})) +
 			int64(cap(r.linkTraces))*int64(unsafe.Sizeof(TraceID{})) +

@@ -44,7 +44,7 @@ func (g *Graph) AppendState(b []byte) []byte {
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(g.Open))
-	for _, l := range [][]string{g.Invalid, g.Taints, g.Anomalies, g.Names} {
+	for _, l := range [][]string{g.Invalid(), g.Taints(), g.Anomalies(), g.Names} {
 		b = appendStrings(b, l)
 	}
 	for _, v := range []int64{g.LastArrival, g.LastDischarge, g.SettleFrom,
@@ -267,7 +267,10 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 	g.RootArrived, g.HasRemote, g.SpanLimitHit = flags&stateRootArrived != 0, flags&stateHasRemote != 0, flags&stateSpanLimitHit != 0
 	g.IsShut, g.Dirty = flags&stateIsShut != 0, flags&stateDirty != 0
 	g.Open = int(r.varint())
-	g.Invalid, g.Taints, g.Anomalies, g.Names = r.strings(), r.strings(), r.strings(), r.strings()
+	if invalid, taints, anomalies := r.strings(), r.strings(), r.strings(); len(invalid)+len(taints)+len(anomalies) > 0 {
+		g.notes = &graphNotes{invalid: invalid, taints: taints, anomalies: anomalies}
+	}
+	g.Names = r.strings()
 	for _, p := range []*int64{&g.LastArrival, &g.LastDischarge, &g.SettleFrom,
 		&g.Usage.Input, &g.Usage.Output, &g.Usage.CacheRead, &g.Usage.CacheCreation, &g.Usage.Reasoning,
 		&g.AfterInput, &g.AfterOutput, &g.Indexed, &g.Duplicates, &g.ModelCalls, &g.BackgroundJobs, &g.Continuations} {

@@ -51,9 +51,13 @@ func spanFromBytes(p []byte) Span {
 // nil, for comparing states.
 func normalized(g Graph) Graph {
 	g.maps = nil
-	nilEmpty(&g.Invalid)
-	nilEmpty(&g.Taints)
-	nilEmpty(&g.Anomalies)
+	if g.notes != nil {
+		n := *g.notes
+		nilEmpty(&n.invalid)
+		nilEmpty(&n.taints)
+		nilEmpty(&n.anomalies)
+		g.notes = &n
+	}
 	nilEmpty(&g.Names)
 	nilEmpty(&g.Traces)
 	nilEmpty(&g.Spans)
@@ -147,7 +151,7 @@ func TestGraphStateCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{Graph{}, 30}, {SpanState{}, 13}, {closedSpan{}, 5}, {graphRare{}, 4}, {DetachedCount{}, 5}, {EarlyCall{}, 3}, {Usage{}, 5}} {
+	}{{Graph{}, 28}, {graphNotes{}, 3}, {SpanState{}, 13}, {closedSpan{}, 5}, {graphRare{}, 4}, {DetachedCount{}, 5}, {EarlyCall{}, 3}, {Usage{}, 5}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the state codec knows %d: store the new one in AppendState and DecodeState", c.v, n, c.want)
 		}

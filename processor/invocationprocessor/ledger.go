@@ -46,6 +46,9 @@ type invocation struct {
 
 	Phase       phase
 	PendingSent bool
+	// keptOwing is set when retention ended while the closed invocation
+	// owed work: it is kept until owingRetentionEnd.
+	keptOwing bool
 
 	RootTraceID       pcommon.TraceID
 	RootSpanID        pcommon.SpanID
@@ -59,20 +62,42 @@ type invocation struct {
 	// JobTimes holds each background span's start and end, for the status
 	// extension (status.go).
 	JobTimes []jobTimes
-	// Timeline records its spans for the status extension's timeline
-	// page (timeline.go).
-	Timeline timeline
 
 	Revision int64
 	Forced   string
-	// writtenOff is what an open_timeout close wrote off of what the
-	// invocation owed (owes.go); nil for almost all.
-	writtenOff []owedKey
-	// keptOwing is set when retention ended while the closed invocation
-	// owed work: it is kept until owingRetentionEnd.
-	keptOwing bool
+	// rare holds what few invocations need: nil for most (invRare).
+	rare *invRare
 
 	index invIndex
+}
+
+// invRare is the part of an invocation few need, so that the others
+// carry one pointer instead of its fields.
+type invRare struct {
+	// timeline records the invocation's spans for the status extension's
+	// timeline page (timeline.go): only when the processor publishes to
+	// one.
+	timeline timeline
+	// writtenOff is what an open_timeout close wrote off of what the
+	// invocation owed (owes.go).
+	writtenOff []owedKey
+}
+
+// rareOf returns inv.rare, allocating it on first use.
+func (inv *invocation) rareOf() *invRare {
+	if inv.rare == nil {
+		inv.rare = &invRare{}
+	}
+	return inv.rare
+}
+
+// writtenOff is what an open_timeout close wrote off of what the
+// invocation owed (owes.go); nil for almost all.
+func (inv *invocation) writtenOff() []owedKey {
+	if inv.rare == nil {
+		return nil
+	}
+	return inv.rare.writtenOff
 }
 
 // invIndex is the shard's bookkeeping for one invocation.
@@ -93,14 +118,24 @@ type invIndex struct {
 }
 
 // invocationBlock is an invocation allocated together with room for its
-// first names, traces and continuation root: most invocations need no
-// more, and one allocation serves them all.
+// first names and traces: most invocations need no more, and one
+// allocation serves them all. Five names and two traces cover an agent's
+// turn with a background job and its continuation (the root, a model
+// call, a tool, the job, the continuation in its own trace). The block
+// must stay at most 696 bytes, so that with the 8-byte header Go's
+// allocator puts before an object of pointers larger than 512 bytes it
+// takes the 704-byte size class, not 768 (TestInvocationBlockSize,
+// BenchmarkOpenInvocations); continuation roots, which only invocations
+// with a continuation have, are allocated apart for that.
 type invocationBlock struct {
 	inv    invocation
-	names  [6]string
+	names  [5]string
 	traces [2]ledgerrule.TraceID
-	roots  [1]summary.SpanRef
 }
+
+// maxInvocationBlock is the largest invocationBlock that takes the
+// 704-byte size class with its allocation header.
+const maxInvocationBlock = 704 - 8
 
 func newInvocation(id string, now int64) *invocation {
 	b := &invocationBlock{inv: invocation{
@@ -111,7 +146,6 @@ func newInvocation(id string, now int64) *invocation {
 	b.inv.Init(now)
 	b.inv.Names = b.names[:0]
 	b.inv.Traces = b.traces[:0]
-	b.inv.ContinuationRoots = b.roots[:0]
 	return &b.inv
 }
 

@@ -287,7 +287,7 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 		}
 	}
 	w.Owed, _ = owedView(inv.owed(now, cfg))
-	w.Unprovable = slices.Sorted(slices.Values(slices.Concat(inv.Invalid, inv.Taints)))
+	w.Unprovable = slices.Sorted(slices.Values(slices.Concat(inv.Invalid(), inv.Taints())))
 	if inv.SpanLimitHit {
 		w.Unprovable = append(w.Unprovable, reasonSpanLimit)
 	}
