@@ -187,9 +187,10 @@ const (
 // extension, continuation roots and cost.
 //
 // resources shares the resource attributes kept for summaries with the
-// shard's other invocations.
-func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resourceCache, now int64, cfg *ledgerConfig) addResult {
+// shard's other invocations, names the span and agent names.
+func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resourceCache, names *nameCache, now int64, cfg *ledgerConfig) addResult {
 	firstTrace := len(inv.Traces) == 0
+	known := len(inv.Names)
 	r := inv.Arrive(&f.Span, now, &cfg.graph)
 	switch r.Outcome {
 	case ledgerrule.Duplicate, ledgerrule.Reused:
@@ -197,11 +198,17 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	case ledgerrule.SpanLimit:
 		return addSpanLimit
 	}
+	// A name new to the invocation is the receiver's copy: the shard's is
+	// kept instead, so that open invocations share their names as closed
+	// ones do (shareNames).
+	for i := known; i < len(inv.Names); i++ {
+		inv.Names[i] = names.share(inv.Names[i])
+	}
 	if firstTrace && f.Role != ledgerrule.RoleRoot {
 		inv.Resource = resources.of(res) // the root's replaces it
 	}
 	if r.Root {
-		inv.setRoot(f, resources.of(res), now)
+		inv.setRoot(f, resources.of(res), names, now)
 	}
 	recorded := inv.noteSpan(f, &r, cfg.timelineSpans)
 	switch f.Role {
@@ -216,7 +223,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 			inv.ConversationID = f.conversationID
 		}
 		if !inv.RootArrived && inv.AgentName == "" && f.hasAgent {
-			inv.AgentName = f.agentName
+			inv.AgentName = names.share(f.agentName)
 		}
 	}
 	if f.ModelCall && cfg.pricesActive {
@@ -233,7 +240,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	return addIndexed
 }
 
-func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, now int64) {
+func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, names *nameCache, now int64) {
 	inv.RootArrival = now
 	inv.RootTraceID = pcommon.TraceID(f.Trace)
 	inv.RootSpanID = pcommon.SpanID(f.ID)
@@ -242,7 +249,7 @@ func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, now int64)
 		inv.ConversationID = f.conversationID
 	}
 	if f.hasAgent {
-		inv.AgentName = f.agentName
+		inv.AgentName = names.share(f.agentName)
 	}
 }
 
