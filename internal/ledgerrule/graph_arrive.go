@@ -63,6 +63,9 @@ type Graph struct {
 	// rare holds what few invocations need (nil for most, so that a
 	// retained Graph stays small).
 	rare *graphRare
+	// follow holds the followups of the span IDs in Spans that have any
+	// (Followups reads them): nil for most.
+	follow *followTable
 
 	Usage                   Usage
 	AfterInput, AfterOutput int64
@@ -270,9 +273,9 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 			g.AddTaint(contract.ReasonMalformedParentage + ":" + g.Name(st.childName()))
 			st.ArrivedChildren, st.lateChildren = 0, 0
 		}
-		if st.ArrivedFollowups > 0 {
+		if declared, arrived := g.Followups(id); arrived > 0 {
 			g.AddTaint(contract.ReasonMalformedLink + ":" + g.Name(st.linkedBy()))
-			st.ArrivedFollowups = 0
+			g.setFollowups(id, declared, 0)
 			st.job &^= jobInterrupted
 		}
 	}
@@ -321,9 +324,10 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 	case RoleBackground:
 		g.BackgroundJobs++
 		if n, valid := count(s.Followups); valid {
-			st.DeclaredFollowups = n
-			if n > st.ArrivedFollowups {
-				g.Open += int(n - st.ArrivedFollowups)
+			_, arrived := g.Followups(id)
+			g.setFollowups(id, n, arrived)
+			if n > arrived {
+				g.Open += int(n - arrived)
 			}
 		} else {
 			g.AddInvalid(ReasonInvalidCount + ":" + name)

@@ -62,7 +62,8 @@ func (g *Graph) AppendState(b []byte) []byte {
 		b = append(b, e.ID[:]...)
 		b = append(b, e.ref[:]...)
 		b = append(b, e.up[:]...)
-		for _, v := range []int32{e.trace, e.Name, e.DeclaredChildren, e.ArrivedChildren, e.lateChildren, e.DeclaredFollowups, e.ArrivedFollowups} {
+		declared, arrived := g.Followups(e.ID)
+		for _, v := range []int32{e.trace, e.Name, e.DeclaredChildren, e.ArrivedChildren, e.lateChildren, declared, arrived} {
 			b = binary.AppendVarint(b, int64(v))
 		}
 		var sf byte
@@ -282,13 +283,18 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 	g.Traces = r.traces()
 	if n := r.count(33); n > 0 {
 		g.Spans = make([]SpanEntry, n)
+		var follow []spanFollowups
 		for i := range g.Spans {
 			e := &g.Spans[i]
 			copy(e.ID[:], r.fixed(8))
 			copy(e.ref[:], r.fixed(8))
 			copy(e.up[:], r.fixed(8))
-			for _, p := range []*int32{&e.trace, &e.Name, &e.DeclaredChildren, &e.ArrivedChildren, &e.lateChildren, &e.DeclaredFollowups, &e.ArrivedFollowups} {
+			f := spanFollowups{id: e.ID}
+			for _, p := range []*int32{&e.trace, &e.Name, &e.DeclaredChildren, &e.ArrivedChildren, &e.lateChildren, &f.declared, &f.arrived} {
 				*p = r.int32()
+			}
+			if f.declared != noIndex || f.arrived != 0 {
+				follow = append(follow, f)
 			}
 			sf := r.byte1()
 			if sf&^(spanStateArrived|spanStateRemote|spanStateCounted) != 0 {
@@ -296,6 +302,13 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 			}
 			e.Arrived, e.Remote, e.counted = sf&spanStateArrived != 0, sf&spanStateRemote != 0, sf&spanStateCounted != 0
 			e.job = jobFlags(r.byte1())
+		}
+		// A span ID has one entry (its followups are kept by it).
+		if !distinctIDs(g.Spans) {
+			r.fail("a span ID twice")
+		}
+		for _, f := range follow {
+			g.setFollowups(f.id, f.declared, f.arrived)
 		}
 	}
 	if n := r.count(12); n > 0 {
@@ -365,6 +378,21 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 	}
 	g.setSpanMaps(buildIndex(g.Spans), buildIndex(g.closed))
 	return r.b, nil
+}
+
+// distinctIDs reports whether no span ID has two entries.
+func distinctIDs(spans []SpanEntry) bool {
+	if len(spans) <= smallSpans {
+		for i := range spans {
+			for j := range i {
+				if spans[i].ID == spans[j].ID {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return len(buildIndex(spans)) == len(spans)
 }
 
 // checkIndexes refuses a state whose name and trace indexes point
