@@ -30,12 +30,14 @@ const noIndex = -1
 // may still matter for finality: whether the span itself arrived, where it
 // hangs in the parent relation, and the obligations it declares or that
 // point at it. A span ID referenced (as a parent or a followup target)
-// before its span arrives has a state with Arrived false.
+// before its span arrives has a state with Arrived false. Its followups,
+// which few span IDs have, are kept apart (Graph.Followups), so that a
+// SpanEntry takes 48 bytes.
 type SpanState struct {
 	// ref is, once the span arrived, its parent span ID (parent); before,
 	// the names of its first child and of its first followup-linking span
 	// (childName, linkedBy). Each is read only on its side of arrival, so
-	// they share the bytes and the state fits 48 bytes.
+	// they share the bytes.
 	ref [8]byte
 	// up links the span ID toward the representative of its connected
 	// component of the parent relation (union-find); empty when it is the
@@ -51,16 +53,14 @@ type SpanState struct {
 	trace int32
 	// Name indexes Graph.Names (Graph.Name reads it).
 	Name int32
-	// DeclaredChildren and DeclaredFollowups are -1 when nothing was
-	// declared. ArrivedChildren counts children that discharge (same
-	// trace, not late, not malformed); lateChildren the late ones.
-	DeclaredChildren  int32
-	ArrivedChildren   int32
-	lateChildren      int32
-	DeclaredFollowups int32
-	ArrivedFollowups  int32
-	Arrived           bool
-	Remote            bool
+	// DeclaredChildren is -1 when nothing was declared. ArrivedChildren
+	// counts children that discharge (same trace, not late, not
+	// malformed); lateChildren the late ones.
+	DeclaredChildren int32
+	ArrivedChildren  int32
+	lateChildren     int32
+	Arrived          bool
+	Remote           bool
 	// counted is set when the span was counted in its parent's
 	// ArrivedChildren (undone if it turns out to be on a cycle).
 	counted bool
@@ -78,7 +78,7 @@ const (
 )
 
 func newSpanState() SpanState {
-	st := SpanState{trace: noIndex, Name: noIndex, DeclaredChildren: noIndex, DeclaredFollowups: noIndex}
+	st := SpanState{trace: noIndex, Name: noIndex, DeclaredChildren: noIndex}
 	st.setChildName(noIndex)
 	st.setLinkedBy(noIndex)
 	return st
@@ -128,8 +128,12 @@ func (st *SpanState) setLinkedBy(i int32) {
 
 // owes reports whether an arrived span still waits for children or
 // followups.
-func (st *SpanState) owes() bool {
-	return st.DeclaredChildren > st.ArrivedChildren || st.DeclaredFollowups > st.ArrivedFollowups
+func (g *Graph) owes(e *SpanEntry) bool {
+	if e.DeclaredChildren > e.ArrivedChildren {
+		return true
+	}
+	declared, arrived := g.Followups(e.ID)
+	return declared > arrived
 }
 
 // MissingChildren is how many declared children have not arrived (0 when
@@ -138,9 +142,83 @@ func (st *SpanState) MissingChildren() int {
 	return int(max(0, st.DeclaredChildren-st.ArrivedChildren))
 }
 
-// MissingFollowups is how many declared followups have not arrived.
-func (st *SpanState) MissingFollowups() int {
-	return int(max(0, st.DeclaredFollowups-st.ArrivedFollowups))
+// spanFollowups are a span ID's followups: how many its background span
+// declared (-1 when it declared none, or has not arrived), and how many
+// followup links discharged one (or, before it arrived, named it). A span
+// ID without an entry has declared -1 and arrived 0.
+type spanFollowups struct {
+	id       SpanID
+	declared int32
+	arrived  int32
+}
+
+func (f *spanFollowups) spanID() SpanID { return f.id }
+
+// followTable holds the followups of the span IDs in Spans that have any
+// (the background spans and the targets of followup links): nil for most
+// graphs. An entry goes when its span ID leaves Spans for closed, which
+// keeps only whether followups were declared.
+type followTable struct {
+	entries []spanFollowups
+	index   map[SpanID]int32 // once entries outgrow linear search
+}
+
+// Followups returns the span ID's followups: how many its span declared
+// (-1 when none), and how many followup links discharged one or, before
+// it arrived, named it. A span the graph compacted reads as (-1, 0).
+func (g *Graph) Followups(id SpanID) (declared, arrived int32) {
+	if t := g.follow; t != nil {
+		if i := indexOf(t.entries, t.index, id); i >= 0 {
+			return t.entries[i].declared, t.entries[i].arrived
+		}
+	}
+	return noIndex, 0
+}
+
+// setFollowups sets the span ID's followups; (-1, 0) removes its entry.
+func (g *Graph) setFollowups(id SpanID, declared, arrived int32) {
+	t := g.follow
+	i := -1
+	if t != nil {
+		i = indexOf(t.entries, t.index, id)
+	}
+	switch {
+	case declared == noIndex && arrived == 0:
+		if i >= 0 {
+			g.dropFollowupsAt(i)
+		}
+	case i >= 0:
+		t.entries[i].declared, t.entries[i].arrived = declared, arrived
+	default:
+		if t == nil {
+			t = &followTable{}
+			g.follow = t
+		}
+		t.entries = append(t.entries, spanFollowups{id: id, declared: declared, arrived: arrived})
+		switch {
+		case t.index != nil:
+			t.index[id] = int32(len(t.entries) - 1)
+		case len(t.entries) > smallSpans:
+			t.index = buildIndex(t.entries)
+		}
+	}
+}
+
+// dropFollowups removes the span ID's followups, as it leaves Spans.
+func (g *Graph) dropFollowups(id SpanID) {
+	if t := g.follow; t != nil {
+		if i := indexOf(t.entries, t.index, id); i >= 0 {
+			g.dropFollowupsAt(i)
+		}
+	}
+}
+
+func (g *Graph) dropFollowupsAt(i int) {
+	t := g.follow
+	t.entries = removeAt(t.entries, t.index, i)
+	if len(t.entries) == 0 {
+		g.follow = nil
+	}
 }
 
 // SpanEntry is a span ID's full state in Graph.Spans.
@@ -385,7 +463,7 @@ func (g *Graph) slot(id SpanID) int {
 			st.DeclaredChildren = 0
 		}
 		if c.flags&closedDeclaredFollowups != 0 {
-			st.DeclaredFollowups = 0
+			g.setFollowups(id, 0, 0)
 		}
 		if c.flags&closedBackground != 0 {
 			st.job = jobBackground

@@ -25,16 +25,11 @@ type Graph struct {
 	// children, followups and detached spans not yet arrived. A new Graph
 	// must start with Open 1 (NewGraph, or Init).
 	Open int
-	// Invalid lists counts that cannot be proven (invalid_count): the
-	// invocation is never final.
-	Invalid []string
-	// Taints lists what makes the invocation never final although its
-	// counts may be met (v0.2 rules 3, 5, 7, v0.5, v0.6): it closes
-	// incomplete as soon as conditions 1-4 otherwise hold.
-	Taints []string
-	// Anomalies are the sticky anomalies (foreign followups of a final
-	// summary are added by Anomalies).
-	Anomalies []string
+	// notes holds the unprovable counts, taints and anomalies (Invalid,
+	// Taints, Anomalies read them): nil until the first, as for most
+	// invocations, so that a Graph carries one pointer instead of three
+	// slices.
+	notes *graphNotes
 
 	RootArrived  bool
 	HasRemote    bool
@@ -68,6 +63,9 @@ type Graph struct {
 	// rare holds what few invocations need (nil for most, so that a
 	// retained Graph stays small).
 	rare *graphRare
+	// follow holds the followups of the span IDs in Spans that have any
+	// (Followups reads them): nil for most.
+	follow *followTable
 
 	Usage                   Usage
 	AfterInput, AfterOutput int64
@@ -77,6 +75,57 @@ type Graph struct {
 	Continuations           int64
 
 	maps *lookupMaps
+}
+
+// graphNotes are a Graph's lists of reasons and anomalies.
+type graphNotes struct {
+	// invalid lists counts that cannot be proven (invalid_count): the
+	// invocation is never final.
+	invalid []string
+	// taints lists what makes the invocation never final although its
+	// counts may be met (v0.2 rules 3, 5, 7, v0.5, v0.6): it closes
+	// incomplete as soon as conditions 1-4 otherwise hold.
+	taints []string
+	// anomalies are the sticky anomalies (foreign followups of a final
+	// summary are added by AnomaliesFor).
+	anomalies []string
+}
+
+// notesOf returns g.notes, allocating it on first use.
+func (g *Graph) notesOf() *graphNotes {
+	if g.notes == nil {
+		g.notes = &graphNotes{}
+	}
+	return g.notes
+}
+
+// Invalid lists the counts that cannot be proven (invalid_count): the
+// invocation is never final. The caller must not change the list.
+func (g *Graph) Invalid() []string {
+	if g.notes == nil {
+		return nil
+	}
+	return g.notes.invalid
+}
+
+// Taints lists what makes the invocation never final although its counts
+// may be met (v0.2 rules 3, 5, 7, v0.5, v0.6): it closes incomplete as
+// soon as conditions 1-4 otherwise hold. The caller must not change the
+// list.
+func (g *Graph) Taints() []string {
+	if g.notes == nil {
+		return nil
+	}
+	return g.notes.taints
+}
+
+// Anomalies are the sticky anomalies (AnomaliesFor adds a final summary's
+// foreign followups). The caller must not change the list.
+func (g *Graph) Anomalies() []string {
+	if g.notes == nil {
+		return nil
+	}
+	return g.notes.anomalies
 }
 
 // graphRare is the part of a Graph few invocations need.
@@ -122,16 +171,16 @@ func (g *Graph) HeldIDs() int { return len(g.Spans) + len(g.closed) + len(g.deta
 
 // AddAnomaly records an anomaly once; past MaxAnomalies the list is cut
 // and says so, but a required one is always kept (graph_cut.go).
-func (g *Graph) AddAnomaly(a string) { g.Anomalies = addAnomaly(g.Anomalies, a) }
+func (g *Graph) AddAnomaly(a string) { n := g.notesOf(); n.anomalies = addAnomaly(n.anomalies, a) }
 
 // AddInvalid records a count that cannot be proven; past MaxAnomalies
 // the reasons say they were cut (graph_cut.go).
-func (g *Graph) AddInvalid(r string) { g.Invalid = addReason(g.Invalid, r) }
+func (g *Graph) AddInvalid(r string) { n := g.notesOf(); n.invalid = addReason(n.invalid, r) }
 
 // AddTaint records a reason the invocation can never be final. The list is
 // bounded like the anomalies, but never emptied; past the bound it says
 // it was cut (graph_cut.go).
-func (g *Graph) AddTaint(r string) { g.Taints = addReason(g.Taints, r) }
+func (g *Graph) AddTaint(r string) { n := g.notesOf(); n.taints = addReason(n.taints, r) }
 
 func (g *Graph) discharge(now int64) {
 	g.Open--
@@ -224,9 +273,9 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 			g.AddTaint(contract.ReasonMalformedParentage + ":" + g.Name(st.childName()))
 			st.ArrivedChildren, st.lateChildren = 0, 0
 		}
-		if st.ArrivedFollowups > 0 {
+		if declared, arrived := g.Followups(id); arrived > 0 {
 			g.AddTaint(contract.ReasonMalformedLink + ":" + g.Name(st.linkedBy()))
-			st.ArrivedFollowups = 0
+			g.setFollowups(id, declared, 0)
 			st.job &^= jobInterrupted
 		}
 	}
@@ -275,9 +324,10 @@ func (g *Graph) Arrive(s *Span, now int64, cfg *GraphConfig) Result {
 	case RoleBackground:
 		g.BackgroundJobs++
 		if n, valid := count(s.Followups); valid {
-			st.DeclaredFollowups = n
-			if n > st.ArrivedFollowups {
-				g.Open += int(n - st.ArrivedFollowups)
+			_, arrived := g.Followups(id)
+			g.setFollowups(id, n, arrived)
+			if n > arrived {
+				g.Open += int(n - arrived)
 			}
 		} else {
 			g.AddInvalid(ReasonInvalidCount + ":" + name)
@@ -390,9 +440,9 @@ func (g *Graph) arriveRoot(s *Span, now int64) {
 // recorded though it ran inside it, or another reason learned outside the
 // invocation's spans; a shut graph owes a revision.
 func (g *Graph) Taint(reason string) {
-	before := len(g.Taints)
+	before := len(g.Taints())
 	g.AddTaint(reason)
-	if len(g.Taints) != before && g.IsShut {
+	if len(g.Taints()) != before && g.IsShut {
 		g.Dirty = true
 	}
 }

@@ -17,9 +17,9 @@ func (g *Graph) Obligations(now int64, extraOpen int, cfg *GraphConfig) Obligati
 	return Obligations{
 		RootArrived: g.RootArrived,
 		Open:        g.Open + extraOpen,
-		Unprovable:  len(g.Invalid) > 0 || g.SpanLimitHit,
+		Unprovable:  len(g.Invalid()) > 0 || g.SpanLimitHit,
 		Settling:    !g.Settled(now, cfg),
-		Tainted:     len(g.Taints) > 0,
+		Tainted:     len(g.Taints()) > 0,
 	}
 }
 
@@ -70,7 +70,7 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 		if st.DeclaredChildren > st.ArrivedChildren {
 			obl = append(obl, contract.ReasonMissingChildren+":"+g.Name(st.Name))
 		}
-		if st.DeclaredFollowups > st.ArrivedFollowups {
+		if declared, arrived := g.Followups(st.ID); declared > arrived {
 			obl = append(obl, contract.ReasonOpenFollowup+":"+g.Name(st.Name))
 		}
 		if st.Remote && settling {
@@ -92,7 +92,7 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 	obl = g.runningTurnReasons(obl)
 	sort.Strings(obl)
 	out = append(out, slices.Compact(obl)...)
-	problems := append(slices.Clone(g.Invalid), g.Taints...)
+	problems := append(slices.Clone(g.Invalid()), g.Taints()...)
 	sort.Strings(problems)
 	out = append(out, slices.Compact(problems)...) // reasons_cut may be in both
 	if g.SpanLimitHit {
@@ -107,12 +107,12 @@ func (g *Graph) Reasons(now int64, cfg *GraphConfig, extra ...string) []string {
 // Before final a missing target may simply not have arrived yet, so it is
 // not reported.
 func (g *Graph) AnomaliesFor(final bool) []string {
-	out := slices.Clone(g.Anomalies)
+	out := slices.Clone(g.Anomalies())
 	for _, st := range g.Spans {
 		if !final {
 			break
 		}
-		if !st.Arrived && st.ArrivedFollowups > 0 {
+		if _, arrived := g.Followups(st.ID); !st.Arrived && arrived > 0 {
 			a := contract.AnomalyForeignFollowup + ":" + g.Name(st.linkedBy())
 			if !slices.Contains(out, a) {
 				out = append(out, a)
@@ -126,15 +126,16 @@ func (g *Graph) AnomaliesFor(final bool) []string {
 // compact moves an arrived span that owes nothing from Spans to closed.
 func (g *Graph) compact(id SpanID) {
 	i := g.spanAt(id)
-	if i < 0 || !g.Spans[i].Arrived || g.Spans[i].owes() {
+	if i < 0 || !g.Spans[i].Arrived || g.owes(&g.Spans[i]) {
 		return
 	}
-	g.appendClosed(g.Spans[i].closedForm())
+	g.appendClosed(g.closedForm(&g.Spans[i]))
 	g.removeSpan(i)
+	g.dropFollowups(id)
 }
 
 // closedForm is the compact record of an arrived span that owes nothing.
-func (e *SpanEntry) closedForm() closedSpan {
+func (g *Graph) closedForm(e *SpanEntry) closedSpan {
 	c := closedSpan{id: e.ID, up: e.up, trace: e.trace, name: e.Name}
 	if e.Remote {
 		c.flags |= closedRemote
@@ -142,7 +143,7 @@ func (e *SpanEntry) closedForm() closedSpan {
 	if e.DeclaredChildren >= 0 {
 		c.flags |= closedDeclaredChildren
 	}
-	if e.DeclaredFollowups >= 0 {
+	if declared, _ := g.Followups(e.ID); declared >= 0 {
 		c.flags |= closedDeclaredFollowups
 	}
 	if e.job&jobBackground != 0 {
@@ -161,7 +162,7 @@ func (g *Graph) Shut() {
 	// compresses the paths it walks, and most closed invocations see none.
 	keep := 0
 	for i := range g.Spans {
-		if e := &g.Spans[i]; !e.Arrived || e.owes() {
+		if e := &g.Spans[i]; !e.Arrived || g.owes(e) {
 			keep++
 		}
 	}
@@ -172,8 +173,9 @@ func (g *Graph) Shut() {
 		left = make([]SpanEntry, 0, keep)
 	}
 	for i := range g.Spans {
-		if e := &g.Spans[i]; e.Arrived && !e.owes() {
-			closed = append(closed, e.closedForm())
+		if e := &g.Spans[i]; e.Arrived && !g.owes(e) {
+			closed = append(closed, g.closedForm(e))
+			g.dropFollowups(e.ID)
 		} else {
 			left = append(left, *e)
 		}
@@ -228,12 +230,19 @@ func (g *Graph) ApproxBytes() int64 {
 	n := int64(cap(g.Spans))*int64(unsafe.Sizeof(SpanEntry{})) +
 		int64(cap(g.closed))*int64(unsafe.Sizeof(closedSpan{})) +
 		int64(cap(g.Traces))*int64(unsafe.Sizeof(TraceID{}))
-	n += stringsBytes(g.Names) + stringsBytes(g.Invalid) + stringsBytes(g.Taints) + stringsBytes(g.Anomalies)
+	n += stringsBytes(g.Names)
+	if g.notes != nil {
+		n += int64(unsafe.Sizeof(graphNotes{})) + stringsBytes(g.notes.invalid) + stringsBytes(g.notes.taints) + stringsBytes(g.notes.anomalies)
+	}
 	if r := g.rare; r != nil {
 		n += int64(unsafe.Sizeof(graphRare{})) +
 			int64(cap(r.linkTraces))*int64(unsafe.Sizeof(TraceID{})) +
 			int64(cap(r.detached))*int64(unsafe.Sizeof(DetachedCount{})) +
 			int64(cap(r.early))*int64(unsafe.Sizeof(EarlyCall{}))
+	}
+	if t := g.follow; t != nil {
+		n += int64(unsafe.Sizeof(followTable{})) + int64(cap(t.entries))*int64(unsafe.Sizeof(spanFollowups{})) +
+			int64(len(t.index))*(8+4+sizeMapEntry)
 	}
 	if m := g.maps; m != nil {
 		n += int64(unsafe.Sizeof(lookupMaps{}))

@@ -58,17 +58,17 @@ func TestCutReasonsSaySo(t *testing.T) {
 	for i := range MaxAnomalies + 3 {
 		g.AddInvalid(fmt.Sprintf("%s:span %d", ReasonInvalidCount, i))
 	}
-	if len(g.Taints) != 0 {
-		t.Fatalf("cut unprovable counts became taints: %v", g.Taints)
+	if len(g.Taints()) != 0 {
+		t.Fatalf("cut unprovable counts became taints: %v", g.Taints())
 	}
-	if entries(g.Invalid, contract.ReasonReasonsCut) != 1 || len(g.Invalid) != MaxAnomalies+1 {
-		t.Fatalf("invalid counts: %d entries, marker %d", len(g.Invalid), entries(g.Invalid, contract.ReasonReasonsCut))
+	if entries(g.Invalid(), contract.ReasonReasonsCut) != 1 || len(g.Invalid()) != MaxAnomalies+1 {
+		t.Fatalf("invalid counts: %d entries, marker %d", len(g.Invalid()), entries(g.Invalid(), contract.ReasonReasonsCut))
 	}
 	for i := range MaxAnomalies + 3 {
 		g.AddTaint(fmt.Sprintf("%s:span %d", contract.ReasonMalformedLink, i))
 	}
-	if entries(g.Taints, contract.ReasonReasonsCut) != 1 {
-		t.Fatalf("taints: marker %d", entries(g.Taints, contract.ReasonReasonsCut))
+	if entries(g.Taints(), contract.ReasonReasonsCut) != 1 {
+		t.Fatalf("taints: marker %d", entries(g.Taints(), contract.ReasonReasonsCut))
 	}
 	if n := entries(g.Reasons(0, &GraphConfig{}), contract.ReasonReasonsCut); n != 1 {
 		t.Errorf("the reasons list reasons_cut %d times", n)

@@ -141,12 +141,12 @@ func (g *Graph) applyLinks(a *arrival) {
 		if t.trace == noIndex {
 			t.trace = g.linkTraceIndex(target.trace)
 		}
-		before := t.ArrivedFollowups
-		t.ArrivedFollowups++
+		declared, before := g.Followups(target.span)
+		g.setFollowups(target.span, declared, before+1)
 		if !t.Arrived && t.linkedBy() < 0 {
 			t.setLinkedBy(nameIdx)
 		}
-		if t.Arrived && t.DeclaredFollowups >= 0 && before < t.DeclaredFollowups {
+		if t.Arrived && declared >= 0 && before < declared {
 			g.discharge(a.now)
 		}
 		if s.Interrupted {

@@ -44,7 +44,7 @@ func (g *Graph) AppendState(b []byte) []byte {
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(g.Open))
-	for _, l := range [][]string{g.Invalid, g.Taints, g.Anomalies, g.Names} {
+	for _, l := range [][]string{g.Invalid(), g.Taints(), g.Anomalies(), g.Names} {
 		b = appendStrings(b, l)
 	}
 	for _, v := range []int64{g.LastArrival, g.LastDischarge, g.SettleFrom,
@@ -62,7 +62,8 @@ func (g *Graph) AppendState(b []byte) []byte {
 		b = append(b, e.ID[:]...)
 		b = append(b, e.ref[:]...)
 		b = append(b, e.up[:]...)
-		for _, v := range []int32{e.trace, e.Name, e.DeclaredChildren, e.ArrivedChildren, e.lateChildren, e.DeclaredFollowups, e.ArrivedFollowups} {
+		declared, arrived := g.Followups(e.ID)
+		for _, v := range []int32{e.trace, e.Name, e.DeclaredChildren, e.ArrivedChildren, e.lateChildren, declared, arrived} {
 			b = binary.AppendVarint(b, int64(v))
 		}
 		var sf byte
@@ -267,7 +268,10 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 	g.RootArrived, g.HasRemote, g.SpanLimitHit = flags&stateRootArrived != 0, flags&stateHasRemote != 0, flags&stateSpanLimitHit != 0
 	g.IsShut, g.Dirty = flags&stateIsShut != 0, flags&stateDirty != 0
 	g.Open = int(r.varint())
-	g.Invalid, g.Taints, g.Anomalies, g.Names = r.strings(), r.strings(), r.strings(), r.strings()
+	if invalid, taints, anomalies := r.strings(), r.strings(), r.strings(); len(invalid)+len(taints)+len(anomalies) > 0 {
+		g.notes = &graphNotes{invalid: invalid, taints: taints, anomalies: anomalies}
+	}
+	g.Names = r.strings()
 	for _, p := range []*int64{&g.LastArrival, &g.LastDischarge, &g.SettleFrom,
 		&g.Usage.Input, &g.Usage.Output, &g.Usage.CacheRead, &g.Usage.CacheCreation, &g.Usage.Reasoning,
 		&g.AfterInput, &g.AfterOutput, &g.Indexed, &g.Duplicates, &g.ModelCalls, &g.BackgroundJobs, &g.Continuations} {
@@ -279,13 +283,18 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 	g.Traces = r.traces()
 	if n := r.count(33); n > 0 {
 		g.Spans = make([]SpanEntry, n)
+		var follow []spanFollowups
 		for i := range g.Spans {
 			e := &g.Spans[i]
 			copy(e.ID[:], r.fixed(8))
 			copy(e.ref[:], r.fixed(8))
 			copy(e.up[:], r.fixed(8))
-			for _, p := range []*int32{&e.trace, &e.Name, &e.DeclaredChildren, &e.ArrivedChildren, &e.lateChildren, &e.DeclaredFollowups, &e.ArrivedFollowups} {
+			f := spanFollowups{id: e.ID}
+			for _, p := range []*int32{&e.trace, &e.Name, &e.DeclaredChildren, &e.ArrivedChildren, &e.lateChildren, &f.declared, &f.arrived} {
 				*p = r.int32()
+			}
+			if f.declared != noIndex || f.arrived != 0 {
+				follow = append(follow, f)
 			}
 			sf := r.byte1()
 			if sf&^(spanStateArrived|spanStateRemote|spanStateCounted) != 0 {
@@ -293,6 +302,13 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 			}
 			e.Arrived, e.Remote, e.counted = sf&spanStateArrived != 0, sf&spanStateRemote != 0, sf&spanStateCounted != 0
 			e.job = jobFlags(r.byte1())
+		}
+		// A span ID has one entry (its followups are kept by it).
+		if !distinctIDs(g.Spans) {
+			r.fail("a span ID twice")
+		}
+		for _, f := range follow {
+			g.setFollowups(f.id, f.declared, f.arrived)
 		}
 	}
 	if n := r.count(12); n > 0 {
@@ -362,6 +378,21 @@ func (g *Graph) DecodeState(b []byte) ([]byte, error) {
 	}
 	g.setSpanMaps(buildIndex(g.Spans), buildIndex(g.closed))
 	return r.b, nil
+}
+
+// distinctIDs reports whether no span ID has two entries.
+func distinctIDs(spans []SpanEntry) bool {
+	if len(spans) <= smallSpans {
+		for i := range spans {
+			for j := range i {
+				if spans[i].ID == spans[j].ID {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return len(buildIndex(spans)) == len(spans)
 }
 
 // checkIndexes refuses a state whose name and trace indexes point

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -51,13 +52,24 @@ func spanFromBytes(p []byte) Span {
 // nil, for comparing states.
 func normalized(g Graph) Graph {
 	g.maps = nil
-	nilEmpty(&g.Invalid)
-	nilEmpty(&g.Taints)
-	nilEmpty(&g.Anomalies)
+	if g.notes != nil {
+		n := *g.notes
+		nilEmpty(&n.invalid)
+		nilEmpty(&n.taints)
+		nilEmpty(&n.anomalies)
+		g.notes = &n
+	}
 	nilEmpty(&g.Names)
 	nilEmpty(&g.Traces)
 	nilEmpty(&g.Spans)
 	nilEmpty(&g.closed)
+	if g.follow != nil {
+		// Kept in the order the followups came; a decoded graph has them
+		// in the order of Spans.
+		f := slices.Clone(g.follow.entries)
+		slices.SortFunc(f, func(a, b spanFollowups) int { return bytes.Compare(a.id[:], b.id[:]) })
+		g.follow = &followTable{entries: f}
+	}
 	if g.rare != nil {
 		r := *g.rare
 		nilEmpty(&r.linkTraces)
@@ -147,7 +159,7 @@ func TestGraphStateCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{Graph{}, 30}, {SpanState{}, 13}, {closedSpan{}, 5}, {graphRare{}, 4}, {DetachedCount{}, 5}, {EarlyCall{}, 3}, {Usage{}, 5}} {
+	}{{Graph{}, 29}, {graphNotes{}, 3}, {SpanState{}, 11}, {followTable{}, 2}, {spanFollowups{}, 3}, {closedSpan{}, 5}, {graphRare{}, 4}, {DetachedCount{}, 5}, {EarlyCall{}, 3}, {Usage{}, 5}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the state codec knows %d: store the new one in AppendState and DecodeState", c.v, n, c.want)
 		}

@@ -73,7 +73,8 @@ func (g *Graph) Owes(now int64, cfg *GraphConfig) []Owed {
 		if n := st.MissingChildren(); n > 0 {
 			out = append(out, Owed{Kind: contract.ReasonMissingChildren, Span: g.Name(st.Name), SpanID: st.ID, Missing: n})
 		}
-		if n := st.MissingFollowups(); n > 0 {
+		if declared, arrived := g.Followups(st.ID); declared > arrived {
+			n := int(declared - arrived)
 			out = append(out, Owed{Kind: contract.ReasonOpenFollowup, Span: g.Name(st.Name), SpanID: st.ID, Missing: n})
 		}
 	}
@@ -122,7 +123,7 @@ func (g *Graph) OwesWork(now int64, cfg *GraphConfig) bool {
 		}
 	}
 	for i := range g.Spans {
-		if st := &g.Spans[i]; st.Arrived && st.owes() {
+		if st := &g.Spans[i]; st.Arrived && g.owes(st) {
 			return true
 		}
 	}

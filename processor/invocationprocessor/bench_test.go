@@ -335,6 +335,19 @@ func openBatch(first, n int) ptrace.Traces {
 	return td
 }
 
+// received returns td as an OTLP receiver hands it on: encoded to protobuf
+// and decoded, so that each string is its own allocation of the batch.
+func received(b *testing.B, td ptrace.Traces) ptrace.Traces {
+	buf, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(td)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if td, err = (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(buf); err != nil {
+		b.Fatal(err)
+	}
+	return td
+}
+
 // heapInUse is the live heap after two collections.
 func heapInUse() uint64 {
 	var m runtime.MemStats
@@ -351,7 +364,10 @@ func heapInUse() uint64 {
 // (runtime.MemStats, the batches themselves freed). mode=spanids is the
 // baseline: a map from each invocation id to its arrived span IDs, the
 // least that deduplication needs; mode=invocation is the processor
-// (default configuration, the open timeout never reached).
+// (default configuration, the open timeout never reached). Each batch
+// goes through the OTLP protobuf encoding first, so that its strings (ids,
+// span names) are allocated per batch as a receiver allocates them, not
+// the test's shared constants.
 func BenchmarkOpenInvocations(b *testing.B) {
 	const open, perBatch = 100_000, 100
 	ctx := context.Background()
@@ -368,7 +384,7 @@ func BenchmarkOpenInvocations(b *testing.B) {
 				case "spanids":
 					ids := make(map[string][]pcommon.SpanID)
 					for i := 0; i < open; i += perBatch {
-						forSpans(openBatch(i, perBatch), func(_ pcommon.Resource, s ptrace.Span) {
+						forSpans(received(b, openBatch(i, perBatch)), func(_ pcommon.Resource, s ptrace.Span) {
 							id, _ := s.Attributes().Get(contract.AttrInvocationID)
 							ids[id.Str()] = append(ids[id.Str()], s.SpanID())
 						})
@@ -382,7 +398,7 @@ func BenchmarkOpenInvocations(b *testing.B) {
 						b.Fatal(err)
 					}
 					for i := 0; i < open; i += perBatch {
-						if err := p.ConsumeTraces(ctx, openBatch(i, perBatch)); err != nil {
+						if err := p.ConsumeTraces(ctx, received(b, openBatch(i, perBatch))); err != nil {
 							b.Fatal(err)
 						}
 					}

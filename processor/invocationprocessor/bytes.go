@@ -55,7 +55,9 @@ func (inv *invocation) approxBytes() int64 {
 	n := sizeInvocation + int64(len(inv.ID)) + inv.Graph.ApproxBytes()
 	n += int64(cap(inv.ContinuationRoots))*sizeSpanRef + int64(cap(inv.JobTimes))*sizeJobTimes + inv.timelineBytes()
 	n += int64(len(inv.ConversationID)+len(inv.AgentName)+len(inv.Forced)) + mapBytes(inv.Resource)
-	n += int64(cap(inv.writtenOff)) * int64(unsafe.Sizeof(owedKey{}))
+	if inv.rare != nil {
+		n += int64(unsafe.Sizeof(invRare{})) + int64(cap(inv.rare.writtenOff))*int64(unsafe.Sizeof(owedKey{}))
+	}
 	return n
 }
 

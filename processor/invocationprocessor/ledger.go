@@ -46,6 +46,9 @@ type invocation struct {
 
 	Phase       phase
 	PendingSent bool
+	// keptOwing is set when retention ended while the closed invocation
+	// owed work: it is kept until owingRetentionEnd.
+	keptOwing bool
 
 	RootTraceID       pcommon.TraceID
 	RootSpanID        pcommon.SpanID
@@ -59,20 +62,42 @@ type invocation struct {
 	// JobTimes holds each background span's start and end, for the status
 	// extension (status.go).
 	JobTimes []jobTimes
-	// Timeline records its spans for the status extension's timeline
-	// page (timeline.go).
-	Timeline timeline
 
 	Revision int64
 	Forced   string
-	// writtenOff is what an open_timeout close wrote off of what the
-	// invocation owed (owes.go); nil for almost all.
-	writtenOff []owedKey
-	// keptOwing is set when retention ended while the closed invocation
-	// owed work: it is kept until owingRetentionEnd.
-	keptOwing bool
+	// rare holds what few invocations need: nil for most (invRare).
+	rare *invRare
 
 	index invIndex
+}
+
+// invRare is the part of an invocation few need, so that the others
+// carry one pointer instead of its fields.
+type invRare struct {
+	// timeline records the invocation's spans for the status extension's
+	// timeline page (timeline.go): only when the processor publishes to
+	// one.
+	timeline timeline
+	// writtenOff is what an open_timeout close wrote off of what the
+	// invocation owed (owes.go).
+	writtenOff []owedKey
+}
+
+// rareOf returns inv.rare, allocating it on first use.
+func (inv *invocation) rareOf() *invRare {
+	if inv.rare == nil {
+		inv.rare = &invRare{}
+	}
+	return inv.rare
+}
+
+// writtenOff is what an open_timeout close wrote off of what the
+// invocation owed (owes.go); nil for almost all.
+func (inv *invocation) writtenOff() []owedKey {
+	if inv.rare == nil {
+		return nil
+	}
+	return inv.rare.writtenOff
 }
 
 // invIndex is the shard's bookkeeping for one invocation.
@@ -93,14 +118,24 @@ type invIndex struct {
 }
 
 // invocationBlock is an invocation allocated together with room for its
-// first names, traces and continuation root: most invocations need no
-// more, and one allocation serves them all.
+// first names and traces: most invocations need no more, and one
+// allocation serves them all. Five names and two traces cover an agent's
+// turn with a background job and its continuation (the root, a model
+// call, a tool, the job, the continuation in its own trace). The block
+// must stay at most 696 bytes, so that with the 8-byte header Go's
+// allocator puts before an object of pointers larger than 512 bytes it
+// takes the 704-byte size class, not 768 (TestInvocationBlockSize,
+// BenchmarkOpenInvocations); continuation roots, which only invocations
+// with a continuation have, are allocated apart for that.
 type invocationBlock struct {
 	inv    invocation
-	names  [6]string
+	names  [5]string
 	traces [2]ledgerrule.TraceID
-	roots  [1]summary.SpanRef
 }
+
+// maxInvocationBlock is the largest invocationBlock that takes the
+// 704-byte size class with its allocation header.
+const maxInvocationBlock = 704 - 8
 
 func newInvocation(id string, now int64) *invocation {
 	b := &invocationBlock{inv: invocation{
@@ -111,7 +146,6 @@ func newInvocation(id string, now int64) *invocation {
 	b.inv.Init(now)
 	b.inv.Names = b.names[:0]
 	b.inv.Traces = b.traces[:0]
-	b.inv.ContinuationRoots = b.roots[:0]
 	return &b.inv
 }
 
@@ -153,9 +187,10 @@ const (
 // extension, continuation roots and cost.
 //
 // resources shares the resource attributes kept for summaries with the
-// shard's other invocations.
-func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resourceCache, now int64, cfg *ledgerConfig) addResult {
+// shard's other invocations, names the span and agent names.
+func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resourceCache, names *nameCache, now int64, cfg *ledgerConfig) addResult {
 	firstTrace := len(inv.Traces) == 0
+	known := len(inv.Names)
 	r := inv.Arrive(&f.Span, now, &cfg.graph)
 	switch r.Outcome {
 	case ledgerrule.Duplicate, ledgerrule.Reused:
@@ -163,11 +198,17 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	case ledgerrule.SpanLimit:
 		return addSpanLimit
 	}
+	// A name new to the invocation is the receiver's copy: the shard's is
+	// kept instead, so that open invocations share their names as closed
+	// ones do (shareNames).
+	for i := known; i < len(inv.Names); i++ {
+		inv.Names[i] = names.share(inv.Names[i])
+	}
 	if firstTrace && f.Role != ledgerrule.RoleRoot {
 		inv.Resource = resources.of(res) // the root's replaces it
 	}
 	if r.Root {
-		inv.setRoot(f, resources.of(res), now)
+		inv.setRoot(f, resources.of(res), names, now)
 	}
 	recorded := inv.noteSpan(f, &r, cfg.timelineSpans)
 	switch f.Role {
@@ -182,7 +223,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 			inv.ConversationID = f.conversationID
 		}
 		if !inv.RootArrived && inv.AgentName == "" && f.hasAgent {
-			inv.AgentName = f.agentName
+			inv.AgentName = names.share(f.agentName)
 		}
 	}
 	if f.ModelCall && cfg.pricesActive {
@@ -199,7 +240,7 @@ func (inv *invocation) add(f *spanFacts, res pcommon.Resource, resources *resour
 	return addIndexed
 }
 
-func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, now int64) {
+func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, names *nameCache, now int64) {
 	inv.RootArrival = now
 	inv.RootTraceID = pcommon.TraceID(f.Trace)
 	inv.RootSpanID = pcommon.SpanID(f.ID)
@@ -208,7 +249,7 @@ func (inv *invocation) setRoot(f *spanFacts, resource map[string]any, now int64)
 		inv.ConversationID = f.conversationID
 	}
 	if f.hasAgent {
-		inv.AgentName = f.agentName
+		inv.AgentName = names.share(f.agentName)
 	}
 }
 

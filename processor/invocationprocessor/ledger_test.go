@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -647,4 +648,14 @@ func TestRevisionWaitsForRemoteSettle(t *testing.T) {
 		require.Len(t, got, 3)
 		assertStatus(t, got[2], contract.StatusIncomplete, 2)
 	})
+}
+
+// TestInvocationBlockSize: an invocation and its first names and traces
+// fit Go's 704-byte size class with the allocator's 8-byte header
+// (ledger.go, invocationBlock); a field added to invocation or the Graph
+// that crosses it costs every invocation 64 bytes more.
+func TestInvocationBlockSize(t *testing.T) {
+	if n := unsafe.Sizeof(invocationBlock{}); n > maxInvocationBlock {
+		t.Fatalf("invocationBlock is %d bytes, more than %d: it takes the next size class", n, maxInvocationBlock)
+	}
 }

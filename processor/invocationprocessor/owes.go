@@ -28,18 +28,20 @@ type owedKey struct {
 // invocation is forgotten, which errs toward owing.
 func (inv *invocation) writeOff(now int64, cfg *ledgerConfig) {
 	for _, o := range inv.Owes(now, &cfg.graph) {
-		inv.writtenOff = append(inv.writtenOff, owedKey{kind: o.Kind, span: o.SpanID})
+		r := inv.rareOf()
+		r.writtenOff = append(r.writtenOff, owedKey{kind: o.Kind, span: o.SpanID})
 	}
 }
 
 // owed lists what the invocation owes at now.
 func (inv *invocation) owed(now int64, cfg *ledgerConfig) []ledgerrule.Owed {
 	items := inv.Owes(now, &cfg.graph)
-	if len(inv.writtenOff) == 0 {
+	off := inv.writtenOff()
+	if len(off) == 0 {
 		return items
 	}
 	return slices.DeleteFunc(items, func(o ledgerrule.Owed) bool {
-		return slices.Contains(inv.writtenOff, owedKey{kind: o.Kind, span: o.SpanID})
+		return slices.Contains(off, owedKey{kind: o.Kind, span: o.SpanID})
 	})
 }
 

@@ -95,7 +95,7 @@ func (s *shard) index(refs []indexRef, now int64, stats *stats) bool {
 		if inv == nil || inv.ID != r.id {
 			inv = s.ensure(r.id, now, stats)
 		}
-		switch inv.add(r.facts, r.res, &s.resources, now, s.cfg) {
+		switch inv.add(r.facts, r.res, &s.resources, &s.names, now, s.cfg) {
 		case addIndexed:
 			stats.indexed++
 		case addIndexedUnrecorded:

@@ -254,7 +254,8 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 			w.MissingChildren[i].Missing += int(missing)
 			w.MissingChildren[i].Parents++
 		}
-		if missing := span.DeclaredFollowups - span.ArrivedFollowups; span.DeclaredFollowups >= 0 && missing > 0 {
+		if declared, arrived := inv.Followups(id); declared >= 0 && declared > arrived {
+			missing := declared - arrived
 			jt := jobTimesOf(pcommon.SpanID(id))
 			w.ExpectedFollowups = append(w.ExpectedFollowups, statusapi.ExpectedFollowup{
 				Job: inv.Name(span.Name), SpanID: id.String(), Started: spanTime(jt.Start), Ended: spanTime(jt.End), Missing: int(missing),
@@ -287,7 +288,7 @@ func (inv *invocation) waiting(now int64, cfg *ledgerConfig) *statusapi.Waiting 
 		}
 	}
 	w.Owed, _ = owedView(inv.owed(now, cfg))
-	w.Unprovable = slices.Sorted(slices.Values(slices.Concat(inv.Invalid, inv.Taints)))
+	w.Unprovable = slices.Sorted(slices.Values(slices.Concat(inv.Invalid(), inv.Taints())))
 	if inv.SpanLimitHit {
 		w.Unprovable = append(w.Unprovable, reasonSpanLimit)
 	}

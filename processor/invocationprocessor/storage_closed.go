@@ -101,7 +101,7 @@ func decodeClosed(id string, b []byte) (*invocation, error) {
 	// double the record): the page of an invocation restored from its
 	// closed record draws its summary and says that its spans are not
 	// drawn.
-	inv.Timeline.omitted = inv.Indexed
+	inv.timelineNotStored()
 	return inv, nil
 }
 

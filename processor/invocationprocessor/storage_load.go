@@ -249,7 +249,7 @@ func (p *invocationProcessor) replay(s *shard, ps *shardPersist, ops []journal.O
 					taintInvocation(inv)
 				}
 				p.limits.capNames(&facts, &p.rules) // as routing cut them live
-				inv.add(&facts, r, &s.resources, op.Time, &p.rules)
+				inv.add(&facts, r, &s.resources, &s.names, op.Time, &p.rules)
 			case journal.EvEmit:
 				remake := false
 				if ev.Flags&journal.EmitSent == 0 {

@@ -38,7 +38,7 @@ func (inv *invocation) noteSpan(f *spanFacts, r *ledgerrule.Result, limit int) b
 	if limit <= 0 {
 		return true
 	}
-	t := &inv.Timeline
+	t := &inv.rareOf().timeline
 	if len(t.spans) >= limit && !r.Root {
 		t.omitted++
 		return false
@@ -82,15 +82,30 @@ func (inv *invocation) timelineView(limit int) *statusapi.Timeline {
 	if limit <= 0 {
 		return nil
 	}
-	t := &inv.Timeline
+	var t timeline
+	if inv.rare != nil {
+		t = inv.rare.timeline
+	}
 	n := len(t.spans)
 	return &statusapi.Timeline{Spans: t.spans[:n:n], Limit: limit, Omitted: t.omitted}
+}
+
+// timelineNotStored marks an invocation restored from its closed record,
+// which does not store the timeline's records: its page draws the summary
+// and counts every indexed span as not drawn.
+func (inv *invocation) timelineNotStored() {
+	if inv.Indexed > 0 {
+		inv.rareOf().timeline.omitted = inv.Indexed
+	}
 }
 
 // timelineBytes is the records' share of the byte estimate: the slice at
 // its capacity.
 func (inv *invocation) timelineBytes() int64 {
-	return int64(cap(inv.Timeline.spans)) * sizeTimelineSpan
+	if inv.rare == nil {
+		return 0
+	}
+	return int64(cap(inv.rare.timeline.spans)) * sizeTimelineSpan
 }
 
 func roleOf(r ledgerrule.Role) statusapi.Role {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,14 +118,14 @@ func TestTimelineCapKeepsTheRootAndCountsTheRest(t *testing.T) {
 	assert.Equal(t, statusapi.StatusFinal, v.Status, "the cut changes no summary")
 	assert.EqualValues(t, 150, v.Usage.InputTokens)
 	inv := h.p.shards[0].invs["inv-a"]
-	assert.LessOrEqual(t, cap(inv.Timeline.spans), 4, "the records never grow past the cap and the root")
+	assert.LessOrEqual(t, cap(inv.rare.timeline.spans), 4, "the records never grow past the cap and the root")
 }
 
 func TestTimelineOnlyWithStatus(t *testing.T) {
 	h := newHarness(t, 1, nil)
 	h.consume(batch(scenario("inv-a", 0)[:3]...))
 	inv := h.p.shards[0].invs["inv-a"]
-	assert.Nil(t, inv.Timeline.spans, "nothing is recorded without a status extension")
+	assert.Nil(t, inv.rare, "nothing is recorded without a status extension")
 	assert.Nil(t, inv.timelineView(h.p.rules.timelineSpans))
 
 	h, views := timelineHarness(t, 0)
@@ -140,8 +141,8 @@ func TestTimelineCountedInBytes(t *testing.T) {
 	}
 	a := plain.p.shards[0].invs["inv-a"].approxBytes()
 	inv := recorded.p.shards[0].invs["inv-a"]
-	assert.Equal(t, a+int64(cap(inv.Timeline.spans))*sizeTimelineSpan, inv.approxBytes())
-	assert.Greater(t, cap(inv.Timeline.spans), 3)
+	assert.Equal(t, a+int64(unsafe.Sizeof(invRare{}))+int64(cap(inv.rare.timeline.spans))*sizeTimelineSpan, inv.approxBytes())
+	assert.Greater(t, cap(inv.rare.timeline.spans), 3)
 }
 
 func TestTimelineJSON(t *testing.T) {
