@@ -16,9 +16,15 @@ func (g *Graph) OwesJobWork() bool {
 	if g.BackgroundJobs == 0 {
 		return false // only a background span declares followups
 	}
-	for i := range g.Spans {
-		if st := &g.Spans[i]; st.Arrived && st.MissingFollowups() > 0 {
-			return true
+	t := g.follow
+	if t == nil {
+		return false
+	}
+	for _, f := range t.entries {
+		if f.declared > f.arrived {
+			if i := g.spanAt(f.id); i >= 0 && g.Spans[i].Arrived {
+				return true
+			}
 		}
 	}
 	return false
