@@ -40,8 +40,10 @@ type invocation struct {
 	FirstArrival int64
 	LastSummary  int64
 	// RootArrival is when the root span arrived (0 before): the pending
-	// summary is due pending_delay after it. It is not stored on its own:
-	// a restart replays the root at its journalled time (storage_load.go).
+	// summary is due pending_delay after it (pendingDue). An open
+	// invocation's is not stored on its own: a restart replays the root at
+	// its journalled time (storage_load.go); a closed invocation's record
+	// keeps it (encodeClosed).
 	RootArrival int64
 
 	Phase       phase
