@@ -226,6 +226,12 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 	if !read {
 		return a
 	}
+	a.read(&r)
+	return a
+}
+
+// read sets the facts of a start that the rule's reader r found.
+func (a *StartAttrs) read(r *ledgerrule.SpanReader) {
 	var rf ledgerrule.Facts
 	r.Read(startRule, &rf)
 	if rf.Member {
@@ -239,7 +245,6 @@ func ReadStartAttrs(attrs []attribute.KeyValue) StartAttrs {
 		}
 	}
 	a.LateChild = rf.LateChild
-	return a
 }
 
 // startRule configures the reading at a span's start, which reads no

@@ -37,19 +37,7 @@ func readStartAttrsFull(attrs []attribute.KeyValue) StartAttrs {
 			}
 		}
 	}
-	var rf ledgerrule.Facts
-	r.Read(startRule, &rf)
-	if rf.Member {
-		a.ID = rf.InvocationID
-	}
-	a.Role = roleName(rf.Role)
-	if rf.Unattributed {
-		a.Unattributed = rf.UnattributedReason
-		if a.Unattributed == "" {
-			a.Unattributed = UnattributedUnknown
-		}
-	}
-	a.LateChild = rf.LateChild
+	a.read(&r)
 	return a
 }
 
