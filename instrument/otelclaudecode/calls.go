@@ -85,10 +85,10 @@ func (m *mapper) toolResult(b block) {
 // usage_mismatch:<span name>, contract v0.8; the CLI's counts as
 // AttrReportedPrefix attributes), and changes no total.
 func (m *mapper) reconcile(reported *rawUsage) {
-	if reported == nil || m.wire.unknown || m.wire.subagent || m.calls > 0 {
-		// A call without complete usage, a subagent's call, or one still
-		// in flight (a background subagent's): the window cannot be
-		// compared.
+	if reported == nil || m.wire.unknown || m.wire.subagent || m.wire.afterSubagent || m.calls > 0 {
+		// A call without complete usage, a subagent's call in this window
+		// or the one before, or one still in flight (a background
+		// subagent's): the window cannot be compared.
 		return
 	}
 	if *reported == m.wire.rawUsage {

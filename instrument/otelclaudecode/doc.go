@@ -100,9 +100,10 @@
 //
 // Every result reports the usage of the requests since the previous result
 // (model_usage_since_last_result). The Client compares it with the calls
-// the proxy saw end since then, when none is in flight and none was a
-// subagent's (the CLI reports a subagent's usage in a window of its own
-// choosing): a difference is
+// the proxy saw end since then, when none is in flight and none, in this
+// window or the one before, was a subagent's (the CLI reports a
+// subagent's usage in a window of its own choosing, the proxy's or the
+// next): a difference is
 // counted (agentledger.claudecode.usage.mismatches) and marked on the
 // turn's invoke_agent span (invocation.usage.mismatch, so both halves
 // report the anomaly usage_mismatch:<span name>; the CLI's counts as

@@ -322,7 +322,7 @@ func (m *mapper) result(r *result, o origin) {
 	} else if o.Kind == originTask {
 		m.emptyWake(o.RunID)
 	}
-	m.wire = wireSum{}
+	m.wire = wireSum{afterSubagent: m.wire.subagent}
 	m.prune()
 }
 

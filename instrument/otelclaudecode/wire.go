@@ -462,6 +462,14 @@ type wireSum struct {
 	// choosing (measured under load: the one before or after the proxy's),
 	// so the window is not compared.
 	subagent bool
+	// afterSubagent is set when a subagent's call ended in the window
+	// before: the CLI may report that call's usage in this window's result
+	// (seen under -race in the nested-subagent tests: a continuation's
+	// result counting a subagent call the proxy had ended before the
+	// previous result), so this window is not compared either. The one
+	// before the proxy's needs no flag: there the call is still in flight
+	// (calls > 0) when the result is read.
+	afterSubagent bool
 }
 
 func (w *wireSum) add(u genaicall.Usage) {

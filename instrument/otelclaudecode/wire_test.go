@@ -307,6 +307,44 @@ func TestUsageCrossCheck(t *testing.T) {
 	}
 }
 
+// TestUsageCrossCheckAfterSubagent: the CLI may count a subagent's call
+// in the result after the one whose window the proxy saw it end in. That
+// window is not compared (no usage_mismatch on A's continuation), the
+// next one is again (B's differs and is marked), and the totals are the
+// wire's throughout.
+func TestUsageCrossCheckAfterSubagent(t *testing.T) {
+	usage := func(in int64) string {
+		return fmt.Sprintf(`{"m":{"inputTokens":%d,"outputTokens":%d,"cacheReadInputTokens":0,"cacheCreationInputTokens":0}}`, in, in)
+	}
+	r := newWireRig(t)
+	a := r.register("A: delegate")
+	r.call("", []map[string]any{user(text("A: delegate"))}, 1, 1, "toolu_agent")
+	r.line(`{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_agent","name":"Agent"}]}}`)
+	r.line(`{"type":"system","subtype":"task_started","task_id":"sub","run_id":"r1","tool_use_id":"toolu_agent","task_type":"local_agent","is_backgrounded":true}`)
+	r.line(`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_agent","content":"Async agent launched"}]}}`)
+	r.call("sub", []map[string]any{user(text("sub task"))}, 2, 2)
+	r.call("", []map[string]any{user(text("A: delegate")), assistant, user(toolResult("toolu_agent", "Async agent launched"))}, 4, 4)
+	// The CLI leaves the subagent's call (2) out of this window...
+	r.line(`{"type":"result","subtype":"success","result":"A launched","user_message_uuids":["` + a.uuid + `"],"model_usage_since_last_result":` + usage(5) + `}`)
+	r.line(`{"type":"system","subtype":"task_updated","task_id":"sub","run_id":"r1","patch":{"status":"completed"}}`)
+	r.line(`{"type":"system","subtype":"task_notification","task_id":"sub","run_id":"r1","tool_use_id":"toolu_agent","status":"completed"}`)
+	note := map[string]any{"role": "system", "content": "<task-notification>\n<task-id>sub</task-id>\n<status>completed</status>\n</task-notification>"}
+	r.call("", []map[string]any{user(text("A: delegate")), assistant, note}, 16, 16)
+	// ...and counts it in the next: 16 + 2.
+	r.line(`{"type":"result","subtype":"success","result":"noted","origin":{"kind":"task-notification","runId":"r1"},"model_usage_since_last_result":` + usage(18) + `}`)
+	r.wantFinal(a.inv.ID(), 23, 23)
+	if s := r.summary(a.inv.ID()); len(s.Anomalies) != 0 {
+		t.Errorf("A's anomalies %v, want none: the window after a subagent's call is not compared", s.Anomalies)
+	}
+	b := r.register("B: next")
+	r.call("", []map[string]any{user(text("B: next"))}, 8, 8)
+	r.line(`{"type":"result","subtype":"success","result":"ok","user_message_uuids":["` + b.uuid + `"],"model_usage_since_last_result":` + usage(9) + `}`)
+	s := r.summary(b.inv.ID())
+	if want := []string{contract.AnomalyUsageMismatch + ":invoke_agent " + DefaultAgent}; s.Usage.InputTokens != 8 || !slices.Equal(s.Anomalies, want) {
+		t.Errorf("B usage %d anomalies %v, want 8 with %v: the window after is compared again", s.Usage.InputTokens, s.Anomalies, want)
+	}
+}
+
 // TestSubagentRerun (issue 32, observation 2): a background subagent's
 // own background shell outlives the subagent's run; when it ends, the CLI
 // runs the subagent again under the same task id (a new run id) to read
