@@ -25,6 +25,10 @@ const (
 	// reconnecting the event stream (doubling from min to max).
 	DefaultMinBackoff = 100 * time.Millisecond
 	DefaultMaxBackoff = 5 * time.Second
+	// DefaultConnectWait bounds one attempt at the event stream: a
+	// connection that brings no server.connected event within it is
+	// dropped and tried again (see WithConnectWait).
+	DefaultConnectWait = 10 * time.Second
 	// DefaultMaxSessions bounds the sessions the Client remembers; beyond
 	// it the least recently used ones that owe nothing are forgotten.
 	DefaultMaxSessions = 10000
@@ -45,6 +49,7 @@ type config struct {
 	syncTimeout    time.Duration
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
+	connectWait    time.Duration
 	maxSessions    int
 	maxJobs        int
 	// modelUpstream is WithModelProxy's upstream; "" without the proxy.
@@ -63,6 +68,7 @@ func newConfig(opts []Option) config {
 		syncTimeout: DefaultSyncTimeout,
 		minBackoff:  DefaultMinBackoff,
 		maxBackoff:  DefaultMaxBackoff,
+		connectWait: DefaultConnectWait,
 		maxSessions: DefaultMaxSessions,
 		maxJobs:     DefaultMaxJobs,
 	}
@@ -184,6 +190,22 @@ func WithReconnectBackoff(minWait, maxWait time.Duration) Option {
 		}
 		if maxWait > 0 {
 			c.maxBackoff = maxWait
+		}
+	})
+}
+
+// WithConnectWait bounds how long one attempt at the event stream waits
+// for the server's server.connected event (default DefaultConnectWait)
+// before it drops the connection and tries again with backoff. OpenCode
+// sends that event as soon as the stream is open; a server that accepts
+// the connection while it starts and never answers it (seen with opencode
+// serve 1.18 when the first GET /event arrives as it begins listening)
+// would otherwise hold the Client's Start until its context ends. Values
+// <= 0 are ignored.
+func WithConnectWait(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.connectWait = d
 		}
 	})
 }

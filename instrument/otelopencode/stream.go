@@ -20,6 +20,7 @@ type eventStream struct {
 	stats                  *telemetry
 	logger                 *slog.Logger
 	minBackoff, maxBackoff time.Duration
+	connectWait            time.Duration
 
 	// mu guards cancel, done and connected.
 	mu     sync.Mutex
@@ -31,13 +32,14 @@ type eventStream struct {
 
 func newEventStream(api *serverAPI, m *mapper, stats *telemetry, cfg config) *eventStream {
 	return &eventStream{
-		api:        api,
-		m:          m,
-		stats:      stats,
-		logger:     cfg.logger,
-		minBackoff: cfg.minBackoff,
-		maxBackoff: cfg.maxBackoff,
-		connected:  make(chan struct{}),
+		api:         api,
+		m:           m,
+		stats:       stats,
+		logger:      cfg.logger,
+		minBackoff:  cfg.minBackoff,
+		maxBackoff:  cfg.maxBackoff,
+		connectWait: cfg.connectWait,
+		connected:   make(chan struct{}),
 	}
 }
 
@@ -116,10 +118,23 @@ func (s *eventStream) run(ctx context.Context, done chan struct{}) {
 
 // read reads one connection of the event stream until it ends; connected
 // reports whether the server's server.connected event arrived.
+//
+// An attempt whose server.connected event does not come within
+// connectWait is dropped (WithConnectWait): run tries again.
 func (s *eventStream) read(ctx context.Context, reconnect bool) (connected bool, err error) {
-	body, err := s.api.events(ctx)
+	attempt, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hung := time.AfterFunc(s.connectWait, cancel)
+	defer hung.Stop()
+	unanswered := func(err error) error {
+		if ctx.Err() == nil && attempt.Err() != nil {
+			return fmt.Errorf("otelopencode: GET /event: no server.connected event within %v: %w", s.connectWait, err)
+		}
+		return err
+	}
+	body, err := s.api.events(attempt)
 	if err != nil {
-		return false, err
+		return false, unanswered(err)
 	}
 	defer body.Close()
 	r := newSSEReader(body)
@@ -129,11 +144,12 @@ func (s *eventStream) read(ctx context.Context, reconnect bool) (connected bool,
 			if errors.Is(err, io.EOF) {
 				return connected, nil
 			}
-			return connected, err
+			return connected, unanswered(err)
 		}
 		s.stats.eventRead(ctx)
 		if s.dispatch(data) == evServerConnected && !connected {
 			connected = true
+			hung.Stop()
 			if reconnect {
 				// Whatever happened while disconnected is read back from
 				// the server; events after this one only add to it.

@@ -352,3 +352,62 @@ func readFixtureFile(name string) ([][]byte, error) {
 		out = append(out, d)
 	}
 }
+
+// TestStartRetriesAnUnansweredStream: a server that accepts the first
+// GET /event and answers nothing (no headers), then answers the next one,
+// as opencode serve did when the first request came as it started
+// listening. Start returns once the second connection is up; without a
+// bound on the attempt it would wait for its context.
+func TestStartRetriesAnUnansweredStream(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var mu sync.Mutex
+	attempts := 0
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/event" {
+			fmt.Fprint(w, `[]`)
+			return
+		}
+		mu.Lock()
+		attempts++
+		n := attempts
+		mu.Unlock()
+		if n == 1 {
+			select { // no headers, no event: until the client gives up
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "data: {\"type\":\"server.connected\",\"properties\":{}}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	defer close(release)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c, err := New(srv.URL, &http.Client{Transport: tr}, WithConnectWait(20*time.Millisecond),
+		WithReconnectBackoff(time.Millisecond, time.Millisecond),
+		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("Start = %v, want the second connection up", err)
+	}
+	if err := c.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts != 2 {
+		t.Errorf("%d connections, want 2 (the unanswered one dropped)", attempts)
+	}
+	srv.CloseClientConnections()
+	tr.CloseIdleConnections()
+}
